@@ -1,0 +1,56 @@
+# The README's two commands: `make reproduce` and `make test`. Both build .venv first when needed.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+# Reinstall only when the pinned requirements or the package metadata change.
+REQ_HASH := $(shell cat requirements.txt pyproject.toml | sha256sum | cut -c1-16)
+STAMP := $(VENV)/.installed-$(REQ_HASH)
+
+export FLWR_TELEMETRY_ENABLED := 0
+export MLFLOW_SERVER_ENABLE_JOB_EXECUTION := false
+export PYTHONHASHSEED := 0
+# Real data root: the environment wins; else a local mirror beside the checkout (as CI lays it out); else the
+# loaders fall back to data/raw and name any missing file.
+ifeq ($(strip $(EEGPRIVACY_DATA)),)
+  ifneq ($(wildcard ../shared/data/MANIFEST.tsv),)
+    export EEGPRIVACY_DATA := $(abspath ../shared/data)
+  endif
+endif
+
+.PHONY: help venv test reproduce ui datasets benchmarks clean-venv
+
+help:  ## list targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
+
+venv: $(STAMP)  ## create .venv and install the pinned stack (once per requirements hash)
+
+$(STAMP): requirements.txt pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@rm -f $(VENV)/.installed-*
+	$(BIN)/python -m pip install --quiet --upgrade "pip==26.3" "setuptools==84.2.1"
+	$(BIN)/python -m pip install --quiet -r requirements.txt
+	$(BIN)/python -m pip install --quiet --no-deps --no-build-isolation -e .
+	@# torchaudio's compiled extension is built against CUDA torch and cannot load beside the CPU build;
+	@# without it torchaudio runs in its pure-Python mode, which is all braindecode needs.
+	@rm -f $(VENV)/lib/python3.11/site-packages/torchaudio/lib/*.so
+	$(BIN)/python -c "import torch, braindecode, diffprivlib, flwr; assert torch.__version__.startswith('2.13.0'), torch.__version__"
+	@touch $@
+
+test: $(STAMP)  ## run the test suite
+	$(BIN)/python -m pytest
+
+reproduce: $(STAMP)  ## run the DVC pipeline on the default profile (real public data)
+	PATH=$(abspath $(BIN)):$$PATH $(BIN)/dvc repro
+
+ui: $(STAMP)  ## MLflow UI on the project's tracking store, bound to 127.0.0.1
+	$(BIN)/mlflow ui --backend-store-uri sqlite:///mlflow.db --host 127.0.0.1 --port 5000 --workers 1
+
+datasets: $(STAMP)  ## list datasets, local presence, versions and subject counts
+	$(BIN)/eegprivacy datasets
+
+benchmarks: $(STAMP)  ## speed and memory targets (on demand, not part of make test)
+	$(BIN)/python benchmarks/run.py
+
+clean-venv:  ## remove .venv
+	rm -rf $(VENV)

@@ -1,0 +1,119 @@
+"""One small interface for every dataset, real or synthetic (MOABB-style: the dataset knows files, not tasks).
+
+A dataset lists subjects, hands out lazy recordings (an ``mne.io.Raw`` is only read when asked for), describes
+itself as a tidy metadata table, and has a version: the sha256 over the manifest of the files it reads (or over
+the generating config, for synthetic cohorts).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+import pandas as pd
+
+# Columns every metadata table has, in this order; datasets may append their own (age, sex, hospital, ...).
+METADATA_COLUMNS = [
+    "dataset",
+    "subject",
+    "recording",
+    "condition",
+    "label",
+    "sfreq",
+    "n_channels",
+    "channels",
+    "duration_s",
+    "flags",
+    "synthetic",
+]
+
+
+@dataclass(frozen=True)
+class Recording:
+    """A lazily loaded recording: metadata now, signal on ``load()``."""
+
+    dataset: str
+    subject: str
+    recording: str
+    loader: Callable[[], Any] = field(repr=False, compare=False)
+    meta: Mapping[str, Any] = field(default_factory=dict, compare=False)
+
+    def load(self):
+        """Return the ``mne.io.Raw`` (EEG channels only, volts)."""
+        return self.loader()
+
+
+class EEGDataset(ABC):
+    """Base class: subclasses implement ``_recordings`` and ``_version``; the rest is shared."""
+
+    name: str = ""
+    synthetic: bool = False
+    description: str = ""
+
+    # -- to implement -------------------------------------------------------------------------------------
+    @abstractmethod
+    def _recordings(self) -> list[Recording]:
+        """All recordings, with ``meta`` holding at least the METADATA_COLUMNS not derivable from the Recording."""
+
+    @abstractmethod
+    def _version(self) -> str:
+        """sha256 of the file manifest (real data) or of the generating config (synthetic)."""
+
+    def is_available(self) -> bool:
+        """Whether everything needed to load the dataset is on this machine."""
+        return True
+
+    # -- shared ---------------------------------------------------------------------------------------------
+    def recordings(self, subjects: list[str] | None = None) -> list[Recording]:
+        recs = self._cached("_recs", self._recordings)
+        if subjects is None:
+            return list(recs)
+        wanted = set(map(str, subjects))
+        return [r for r in recs if r.subject in wanted]
+
+    def subjects(self) -> list[str]:
+        seen: dict[str, None] = {}
+        for rec in self.recordings():
+            seen.setdefault(rec.subject, None)
+        return list(seen)
+
+    def metadata(self) -> pd.DataFrame:
+        """Tidy table: one row per recording, METADATA_COLUMNS first."""
+        rows = []
+        for rec in self.recordings():
+            row = {"dataset": self.name, "subject": rec.subject, "recording": rec.recording,
+                   "synthetic": self.synthetic}
+            row.update(rec.meta)
+            rows.append(row)
+        frame = pd.DataFrame(rows)
+        for col in METADATA_COLUMNS:
+            if col not in frame:
+                frame[col] = pd.NA
+        extra = [c for c in frame.columns if c not in METADATA_COLUMNS]
+        return frame[METADATA_COLUMNS + extra]
+
+    def version(self) -> str:
+        return self._cached("_ver", self._version)
+
+    def summary(self) -> dict:
+        """What ``eegprivacy datasets`` prints: presence, version, subject count."""
+        available = self.is_available()
+        out = {"dataset": self.name, "synthetic": self.synthetic, "present": available,
+               "version": None, "subjects": None, "recordings": None, "description": self.description}
+        if available:
+            out.update(version=self.version(), subjects=len(self.subjects()), recordings=len(self.recordings()))
+        return out
+
+    def _cached(self, attr: str, compute: Callable[[], Any]) -> Any:
+        if not hasattr(self, attr):
+            setattr(self, attr, compute())
+        return getattr(self, attr)
+
+
+def config_version(config: Mapping[str, Any]) -> str:
+    """Version of a synthetic cohort: sha256 over its canonical JSON config (seed included)."""
+    blob = json.dumps(dict(config), sort_keys=True, default=str).encode()
+    return hashlib.sha256(blob).hexdigest()

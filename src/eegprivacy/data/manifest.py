@@ -1,0 +1,98 @@
+"""File manifests: what a dataset's files should be (path, size, sha256), verification, and the version hash.
+
+A dataset's version is the sha256 over its manifest lines ``path\\tsize\\tsha256`` of the files actually read,
+so two runs that saw byte-identical data share a version and any changed byte changes it.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+from eegprivacy.paths import cache_dir
+
+
+class DataMissingError(FileNotFoundError):
+    """A file the dataset needs is not on disk; the message says which one and how to get it."""
+
+
+class ChecksumMismatchError(RuntimeError):
+    """A file is on disk but its bytes differ from the published ones."""
+
+
+@dataclass(frozen=True)
+class ManifestEntry:
+    path: str  # relative to the dataset's folder inside the data root
+    size: int
+    sha256: str
+
+
+def load_manifest(name: str) -> list[ManifestEntry]:
+    """Read the manifest ``<name>.tsv`` shipped inside the package (columns: path, bytes, sha256)."""
+    text = resources.files("eegprivacy.data.manifests").joinpath(f"{name}.tsv").read_text()
+    rows = csv.DictReader(text.splitlines(), delimiter="\t")
+    return [ManifestEntry(r["path"], int(r["bytes"]), r["sha256"]) for r in rows]
+
+
+def _hash_cache_path() -> Path:
+    return cache_dir() / "file_sha256.json"
+
+
+def _load_hash_cache() -> dict:
+    path = _hash_cache_path()
+    if path.exists():
+        try:
+            return json.loads(path.read_text())
+        except json.JSONDecodeError:
+            return {}
+    return {}
+
+
+def _store_hash_cache(cache: dict) -> None:
+    path = _hash_cache_path()
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(cache, indent=0, sort_keys=True))
+    os.replace(tmp, path)
+
+
+def file_sha256(path: Path, _cache: dict | None = None) -> str:
+    """sha256 of a file, cached on (absolute path, size, mtime) so repeated runs do not re-read 100 MB."""
+    path = Path(path).resolve()
+    stat = path.stat()
+    key = f"{path}|{stat.st_size}|{stat.st_mtime_ns}"
+    cache = _load_hash_cache() if _cache is None else _cache
+    if key in cache:
+        return cache[key]
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    cache[key] = digest.hexdigest()
+    if _cache is None:
+        _store_hash_cache(cache)
+    return cache[key]
+
+
+def hash_files(folder: Path, relative_paths: list[str]) -> dict[str, tuple[int, str]]:
+    """(size, sha256) for each present file; one cache read and one write for the whole batch."""
+    cache = _load_hash_cache()
+    out = {}
+    for rel in relative_paths:
+        full = folder / rel
+        if full.exists():
+            out[rel] = (full.stat().st_size, file_sha256(full, cache))
+    _store_hash_cache(cache)
+    return out
+
+
+def manifest_version(lines: list[tuple[str, int, str]]) -> str:
+    """sha256 over sorted ``path\\tsize\\tsha256`` lines: the dataset version logged with every run."""
+    digest = hashlib.sha256()
+    for rel, size, sha in sorted(lines):
+        digest.update(f"{rel}\t{size}\t{sha}\n".encode())
+    return digest.hexdigest()

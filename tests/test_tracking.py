@@ -1,0 +1,81 @@
+"""MLflow runs carry every required tag and refuse identifiers (temporary store per test)."""
+
+from __future__ import annotations
+
+import mlflow
+import pytest
+
+from eegprivacy.tracking import (
+    EXPERIMENTS,
+    REQUIRED_TAGS,
+    TrackingPolicyError,
+    flatten,
+    log_metrics,
+    required_tags,
+    start_run,
+    tracking_uri,
+)
+
+
+def _tags(**extra):
+    return required_tags(study="a", stage="release", dataset="synthetic_clinical", dataset_version="ab" * 32,
+                         synthetic=True, seed=3, dvc_stage="release@test", **extra)
+
+
+def test_run_has_every_required_tag_and_params(tmp_path):
+    assert tracking_uri().startswith(f"sqlite:///{tmp_path}")
+    with start_run(study="a", tags=_tags(epsilon=1.0, mechanism="laplace"),
+                   params={"privacy": {"epsilon": 1.0, "clip": 2.0}, "seed": 3}) as run:
+        log_metrics({"rmse": 0.5})
+    client = mlflow.MlflowClient(tracking_uri())
+    stored = client.get_run(run.info.run_id)
+    for tag in REQUIRED_TAGS:
+        assert stored.data.tags.get(tag), tag
+    assert stored.data.tags["synthetic"] == "true"
+    assert stored.data.tags["epsilon"] == "1.0"
+    assert stored.data.params["privacy.epsilon"] == "1.0"
+    assert stored.data.metrics["rmse"] == 0.5
+    experiment = client.get_experiment(stored.info.experiment_id)
+    assert experiment.name == EXPERIMENTS["a"]
+    assert str(tmp_path) in experiment.artifact_location
+
+
+def test_parent_and_child_runs(tmp_path):
+    with start_run(study="b", tags=_tags(), run_name="sweep") as parent:
+        with start_run(study="b", tags=_tags(), run_name="cell", parent_run_id=parent.info.run_id) as child:
+            pass
+    stored = mlflow.MlflowClient(tracking_uri()).get_run(child.info.run_id)
+    assert stored.data.tags["mlflow.parentRunId"] == parent.info.run_id
+
+
+def test_missing_tag_is_refused():
+    tags = _tags()
+    del tags["dataset_version"]
+    with pytest.raises(TrackingPolicyError, match="dataset_version"):
+        with start_run(study="a", tags=tags):
+            pass
+
+
+@pytest.mark.parametrize("params", [
+    {"patient_id": "P01"},
+    {"linkage": {"hmac_key": "x"}},
+    {"record": "3f" * 32},
+    {"key": b"\x00\x01"},
+])
+def test_identifiers_and_keys_never_reach_mlflow(params):
+    with pytest.raises(TrackingPolicyError):
+        with start_run(study="a", tags=_tags(), params=params):
+            pass
+    # and nothing was created in the store
+    client = mlflow.MlflowClient(tracking_uri())
+    experiments = [e.experiment_id for e in client.search_experiments()]
+    assert client.search_runs(experiments) == []
+
+
+def test_unknown_extra_tag_is_refused():
+    with pytest.raises(TrackingPolicyError):
+        _tags(colour="blue")
+
+
+def test_flatten_nested_config():
+    assert flatten({"a": {"b": 1, "c": {"d": 2}}, "e": 3}) == {"a.b": 1, "a.c.d": 2, "e": 3}
