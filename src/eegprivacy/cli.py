@@ -55,7 +55,14 @@ def cmd_datasets(args) -> int:
             rows.append({"dataset": name, "present": None, "note": "your own data: needs --folder (see docs)"})
             continue
         try:
-            rows.append(get_dataset(name).summary())
+            dataset = get_dataset(name)
+            row = dataset.summary()
+            if not row["present"]:
+                try:  # the loader's own message says which file is missing and where to get it
+                    dataset.version()
+                except Exception as err:  # noqa: BLE001
+                    row["note"] = str(err).split(";")[0]
+            rows.append(row)
         except Exception as err:  # noqa: BLE001 - a listing must go on past one broken dataset
             rows.append({"dataset": name, "present": False, "note": f"{type(err).__name__}: {err}"})
     if args.json:
