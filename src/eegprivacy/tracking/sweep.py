@@ -1,0 +1,138 @@
+"""The sweep runner every study's sweep goes through.
+
+A sweep is a param grid × seeds, expanded into cells. Each cell is keyed by the hash of its resolved config, so a
+re-run skips cells whose rows are already on disk (resume after a crash loses at most the cell in flight), and
+each cell's rows are written atomically. MLflow gets one parent run per sweep and one nested child per cell;
+the parent carries the aggregates (mean and 95% CI over seeds).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import os
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from tqdm.auto import tqdm
+
+from eegprivacy.evaluation.intervals import mean_ci
+from eegprivacy.tracking.runs import log_metrics, start_run
+
+ROW_COLUMNS = ["study", "dataset", "config_key", "seed", "metric", "value", "ci_low", "ci_high", "n", "chance"]
+
+
+def config_key(config: Mapping[str, Any]) -> str:
+    """Stable short hash of a resolved cell config (seed included)."""
+    return hashlib.sha256(json.dumps(dict(config), sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class Cell:
+    config: dict[str, Any]
+    seed: int
+
+    @property
+    def key(self) -> str:
+        return config_key({**self.config, "seed": self.seed})
+
+    @property
+    def group(self) -> str:
+        """The cell's config without the seed: cells sharing it are aggregated over seeds."""
+        return config_key(self.config)
+
+
+def expand_grid(grid: Mapping[str, Iterable[Any]], seeds: Iterable[int],
+                base: Mapping[str, Any] | None = None) -> list[Cell]:
+    """Cartesian product of the grid's values, times every seed, on top of ``base``."""
+    names = list(grid)
+    cells = []
+    for values in itertools.product(*(list(grid[n]) for n in names)):
+        config = {**(base or {}), **dict(zip(names, values))}
+        cells.extend(Cell(config, int(seed)) for seed in seeds)
+    return cells
+
+
+def _write_atomic(path: Path, frame: pd.DataFrame) -> None:
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    frame.to_csv(tmp, index=False)
+    os.replace(tmp, path)
+
+
+def aggregate(rows: pd.DataFrame, by: list[str]) -> pd.DataFrame:
+    """Mean and 95% t-interval over seeds for each (config..., metric)."""
+    out = []
+    for keys, part in rows.groupby([*by, "metric"], dropna=False, sort=True):
+        mean, low, high = mean_ci(part["value"].to_numpy(dtype=float))
+        record = dict(zip([*by, "metric"], keys if isinstance(keys, tuple) else (keys,)))
+        chance = part["chance"].dropna().unique() if "chance" in part else []
+        record.update(value=mean, ci_low=low, ci_high=high, n=int(part["value"].notna().sum()),
+                      chance=float(chance[0]) if len(chance) == 1 else float("nan"))
+        out.append(record)
+    return pd.DataFrame(out)
+
+
+class SweepRunner:
+    """Run ``cell_fn(config, seed) -> list[row dict]`` over cells, resumable, with parent/child MLflow runs.
+
+    Rows need at least ``metric`` and ``value``; ``ci_low``, ``ci_high``, ``n`` and ``chance`` are optional.
+    ``tags_fn(cell)`` returns the child's tags (the required set, see :func:`required_tags`).
+    """
+
+    def __init__(self, *, name: str, study: str, dataset: str, out_dir: str | Path, parent_tags: Mapping[str, str],
+                 tags_fn: Callable[[Cell], Mapping[str, str]], params: Mapping[str, Any] | None = None,
+                 progress: bool = True):
+        self.name, self.study, self.dataset = name, study, dataset
+        self.out_dir = Path(out_dir)
+        self.parent_tags, self.tags_fn = dict(parent_tags), tags_fn
+        self.params = dict(params or {})
+        self.progress = progress
+
+    def cell_path(self, cell: Cell) -> Path:
+        return self.out_dir / f"{cell.key}.csv"
+
+    def run(self, cells: list[Cell], cell_fn: Callable[[dict, int], list[dict]]) -> pd.DataFrame:
+        """All cells' rows (tidy), running only the cells not already on disk."""
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        grid_keys = sorted({k for c in cells for k in c.config})
+        with start_run(study=self.study, tags=self.parent_tags, params=self.params, run_name=self.name) as parent:
+            frames, resumed = [], 0
+            for cell in tqdm(cells, desc=self.name, unit="cell", disable=not self.progress):
+                path = self.cell_path(cell)
+                if path.exists():  # finished in an earlier run
+                    frames.append(pd.read_csv(path))
+                    resumed += 1
+                    continue
+                rows = pd.DataFrame(cell_fn(dict(cell.config), cell.seed))
+                for column, value in (("study", self.study), ("dataset", self.dataset), ("config_key", cell.group),
+                                      ("seed", cell.seed)):
+                    rows[column] = value
+                for key in grid_keys:
+                    rows[key] = cell.config.get(key)
+                for column in ("ci_low", "ci_high", "n", "chance"):
+                    if column not in rows:
+                        rows[column] = float("nan")
+                with start_run(study=self.study, tags=self.tags_fn(cell), run_name=f"{self.name}/{cell.key}",
+                               params={**cell.config, "seed": cell.seed}, parent_run_id=parent.info.run_id):
+                    log_metrics(dict(zip(rows["metric"], rows["value"].astype(float))))
+                _write_atomic(path, rows)
+                frames.append(rows)
+            tidy = pd.concat(frames, ignore_index=True)
+            summary = aggregate(tidy, grid_keys)
+            aggregates = {"cells": len(cells), "cells_resumed": resumed}
+            for _, record in summary.iterrows():
+                for stat, column in (("mean", "value"), ("ci_low", "ci_low"), ("ci_high", "ci_high")):
+                    aggregates[_metric_name(record, grid_keys, stat)] = record[column]
+            log_metrics(aggregates)
+        return tidy
+
+
+def _metric_name(record: Mapping[str, Any], keys: list[str], stat: str) -> str:
+    """MLflow-safe aggregate name, e.g. ``epsilon_10/balanced_accuracy_mean``."""
+    prefix = "/".join(f"{k}_{record[k]}" for k in keys)
+    name = f"{prefix}/{record['metric']}_{stat}" if prefix else f"{record['metric']}_{stat}"
+    return "".join(ch if ch.isalnum() or ch in "_-./ " else "_" for ch in name)

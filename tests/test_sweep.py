@@ -1,0 +1,81 @@
+"""The sweep runner: grid × seeds, resumable cells written atomically, parent/child MLflow runs with aggregates."""
+
+from __future__ import annotations
+
+import math
+
+import mlflow
+import pandas as pd
+import pytest
+
+from eegprivacy.tracking import required_tags, tracking_uri
+from eegprivacy.tracking.sweep import SweepRunner, expand_grid
+
+
+def _runner(tmp_path):
+    def tags(cell):
+        return required_tags(study="a", stage="toy", dataset="toy", dataset_version="v1", synthetic=True,
+                             seed=cell.seed, epsilon=cell.config["epsilon"])
+    return SweepRunner(name="toy-sweep", study="a", dataset="toy", out_dir=tmp_path / "cells",
+                       parent_tags=required_tags(study="a", stage="toy", dataset="toy", dataset_version="v1",
+                                                 synthetic=True, seed=None),
+                       tags_fn=tags, params={"grid": {"epsilon": [1, 10]}, "seeds": 3}, progress=False)
+
+
+def test_grid_expansion_and_keys():
+    cells = expand_grid({"epsilon": [1, 10], "mechanism": ["a", "b"]}, seeds=range(3), base={"clip": 2.0})
+    assert len(cells) == 12 and len({c.key for c in cells}) == 12
+    assert len({c.group for c in cells}) == 4  # seeds share a group
+    assert all(c.config["clip"] == 2.0 for c in cells)
+
+
+def test_sweep_rows_aggregates_and_mlflow_parent_child(tmp_path):
+    calls = []
+
+    def cell_fn(config, seed):
+        calls.append((config["epsilon"], seed))
+        return [{"metric": "score", "value": config["epsilon"] + seed, "chance": 0.5}]
+
+    cells = expand_grid({"epsilon": [1, 10]}, seeds=[0, 1, 2])
+    tidy = _runner(tmp_path).run(cells, cell_fn)
+    assert len(calls) == 6 and len(tidy) == 6
+    assert set(tidy.columns) >= {"study", "dataset", "config_key", "seed", "metric", "value", "ci_low", "ci_high",
+                                 "n", "chance", "epsilon"}
+
+    client = mlflow.MlflowClient(tracking_uri())
+    experiment = client.get_experiment_by_name("study-a-dp-release")
+    runs = client.search_runs([experiment.experiment_id])
+    parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
+    assert len(parents) == 1 and len(children) == 6
+    assert {c.data.tags["mlflow.parentRunId"] for c in children} == {parents[0].info.run_id}
+    assert {c.data.tags["seed"] for c in children} == {"0", "1", "2"}
+    metrics = parents[0].data.metrics
+    assert metrics["epsilon_10/score_mean"] == pytest.approx(11.0)
+    assert metrics["epsilon_10/score_ci_low"] < 11.0 < metrics["epsilon_10/score_ci_high"]
+    assert metrics["cells_resumed"] == 0
+
+
+def test_resume_after_a_crash_runs_only_missing_cells(tmp_path):
+    cells = expand_grid({"epsilon": [1, 10]}, seeds=[0, 1])
+    calls = []
+
+    def crashing(config, seed):
+        if len(calls) == 2:
+            raise RuntimeError("killed mid-sweep")
+        calls.append(seed)
+        return [{"metric": "score", "value": float(seed)}]
+
+    runner = _runner(tmp_path)
+    with pytest.raises(RuntimeError):
+        runner.run(cells, crashing)
+    assert len(list((tmp_path / "cells").glob("*.csv"))) == 2
+    assert not list((tmp_path / "cells").glob("*.tmp"))
+
+    calls.clear()
+    again = []
+    tidy = runner.run(cells, lambda config, seed: again.append(seed) or [{"metric": "score", "value": float(seed)}])
+    assert len(again) == 2 and len(tidy) == 4  # only the two unfinished cells ran
+    finished = pd.read_csv(runner.cell_path(cells[0]))
+    assert finished["seed"].tolist() == [cells[0].seed]
+    assert not math.isnan(tidy["value"].sum())
