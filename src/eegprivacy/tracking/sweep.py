@@ -122,11 +122,15 @@ class SweepRunner:
                 _write_atomic(path, rows)
                 frames.append(rows)
             tidy = pd.concat(frames, ignore_index=True)
-            summary = aggregate(tidy, grid_keys)
+            # Aggregate over seeds within each varying knob (constant ones would only lengthen the names) and
+            # within any extra row column a cell adds (e.g. ``protocol``).
+            varying = [k for k in grid_keys if tidy[k].astype(str).nunique() > 1]
+            extra = [c for c in tidy.columns if c not in ROW_COLUMNS and c not in grid_keys]
+            summary = aggregate(tidy, varying + extra)
             aggregates = {"cells": len(cells), "cells_resumed": resumed}
             for _, record in summary.iterrows():
                 for stat, column in (("mean", "value"), ("ci_low", "ci_low"), ("ci_high", "ci_high")):
-                    aggregates[_metric_name(record, grid_keys, stat)] = record[column]
+                    aggregates[_metric_name(record, varying + extra, stat)] = record[column]
             log_metrics(aggregates)
         return tidy
 

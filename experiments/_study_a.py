@@ -1,0 +1,95 @@
+"""Glue shared by study A's stages: the patient table a release starts from, one release, and run tags.
+
+Patient identifiers stay in this process: the table handed on has a 0..n-1 index and no id column.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from eegprivacy.data import get_dataset
+from eegprivacy.params import load_params
+from eegprivacy.privacy import DPFeatureReleaser, make_mechanism, patient_vectors
+from eegprivacy.signal.table import INDEX_COLUMNS, FeaturePipelineConfig, read_feature_table
+from eegprivacy.tracking import required_tags
+
+# Patient labels derived from dataset metadata (name -> function of the per-subject metadata rows).
+METADATA_LABELS = {
+    # eegmat: the minority class (bad counters, count quality 0) is the positive class
+    "bad_counter": lambda meta: (meta["count_quality"] == 0).astype(int),
+}
+
+
+@dataclass
+class PatientTable:
+    dataset: str
+    dataset_version: str
+    features_hash: str
+    synthetic: bool
+    X: pd.DataFrame  # one row per patient, features only
+    y: np.ndarray
+    groups: np.ndarray  # positions 0..n-1: what LOSO splits on; the real ids never leave load_patient_table
+
+    @property
+    def base_config(self) -> dict:
+        """What every cell of a study-A sweep depends on besides its own knobs (code included, so a cached cell
+        is never reused after the code that computed it changed)."""
+        return {"dataset_version": self.dataset_version, "features_hash": self.features_hash,
+                "n_patients": int(len(self.X)), "n_features": int(self.X.shape[1]), "code_hash": code_hash()}
+
+
+def code_hash() -> str:
+    """sha256 over the sources a study-A cell runs: privacy and evaluation layers and these stage modules."""
+    import eegprivacy
+
+    package = Path(eegprivacy.__file__).parent
+    files = sorted([*package.joinpath("privacy").glob("*.py"), *package.joinpath("evaluation").glob("*.py"),
+                    *Path(__file__).parent.glob("dp_*.py"), Path(__file__)])
+    digest = hashlib.sha256()
+    for path in files:
+        digest.update(path.name.encode() + path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def load_patient_table(dataset_name: str, label: str, features_params: str | Path = "params/features.yaml",
+                       features_dir: str | Path = "data/features") -> PatientTable:
+    """Window features of the dataset's current version -> patient-level vectors and labels."""
+    params = load_params(features_params, "features")
+    dataset = get_dataset(dataset_name, **((params.get("datasets") or {}).get(dataset_name) or {}))
+    version = dataset.version()
+    config = FeaturePipelineConfig.from_params(params)
+    table = read_feature_table(Path(features_dir) / f"{dataset_name}.parquet", dataset_version=version,
+                               config=config)
+    if label != "label":
+        if label not in METADATA_LABELS:
+            raise KeyError(f"unknown patient label {label!r}; use 'label' or one of {sorted(METADATA_LABELS)}")
+        meta = dataset.metadata().drop_duplicates("subject").set_index("subject")
+        table = table.assign(label=table["subject"].map(METADATA_LABELS[label](meta)))
+    features = [c for c in table.columns if c not in INDEX_COLUMNS]
+    X, y, _private_ids = patient_vectors(table, features, group="subject", label="label")
+    return PatientTable(dataset_name, version, config.config_hash(), dataset.synthetic, X, y.astype(int),
+                        np.arange(len(X)))
+
+
+def release(table: PatientTable, mechanism: str, epsilon: float, delta: float, clip_norm: float,
+            seed: int) -> tuple[DPFeatureReleaser, np.ndarray]:
+    """One seeded release of the patient table (scale -> clip -> noise)."""
+    releaser = DPFeatureReleaser(make_mechanism(mechanism, epsilon, delta), clip_norm=clip_norm, random_state=seed)
+    released = releaser.fit_transform(table.X.to_numpy())
+    return releaser, released
+
+
+def calibration(table: PatientTable, mechanism: str, epsilon: float, delta: float, clip_norm: float) -> dict:
+    """Calibrated noise scale and guarantee scope, known before any noise is drawn."""
+    calib = make_mechanism(mechanism, epsilon, delta).calibrate(clip_norm, table.X.shape[1])
+    return {"noise_scale": float(calib.noise_scale), "formal_guarantee": bool(calib.formal_guarantee)}
+
+
+def tags(table: PatientTable, stage: str, seed: int | None, **extra) -> dict:
+    return required_tags(study="a", stage=stage, dataset=table.dataset, dataset_version=table.dataset_version,
+                         synthetic=table.synthetic, seed=seed, dvc_stage=f"{stage}@{table.dataset}", **extra)

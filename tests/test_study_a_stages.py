@@ -1,0 +1,101 @@
+"""Study A stages end to end on the synthetic clinical cohort with a tiny grid: per-seed rows, parent/child MLflow
+runs with the required tags and noise_scale, resume without recomputation, aggregation, and no identifiers."""
+
+from __future__ import annotations
+
+import json
+import sys
+from argparse import Namespace
+from pathlib import Path
+
+import mlflow
+import pandas as pd
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from eegprivacy.data import get_dataset  # noqa: E402
+from eegprivacy.signal.table import FeaturePipelineConfig, dataset_window_features, write_feature_table  # noqa: E402
+from eegprivacy.tracking import tracking_uri  # noqa: E402
+from experiments import dp_aggregate, dp_release, dp_utility  # noqa: E402
+
+SMALL = {
+    "dp_release": {"clip_norm": 2.0, "delta": 1.0e-5, "epsilons": [1, 10],
+                   "mechanisms": ["gaussian_analytic", "laplace_implemented"], "noise_seeds": 2,
+                   "datasets": {"synthetic_clinical": {"label": "label"}}},
+    "dp_utility": {"baseline_mlp_seeds": 2, "nested_seeds": 1, "n_jobs": 1, "figure_epsilon": 10},
+}
+
+
+@pytest.fixture(scope="module")
+def features_dir(tmp_path_factory):
+    """Window features of the default synthetic clinical cohort (what the features stage writes)."""
+    folder = tmp_path_factory.mktemp("features")
+    dataset = get_dataset("synthetic_clinical", seed=0)
+    config = FeaturePipelineConfig()
+    table = dataset_window_features(dataset, config, progress=False)
+    write_feature_table(table, folder / "synthetic_clinical.parquet", dataset_version=dataset.version(),
+                        config=config, synthetic=True)
+    return folder
+
+
+@pytest.mark.slow
+def test_study_a_sweep_end_to_end(tmp_path, features_dir, monkeypatch):
+    monkeypatch.chdir(REPO)  # stages read params/features.yaml for the dataset's constructor arguments
+    params = tmp_path / "dp.yaml"
+    params.write_text(yaml.safe_dump(SMALL))
+    common = dict(dataset="synthetic_clinical", params=str(params), cells=str(tmp_path / "cells"),
+                  features_dir=str(features_dir), no_progress=True)
+    assert dp_release.run(Namespace(out=str(tmp_path / "dp_release_synthetic_clinical.csv"), **common)) == 0
+    assert dp_utility.run(Namespace(out=str(tmp_path / "dp_utility_synthetic_clinical.csv"), **common)) == 0
+
+    release_rows = pd.read_csv(tmp_path / "dp_release_synthetic_clinical.csv")
+    assert set(release_rows["seed"]) == {0, 1} and release_rows["config_key"].nunique() == 4
+    snr = release_rows[(release_rows.metric == "snr_db")].groupby(["mechanism", "epsilon"])["value"].mean()
+    assert snr["gaussian_analytic", 10.0] > snr["gaussian_analytic", 1.0]  # less noise, better SNR
+    utility_rows = pd.read_csv(tmp_path / "dp_utility_synthetic_clinical.csv")
+    assert set(utility_rows["mechanism"]) == {"none", "gaussian_analytic", "laplace_implemented"}
+    nested = utility_rows[utility_rows.protocol == "nested"]
+    assert set(nested["seed"]) == {0}  # the nested protocol runs on the first `nested_seeds` seeds only
+    ba = utility_rows[utility_rows.metric == "balanced_accuracy"]
+    assert ba["value"].between(0, 1).all() and (ba["chance"] == 0.5).all()
+
+    client = mlflow.MlflowClient(tracking_uri())
+    experiment = client.get_experiment_by_name("study-a-dp-release")
+    runs = client.search_runs([experiment.experiment_id], max_results=1000)
+    parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
+    assert len(parents) == 2 + 3  # dp_release per mechanism, dp_utility per mechanism + baseline
+    for child in children:
+        tags = child.data.tags
+        assert tags["dataset_version"].startswith("synthetic-") and tags["synthetic"] == "true"
+        assert tags["seed"] in {"0", "1"} and tags["mechanism"]
+        if tags["mechanism"] != "none":
+            assert float(tags["epsilon"]) in (1.0, 10.0)
+            assert float(child.data.params["noise_scale"]) > 0
+    assert any(k.endswith("balanced_accuracy_mean") for p in parents for k in p.data.metrics)
+
+    # a second run finds every cell on disk and recomputes nothing
+    assert dp_utility.run(Namespace(out=str(tmp_path / "again.csv"), **common)) == 0
+    latest = client.search_runs([experiment.experiment_id], order_by=["attributes.start_time DESC"],
+                                max_results=1)[0]
+    assert latest.data.metrics["cells_resumed"] == latest.data.metrics["cells"]
+    assert pd.read_csv(tmp_path / "again.csv")["value"].equals(utility_rows["value"])
+
+    # aggregation: mean and CI per (mechanism, ε, protocol), headline JSON, figures
+    agg_args = Namespace(params=str(params), metrics_dir=str(tmp_path), figures_dir=str(tmp_path / "fig"),
+                         plots_dir=str(tmp_path / "plots"))
+    assert dp_aggregate.run(agg_args) == 0
+    summary = json.loads((tmp_path / "dp_release.json").read_text())["synthetic_clinical"]
+    assert summary["synthetic"] is True and summary["n_patients"] == 17
+    assert summary["baseline"]["optimistic"]["n"] == 2
+    assert set(summary["epsilon_10"]) == {"gaussian_analytic", "laplace_implemented"}
+    assert len(list((tmp_path / "fig").glob("dp_*.png"))) == 3
+
+    # no patient identifier reaches any table the sweep wrote
+    ids = set(get_dataset("synthetic_clinical", seed=0).subjects())
+    for csv in tmp_path.glob("*.csv"):
+        text = csv.read_text()
+        assert not any(f",{pid}," in text or f"{pid}\n" in text for pid in ids), csv
