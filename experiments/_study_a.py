@@ -37,19 +37,22 @@ class PatientTable:
 
     @property
     def base_config(self) -> dict:
-        """What every cell of a study-A sweep depends on besides its own knobs (code included, so a cached cell
-        is never reused after the code that computed it changed)."""
+        """What every cell of a study-A sweep depends on besides its own knobs; stages add ``code_hash`` so a
+        cached cell is never reused after the code that computed it changed."""
         return {"dataset_version": self.dataset_version, "features_hash": self.features_hash,
-                "n_patients": int(len(self.X)), "n_features": int(self.X.shape[1]), "code_hash": code_hash()}
+                "n_patients": int(len(self.X)), "n_features": int(self.X.shape[1])}
 
 
-def code_hash() -> str:
-    """sha256 over the sources a study-A cell runs: privacy and evaluation layers and these stage modules."""
+def code_hash(*stage_files: str) -> str:
+    """sha256 over the sources a study-A cell runs: the privacy layer, the evaluation layer's computing modules
+    (not its figures), this module and the named stage modules."""
     import eegprivacy
 
     package = Path(eegprivacy.__file__).parent
-    files = sorted([*package.joinpath("privacy").glob("*.py"), *package.joinpath("evaluation").glob("*.py"),
-                    *Path(__file__).parent.glob("dp_*.py"), Path(__file__)])
+    here = Path(__file__).parent
+    files = sorted([*package.joinpath("privacy").glob("*.py"),
+                    *(p for p in package.joinpath("evaluation").glob("*.py") if "figures" not in p.name),
+                    Path(__file__), *(here / name for name in stage_files)])
     digest = hashlib.sha256()
     for path in files:
         digest.update(path.name.encode() + path.read_bytes())

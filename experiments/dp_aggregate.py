@@ -48,9 +48,12 @@ def headline(agg: pd.DataFrame, per_seed: pd.DataFrame, epsilon: float) -> dict:
               for m, r in base_seed0.set_index("metric").iterrows() if m in ("accuracy", "recall", "specificity")}
     out = {"chance_balanced_accuracy": 0.5,
            "baseline": {p: pick("none", math.inf, p, "balanced_accuracy") for p in ("optimistic", "nested")},
+           # the same protocol on permuted labels: the score with nothing to learn (the protocol's own bias)
+           "negative_control_permuted_labels": {p: pick("permuted_labels", math.inf, p, "balanced_accuracy")
+                                                for p in ("optimistic", "nested")},
            "baseline_seed0_wilson": wilson,
            f"epsilon_{epsilon:g}": {}}
-    for mechanism in sorted(set(agg.mechanism) - {"none"}):
+    for mechanism in sorted(set(agg.mechanism) - {"none", "permuted_labels"}):
         out[f"epsilon_{epsilon:g}"][mechanism] = {
             "balanced_accuracy": {p: pick(mechanism, epsilon, p, "balanced_accuracy") for p in ("optimistic", "nested")},
             "correlation": pick(mechanism, epsilon, "intrinsic", "correlation"),
@@ -111,6 +114,7 @@ def run(args) -> int:
     pd.concat(plot_frames, ignore_index=True).to_csv(plots_dir / "dp_balanced_accuracy.csv", index=False)
     for dataset, values in summary.items():
         base = values["baseline"]["optimistic"] or {}
+        control = values["negative_control_permuted_labels"]["optimistic"] or {}
         print(f"{dataset}: baseline balanced accuracy {base.get('mean')} [{base.get('ci_low')}, "
-              f"{base.get('ci_high')}] (chance 0.5)")
+              f"{base.get('ci_high')}]; label-permuted control {control.get('mean')} (chance 0.5)")
     return 0

@@ -9,7 +9,7 @@ from eegprivacy.evaluation.utility import clipping_distortion, intrinsic_utility
 from eegprivacy.params import load_params
 from eegprivacy.tracking.sweep import SweepRunner, expand_grid
 
-from experiments._study_a import calibration, load_patient_table, release, tags
+from experiments._study_a import calibration, code_hash, load_patient_table, release, tags
 
 NAME = "dp-release"
 HELP = ("Study A: release the patient-level feature table with each DP mechanism at each ε over many noise "
@@ -59,7 +59,8 @@ def run(args) -> int:
             tags_fn=lambda cell, m=mechanism: tags(table, "dp_release", cell.seed, mechanism=m,
                                                    epsilon=cell.config["epsilon"], delta=cell.config["delta"]),
             params={"dp_release": params, "label": label, **table.base_config}, progress=not args.no_progress)
-        frames.append(runner.run(cells_for(table, params, mechanism), cell_fn))
+        cells = cells_for(table, params, mechanism, extra={"code_hash": code_hash("dp_release.py")})
+        frames.append(runner.run(cells, cell_fn))
 
     import pandas as pd
 

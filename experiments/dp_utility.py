@@ -15,7 +15,7 @@ from eegprivacy.evaluation import DP_GRID, ORIGINAL_GRID, LOSOEvaluation
 from eegprivacy.params import load_params
 from eegprivacy.tracking.sweep import SweepRunner, expand_grid
 
-from experiments._study_a import load_patient_table, release, tags
+from experiments._study_a import code_hash, load_patient_table, release, tags
 from experiments.dp_release import cells_for
 
 NAME = "dp-utility"
@@ -61,11 +61,17 @@ def run(args) -> int:
     X, y, groups = table.X.to_numpy(), table.y, table.groups
     run_params = {"dp_release": params, "dp_utility": utility, "label": label, **table.base_config}
     cells_root = Path(args.cells) / "dp_utility" / args.dataset
+    cell_base = {**table.base_config, "nested_seeds": utility["nested_seeds"],
+                 "code_hash": code_hash("dp_release.py", "dp_utility.py")}
 
-    def evaluate(features, seed, grid):
+    def evaluate(features, seed, grid, labels=y):
         evaluation = LOSOEvaluation(threshold_grid=grid, random_state=seed, nested=seed < utility["nested_seeds"],
                                     n_jobs=utility["n_jobs"])
-        return evaluation_rows(evaluation.evaluate(features, y, groups), y)
+        return evaluation_rows(evaluation.evaluate(features, labels, groups), labels)
+
+    def permuted(seed):
+        """Negative control: labels shuffled across patients, so any score above chance is the protocol's bias."""
+        return np.random.default_rng([0x5045524D, seed]).permutation(y)
 
     frames = []
     baseline = SweepRunner(
@@ -75,15 +81,28 @@ def run(args) -> int:
         params=run_params, progress=not args.no_progress)
     baseline_cells = expand_grid({"mechanism": ["none"], "epsilon": [float("inf")]},
                                  seeds=range(utility["baseline_mlp_seeds"]),
-                                 base={**table.base_config, "nested_seeds": utility["nested_seeds"]})
+                                 base=cell_base)
     frames.append(baseline.run(baseline_cells, lambda config, seed: evaluate(X, seed, ORIGINAL_GRID)))
+
+    control = SweepRunner(
+        name=f"dp_utility-{args.dataset}-permuted_labels", study="a", dataset=args.dataset,
+        out_dir=cells_root / "permuted_labels",
+        parent_tags=tags(table, "dp_utility", None, mechanism="none", model="mlp", attack="permuted_labels"),
+        tags_fn=lambda cell: tags(table, "dp_utility", cell.seed, mechanism="none", model="mlp",
+                                  attack="permuted_labels"),
+        params=run_params, progress=not args.no_progress)
+    control_cells = expand_grid({"mechanism": ["permuted_labels"], "epsilon": [float("inf")]},
+                                seeds=range(utility["baseline_mlp_seeds"]),
+                                base=cell_base)
+    frames.append(control.run(control_cells,
+                              lambda config, seed: evaluate(X, seed, ORIGINAL_GRID, labels=permuted(seed))))
 
     for mechanism in params["mechanisms"]:
         def cell_fn(config, seed, mechanism=mechanism):
             _, released = release(table, mechanism, config["epsilon"], config["delta"], config["clip_norm"], seed)
             return evaluate(released, seed, DP_GRID)
 
-        cells = cells_for(table, params, mechanism, extra={"nested_seeds": utility["nested_seeds"]})
+        cells = cells_for(table, params, mechanism, extra=cell_base)
         runner = SweepRunner(
             name=f"dp_utility-{args.dataset}-{mechanism}", study="a", dataset=args.dataset,
             out_dir=cells_root / mechanism,

@@ -56,7 +56,7 @@ def test_study_a_sweep_end_to_end(tmp_path, features_dir, monkeypatch):
     snr = release_rows[(release_rows.metric == "snr_db")].groupby(["mechanism", "epsilon"])["value"].mean()
     assert snr["gaussian_analytic", 10.0] > snr["gaussian_analytic", 1.0]  # less noise, better SNR
     utility_rows = pd.read_csv(tmp_path / "dp_utility_synthetic_clinical.csv")
-    assert set(utility_rows["mechanism"]) == {"none", "gaussian_analytic", "laplace_implemented"}
+    assert set(utility_rows["mechanism"]) == {"none", "permuted_labels", "gaussian_analytic", "laplace_implemented"}
     nested = utility_rows[utility_rows.protocol == "nested"]
     assert set(nested["seed"]) == {0}  # the nested protocol runs on the first `nested_seeds` seeds only
     ba = utility_rows[utility_rows.metric == "balanced_accuracy"]
@@ -67,7 +67,7 @@ def test_study_a_sweep_end_to_end(tmp_path, features_dir, monkeypatch):
     runs = client.search_runs([experiment.experiment_id], max_results=1000)
     parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
     children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
-    assert len(parents) == 2 + 3  # dp_release per mechanism, dp_utility per mechanism + baseline
+    assert len(parents) == 2 + 4  # dp_release per mechanism; dp_utility per mechanism + baseline + control
     for child in children:
         tags = child.data.tags
         assert tags["dataset_version"].startswith("synthetic-") and tags["synthetic"] == "true"
@@ -91,6 +91,7 @@ def test_study_a_sweep_end_to_end(tmp_path, features_dir, monkeypatch):
     summary = json.loads((tmp_path / "dp_release.json").read_text())["synthetic_clinical"]
     assert summary["synthetic"] is True and summary["n_patients"] == 17
     assert summary["baseline"]["optimistic"]["n"] == 2
+    assert summary["negative_control_permuted_labels"]["optimistic"]["n"] == 2
     assert set(summary["epsilon_10"]) == {"gaussian_analytic", "laplace_implemented"}
     assert len(list((tmp_path / "fig").glob("dp_*.png"))) == 3
 

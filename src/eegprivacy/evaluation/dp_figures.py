@@ -25,6 +25,10 @@ from eegprivacy.evaluation.figures import titled  # noqa: E402
 
 BASELINE = "none"
 BASELINE_LABEL = "non-private baseline"
+# Negative control: the same evaluation on the original features with patient labels permuted. It shows the
+# score a protocol gives when there is nothing to learn (the optimistic threshold protocol sits above 0.5).
+CONTROL = "permuted_labels"
+CONTROL_LABEL = "label-permuted control"
 CHANCE_LABEL = "chance"
 
 # Okabe-Ito (colour-blind safe): Gaussian variants in blues, Laplace variants in oranges, baseline grey.
@@ -59,7 +63,7 @@ def mechanism_colour(mechanism: str) -> str:
 
 def _mechanisms_in(frame: pd.DataFrame) -> list[str]:
     """Private mechanisms present, registered ones in a fixed order first, so legends read the same everywhere."""
-    present = set(frame["mechanism"].astype(str)) - {BASELINE}
+    present = set(frame["mechanism"].astype(str)) - {BASELINE, CONTROL}
     known = [m for m in MECHANISM_ORDER if m in present]
     return known + sorted(present - set(known))
 
@@ -117,6 +121,12 @@ def _panel(ax, rows: pd.DataFrame, eps_ticks: Sequence[float]) -> None:
         if np.isfinite(float(row["ci_low"])) and np.isfinite(float(row["ci_high"])):
             ax.axhspan(float(row["ci_low"]), float(row["ci_high"]), color=MECHANISM_COLOURS[BASELINE], alpha=0.15,
                        linewidth=0)
+    control = rows[rows["mechanism"] == CONTROL]
+    if len(control) and np.isfinite(float(control["value"].iloc[0])):
+        row = control.iloc[0]
+        ax.axhline(float(row["value"]), color="#B07AA1", ls=":", lw=1.8, label=CONTROL_LABEL)
+        if np.isfinite(float(row["ci_low"])) and np.isfinite(float(row["ci_high"])):
+            ax.axhspan(float(row["ci_low"]), float(row["ci_high"]), color="#B07AA1", alpha=0.12, linewidth=0)
     chance = _chance(rows)
     if chance is not None:
         ax.axhline(chance, color="black", ls="--", lw=1, label=CHANCE_LABEL)
@@ -129,7 +139,7 @@ def _panel(ax, rows: pd.DataFrame, eps_ticks: Sequence[float]) -> None:
 
 
 def _eps_grid(rows: pd.DataFrame) -> list[float]:
-    eps = rows.loc[rows["mechanism"] != BASELINE, "epsilon"].astype(float)
+    eps = rows.loc[~rows["mechanism"].isin([BASELINE, CONTROL]), "epsilon"].astype(float)
     return sorted(eps[np.isfinite(eps)].unique())
 
 
