@@ -6,6 +6,7 @@ Patient identifiers stay in this process: the table handed on has a 0..n-1 index
 from __future__ import annotations
 
 import hashlib
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from eegprivacy.params import load_params
 from eegprivacy.privacy import DPFeatureReleaser, make_mechanism, patient_vectors
 from eegprivacy.signal.table import INDEX_COLUMNS, FeaturePipelineConfig, read_feature_table
 from eegprivacy.tracking import required_tags
+from eegprivacy.tracking.sweep import SweepRunner
 
 # Patient labels derived from dataset metadata (name -> function of the per-subject metadata rows).
 METADATA_LABELS = {
@@ -96,3 +98,28 @@ def calibration(table: PatientTable, mechanism: str, epsilon: float, delta: floa
 def tags(table: PatientTable, stage: str, seed: int | None, **extra) -> dict:
     return required_tags(study="a", stage=stage, dataset=table.dataset, dataset_version=table.dataset_version,
                          synthetic=table.synthetic, seed=seed, dvc_stage=f"{stage}@{table.dataset}", **extra)
+
+
+def run_sweep(table: PatientTable, stage: str, name: str, cells, cell_fn, *, cells_dir: str | Path,
+              params: dict, progress: bool, **fixed_tags) -> pd.DataFrame:
+    """One study-A sweep: a parent run with the sweep's fixed tags, a child per cell that adds its seed and,
+    where the cell has them, its ε and δ."""
+    def child_tags(cell):
+        own = {k: cell.config[k] for k in ("epsilon", "delta")
+               if k in cell.config and math.isfinite(float(cell.config[k]))}
+        return tags(table, stage, cell.seed, **{**fixed_tags, **own})
+
+    runner = SweepRunner(name=f"{stage}-{table.dataset}-{name}", study="a", dataset=table.dataset,
+                         out_dir=Path(cells_dir) / stage / table.dataset / name,
+                         parent_tags=tags(table, stage, None, **fixed_tags), tags_fn=child_tags, params=params,
+                         progress=progress)
+    return runner.run(cells, cell_fn)
+
+
+def write_rows(frames: list[pd.DataFrame], out: str | Path) -> pd.DataFrame:
+    """Concatenate a stage's per-seed rows into its tidy CSV."""
+    tidy = pd.concat(frames, ignore_index=True)
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tidy.to_csv(out, index=False)
+    return tidy

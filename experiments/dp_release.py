@@ -3,13 +3,11 @@ scored by intrinsic utility (RMSE, MAE, correlation, SNR) against the mechanism'
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from eegprivacy.evaluation.utility import clipping_distortion, intrinsic_utility
 from eegprivacy.params import load_params
-from eegprivacy.tracking.sweep import SweepRunner, expand_grid
+from eegprivacy.tracking.sweep import expand_grid
 
-from experiments._study_a import calibration, code_hash, load_patient_table, release, tags
+from experiments._study_a import calibration, code_hash, load_patient_table, release, run_sweep, write_rows
 
 NAME = "dp-release"
 HELP = ("Study A: release the patient-level feature table with each DP mechanism at each ε over many noise "
@@ -52,21 +50,12 @@ def run(args) -> int:
             rows.append({"protocol": "intrinsic", "metric": "noise_scale", "value": config["noise_scale"]})
             return rows
 
-        runner = SweepRunner(
-            name=f"dp_release-{args.dataset}-{mechanism}", study="a", dataset=args.dataset,
-            out_dir=Path(args.cells) / "dp_release" / args.dataset / mechanism,
-            parent_tags=tags(table, "dp_release", None, mechanism=mechanism, delta=params["delta"]),
-            tags_fn=lambda cell, m=mechanism: tags(table, "dp_release", cell.seed, mechanism=m,
-                                                   epsilon=cell.config["epsilon"], delta=cell.config["delta"]),
-            params={"dp_release": params, "label": label, **table.base_config}, progress=not args.no_progress)
         cells = cells_for(table, params, mechanism, extra={"code_hash": code_hash("dp_release.py")})
-        frames.append(runner.run(cells, cell_fn))
+        frames.append(run_sweep(table, "dp_release", mechanism, cells, cell_fn, cells_dir=args.cells,
+                                params={"dp_release": params, "label": label, **table.base_config},
+                                progress=not args.no_progress, mechanism=mechanism, delta=params["delta"]))
 
-    import pandas as pd
-
-    tidy = pd.concat(frames, ignore_index=True)
-    out = Path(args.out or f"metrics/dp_release_{args.dataset}.csv")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tidy.to_csv(out, index=False)
+    out = args.out or f"metrics/dp_release_{args.dataset}.csv"
+    tidy = write_rows(frames, out)
     print(f"{args.dataset}: {tidy['config_key'].nunique()} configs x {params['noise_seeds']} seeds -> {out}")
     return 0

@@ -6,16 +6,15 @@ predictions) and an honest nested one (threshold chosen inside each training fol
 
 from __future__ import annotations
 
-from pathlib import Path
+import math
 
 import numpy as np
-import pandas as pd
 
 from eegprivacy.evaluation import DP_GRID, ORIGINAL_GRID, LOSOEvaluation
 from eegprivacy.params import load_params
-from eegprivacy.tracking.sweep import SweepRunner, expand_grid
+from eegprivacy.tracking.sweep import expand_grid
 
-from experiments._study_a import code_hash, load_patient_table, release, tags
+from experiments._study_a import code_hash, load_patient_table, release, run_sweep, write_rows
 from experiments.dp_release import cells_for
 
 NAME = "dp-utility"
@@ -60,7 +59,6 @@ def run(args) -> int:
     table = load_patient_table(args.dataset, label, features_dir=args.features_dir)
     X, y, groups = table.X.to_numpy(), table.y, table.groups
     run_params = {"dp_release": params, "dp_utility": utility, "label": label, **table.base_config}
-    cells_root = Path(args.cells) / "dp_utility" / args.dataset
     cell_base = {**table.base_config, "nested_seeds": utility["nested_seeds"],
                  "code_hash": code_hash("dp_release.py", "dp_utility.py")}
 
@@ -73,48 +71,26 @@ def run(args) -> int:
         """Negative control: labels shuffled across patients, so any score above chance is the protocol's bias."""
         return np.random.default_rng([0x5045524D, seed]).permutation(y)
 
-    frames = []
-    baseline = SweepRunner(
-        name=f"dp_utility-{args.dataset}-none", study="a", dataset=args.dataset, out_dir=cells_root / "none",
-        parent_tags=tags(table, "dp_utility", None, mechanism="none", model="mlp"),
-        tags_fn=lambda cell: tags(table, "dp_utility", cell.seed, mechanism="none", model="mlp"),
-        params=run_params, progress=not args.no_progress)
-    baseline_cells = expand_grid({"mechanism": ["none"], "epsilon": [float("inf")]},
-                                 seeds=range(utility["baseline_mlp_seeds"]),
-                                 base=cell_base)
-    frames.append(baseline.run(baseline_cells, lambda config, seed: evaluate(X, seed, ORIGINAL_GRID)))
-
-    control = SweepRunner(
-        name=f"dp_utility-{args.dataset}-permuted_labels", study="a", dataset=args.dataset,
-        out_dir=cells_root / "permuted_labels",
-        parent_tags=tags(table, "dp_utility", None, mechanism="none", model="mlp", attack="permuted_labels"),
-        tags_fn=lambda cell: tags(table, "dp_utility", cell.seed, mechanism="none", model="mlp",
-                                  attack="permuted_labels"),
-        params=run_params, progress=not args.no_progress)
-    control_cells = expand_grid({"mechanism": ["permuted_labels"], "epsilon": [float("inf")]},
-                                seeds=range(utility["baseline_mlp_seeds"]),
-                                base=cell_base)
-    frames.append(control.run(control_cells,
-                              lambda config, seed: evaluate(X, seed, ORIGINAL_GRID, labels=permuted(seed))))
-
+    sweep = dict(cells_dir=args.cells, params=run_params, progress=not args.no_progress, model="mlp")
+    seeds = range(utility["baseline_mlp_seeds"])
+    frames = [
+        run_sweep(table, "dp_utility", "none",
+                  expand_grid({"mechanism": ["none"], "epsilon": [math.inf]}, seeds=seeds, base=cell_base),
+                  lambda config, seed: evaluate(X, seed, ORIGINAL_GRID), mechanism="none", **sweep),
+        run_sweep(table, "dp_utility", "permuted_labels",
+                  expand_grid({"mechanism": ["permuted_labels"], "epsilon": [math.inf]}, seeds=seeds, base=cell_base),
+                  lambda config, seed: evaluate(X, seed, ORIGINAL_GRID, labels=permuted(seed)),
+                  mechanism="none", attack="permuted_labels", **sweep),
+    ]
     for mechanism in params["mechanisms"]:
         def cell_fn(config, seed, mechanism=mechanism):
             _, released = release(table, mechanism, config["epsilon"], config["delta"], config["clip_norm"], seed)
             return evaluate(released, seed, DP_GRID)
 
-        cells = cells_for(table, params, mechanism, extra=cell_base)
-        runner = SweepRunner(
-            name=f"dp_utility-{args.dataset}-{mechanism}", study="a", dataset=args.dataset,
-            out_dir=cells_root / mechanism,
-            parent_tags=tags(table, "dp_utility", None, mechanism=mechanism, delta=params["delta"], model="mlp"),
-            tags_fn=lambda cell, m=mechanism: tags(table, "dp_utility", cell.seed, mechanism=m, model="mlp",
-                                                   epsilon=cell.config["epsilon"], delta=cell.config["delta"]),
-            params=run_params, progress=not args.no_progress)
-        frames.append(runner.run(cells, cell_fn))
+        frames.append(run_sweep(table, "dp_utility", mechanism, cells_for(table, params, mechanism, extra=cell_base),
+                                cell_fn, mechanism=mechanism, delta=params["delta"], **sweep))
 
-    tidy = pd.concat(frames, ignore_index=True)
-    out = Path(args.out or f"metrics/dp_utility_{args.dataset}.csv")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tidy.to_csv(out, index=False)
+    out = args.out or f"metrics/dp_utility_{args.dataset}.csv"
+    tidy = write_rows(frames, out)
     print(f"{args.dataset}: utility rows for {tidy['config_key'].nunique()} configs -> {out}")
     return 0
