@@ -27,6 +27,10 @@ METADATA_LABELS = {
 }
 
 
+# The privacy modules a release runs through (linkage, scaling alternatives and accounting are not on its path).
+RELEASE_MODULES = ("mechanisms.py", "release.py", "sensitivity.py")
+
+
 @dataclass
 class PatientTable:
     dataset: str
@@ -46,13 +50,13 @@ class PatientTable:
 
 
 def code_hash(*stage_files: str) -> str:
-    """sha256 over the sources a study-A cell runs: the privacy layer, the evaluation layer's computing modules
+    """sha256 over the sources a study-A cell runs: the release modules of the privacy layer, the evaluation layer's computing modules
     (not its figures), this module and the named stage modules."""
     import eegprivacy
 
     package = Path(eegprivacy.__file__).parent
     here = Path(__file__).parent
-    files = sorted([*package.joinpath("privacy").glob("*.py"),
+    files = sorted([*(package / "privacy" / name for name in RELEASE_MODULES),
                     *(p for p in package.joinpath("evaluation").glob("*.py") if "figures" not in p.name),
                     Path(__file__), *(here / name for name in stage_files)])
     digest = hashlib.sha256()

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-from sklearn.base import BaseEstimator, TransformerMixin
+from sklearn.base import BaseEstimator, TransformerMixin, clone
+from sklearn.exceptions import NotFittedError
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from eegprivacy.privacy.mechanisms import Mechanism
@@ -112,6 +113,21 @@ def clip_rows_l2(X, clip_norm: float) -> np.ndarray:
     return np.where(outside, X * factor, X)
 
 
+def _fitted_scaler(scaler, X):
+    """None: robust scaling fitted on the private table (the paper). A fitted scaler (public reference
+    statistics) is used as is; an unfitted one is cloned and fitted on ``X`` (e.g. DP quantiles, which pay
+    their own ε). Whatever comes back must expose ``center_`` and ``scale_``."""
+    if scaler is None:
+        return RobustFeatureScaler().fit(X)
+    try:
+        check_is_fitted(scaler)
+    except NotFittedError:
+        scaler = clone(scaler).fit(X)
+    if not (hasattr(scaler, "center_") and hasattr(scaler, "scale_")):
+        raise TypeError(f"scaler {type(scaler).__name__} must expose center_ and scale_ after fit")
+    return scaler
+
+
 class DPFeatureReleaser(TransformerMixin, BaseEstimator):
     """Patient table → noisy release: robust scale (fitted here) → clip to ``clip_norm`` → mechanism noise.
 
@@ -122,16 +138,17 @@ class DPFeatureReleaser(TransformerMixin, BaseEstimator):
     spends its own ε), and refitting with the same seed reproduces the same release.
     """
 
-    def __init__(self, mechanism: Mechanism, clip_norm: float = 2.0, random_state=None):
+    def __init__(self, mechanism: Mechanism, clip_norm: float = 2.0, random_state=None, scaler=None):
         self.mechanism = mechanism
         self.clip_norm = clip_norm
         self.random_state = random_state
+        self.scaler = scaler
 
     def fit(self, X, y=None):
         if not isinstance(self.mechanism, Mechanism):
             raise TypeError(f"mechanism must be a Mechanism (see make_mechanism), got {self.mechanism!r}")
         X = validate_data(self, X, dtype=np.float64, ensure_all_finite=True, ensure_min_samples=1)
-        self.scaler_ = RobustFeatureScaler().fit(X)
+        self.scaler_ = _fitted_scaler(self.scaler, X)
         self.center_ = self.scaler_.center_
         self.scale_ = self.scaler_.scale_
         self.calibration_ = self.mechanism.calibrate(self.clip_norm, X.shape[1])
@@ -166,4 +183,13 @@ class DPFeatureReleaser(TransformerMixin, BaseEstimator):
         note = calibration.pop("note")
         return {**self.mechanism.to_dict(), **calibration, "calibration_note": note,
                 "n_patients": int(self.n_patients_), "n_features": int(self.n_features_in_),
-                "scaling_data_dependent": True, "end_to_end_guarantee": False, "scaling_note": SCALING_NOTE}
+                **scaling_info(self.scaler_)}
+
+
+def scaling_info(scaler) -> dict:
+    """The scaler's own statement of where its statistics came from; private robust scaling if it has none."""
+    info = getattr(scaler, "scaling_info", None)
+    if callable(info):
+        return dict(info())
+    return {"scaling_source": "private", "scaling_data_dependent": True, "scaling_epsilon": float("nan"),
+            "end_to_end_guarantee": False, "scaling_note": SCALING_NOTE}
