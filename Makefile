@@ -40,8 +40,19 @@ $(STAMP): requirements.txt pyproject.toml
 test: $(STAMP)  ## run the test suite
 	$(BIN)/python -m pytest
 
+# The server-side deployment scenario needs a secret linkage key and has no default: use the one the environment
+# names, else a random key generated once on this machine in data/secrets/ (git-ignored, owner-only).
+LINKAGE_KEY_FILE := data/secrets/linkage.key
+
 reproduce: $(STAMP)  ## run the DVC pipeline on the default profile (real public data)
-	PATH=$(abspath $(BIN)):$$PATH $(BIN)/dvc repro
+	@if [ -z "$$EEGPRIVACY_LINKAGE_KEY$$EEGPRIVACY_LINKAGE_KEY_FILE" ] && [ ! -s $(LINKAGE_KEY_FILE) ]; then \
+		mkdir -p $(dir $(LINKAGE_KEY_FILE)) && chmod 700 $(dir $(LINKAGE_KEY_FILE)) && \
+		(umask 077; $(BIN)/python -c "import secrets; print(secrets.token_hex(32))" > $(LINKAGE_KEY_FILE)) && \
+		echo "created a random linkage key in $(LINKAGE_KEY_FILE) (keep it secret; it never leaves this machine)"; \
+	fi
+	PATH=$(abspath $(BIN)):$$PATH \
+		EEGPRIVACY_LINKAGE_KEY_FILE=$${EEGPRIVACY_LINKAGE_KEY_FILE:-$$( [ -n "$$EEGPRIVACY_LINKAGE_KEY" ] || echo $(abspath $(LINKAGE_KEY_FILE)))} \
+		$(BIN)/dvc repro
 
 ui: $(STAMP)  ## MLflow UI on the project's tracking store, bound to 127.0.0.1
 	$(BIN)/mlflow ui --backend-store-uri sqlite:///mlflow.db --host 127.0.0.1 --port 5000 --workers 1

@@ -65,24 +65,52 @@ def code_hash(*stage_files: str) -> str:
     return digest.hexdigest()[:16]
 
 
-def load_patient_table(dataset_name: str, label: str, features_params: str | Path = "params/features.yaml",
-                       features_dir: str | Path = "data/features") -> PatientTable:
-    """Window features of the dataset's current version -> patient-level vectors and labels."""
+@dataclass
+class WindowTable:
+    """A dataset's current window-feature table with what every run tags it by."""
+
+    dataset: str
+    dataset_version: str
+    features_hash: str
+    synthetic: bool
+    frame: pd.DataFrame  # window rows: index columns + features; carries subject ids, stays in-process
+    metadata: pd.DataFrame
+
+    @property
+    def feature_columns(self) -> list[str]:
+        return [c for c in self.frame.columns if c not in INDEX_COLUMNS]
+
+
+def load_window_table(dataset_name: str, features_params: str | Path = "params/features.yaml",
+                      features_dir: str | Path = "data/features") -> WindowTable:
+    """Window features of the dataset's current version (refuses a table built from other data or config)."""
     params = load_params(features_params, "features")
     dataset = get_dataset(dataset_name, **((params.get("datasets") or {}).get(dataset_name) or {}))
     version = dataset.version()
     config = FeaturePipelineConfig.from_params(params)
     table = read_feature_table(Path(features_dir) / f"{dataset_name}.parquet", dataset_version=version,
                                config=config)
-    if label != "label":
-        if label not in METADATA_LABELS:
-            raise KeyError(f"unknown patient label {label!r}; use 'label' or one of {sorted(METADATA_LABELS)}")
-        meta = dataset.metadata().drop_duplicates("subject").set_index("subject")
-        table = table.assign(label=table["subject"].map(METADATA_LABELS[label](meta)))
-    features = [c for c in table.columns if c not in INDEX_COLUMNS]
-    X, y, _private_ids = patient_vectors(table, features, group="subject", label="label")
-    return PatientTable(dataset_name, version, config.config_hash(), dataset.synthetic, X, y.astype(int),
-                        np.arange(len(X)))
+    return WindowTable(dataset_name, version, config.config_hash(), dataset.synthetic, table, dataset.metadata())
+
+
+def labelled_windows(windows: WindowTable, label: str) -> pd.DataFrame:
+    """The window frame with ``label`` set to the study's patient label (the table's own or from metadata)."""
+    if label == "label":
+        return windows.frame
+    if label not in METADATA_LABELS:
+        raise KeyError(f"unknown patient label {label!r}; use 'label' or one of {sorted(METADATA_LABELS)}")
+    meta = windows.metadata.drop_duplicates("subject").set_index("subject")
+    return windows.frame.assign(label=windows.frame["subject"].map(METADATA_LABELS[label](meta)))
+
+
+def load_patient_table(dataset_name: str, label: str, features_params: str | Path = "params/features.yaml",
+                       features_dir: str | Path = "data/features") -> PatientTable:
+    """Window features of the dataset's current version -> patient-level vectors and labels."""
+    windows = load_window_table(dataset_name, features_params, features_dir)
+    table = labelled_windows(windows, label)
+    X, y, _private_ids = patient_vectors(table, windows.feature_columns, group="subject", label="label")
+    return PatientTable(dataset_name, windows.dataset_version, windows.features_hash, windows.synthetic, X,
+                        y.astype(int), np.arange(len(X)))
 
 
 def release(table: PatientTable, mechanism: str, epsilon: float, delta: float, clip_norm: float,

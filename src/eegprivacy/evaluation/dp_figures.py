@@ -253,3 +253,62 @@ def plot_data(agg: pd.DataFrame, metric: str, protocol: str) -> pd.DataFrame:
     rows["_order"] = rows["mechanism"].map(order).fillna(len(order))
     rows = rows.sort_values(["dataset", "_order", "mechanism", "epsilon"], na_position="first")
     return rows.drop(columns="_order").reset_index(drop=True)
+
+
+def panels_vs_epsilon(agg: pd.DataFrame, panels: Sequence[tuple[str, str, str, str]], title: str,
+                      synthetic: bool = False, sharey: bool = False) -> Figure:
+    """Any metrics against ε, one panel per (panel title, metric, protocol, y label): attack success and
+    utility read the same way, with the noiseless ``none`` row and the chance level in every panel."""
+    _single_dataset(agg)
+    drawn = [(name, rows, ylabel) for name, metric, protocol, ylabel in panels
+             if len(rows := _rows(agg, metric, protocol))]
+    if not drawn:
+        raise ValueError(f"no rows for any of the panels {[p[1] for p in panels]}")
+    return _lines_figure(drawn, title, synthetic, sharey=sharey)
+
+
+SCENARIO_COLOURS = {"client_side": "#0072B2", "server_side": "#009E73", "decentralised": "#CC79A7"}
+
+
+def scenarios_vs_epsilon(agg: pd.DataFrame, panels: Sequence[tuple[str, str]], title: str,
+                         synthetic: bool = False) -> Figure:
+    """Deployment scenarios against ε, one panel per (metric, protocol): a line per (scenario, mechanism) with
+    its CI band, each scenario's noiseless value as a dotted line in its colour, and chance."""
+    _single_dataset(agg)
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels) + 2.0, 3.4), layout="constrained",
+                             squeeze=False)
+    styles = ("-", "--", "-.", ":")
+    for ax, (metric, protocol) in zip(axes[0], panels):
+        rows = agg[(agg["metric"] == metric) & (agg["protocol"] == protocol)]
+        private = rows[rows["mechanism"] != BASELINE]
+        mechanisms = sorted(private["mechanism"].unique())
+        for scenario, part in rows.groupby("scenario", sort=True):
+            colour = SCENARIO_COLOURS.get(scenario, mechanism_colour(scenario))
+            for style, mechanism in zip(styles, mechanisms):
+                sub = part[part["mechanism"] == mechanism].sort_values("epsilon")
+                if sub.empty:
+                    continue
+                eps = sub["epsilon"].to_numpy(float)
+                ax.plot(eps, sub["value"], marker="o", ms=4, color=colour, ls=style,
+                        label=f"{scenario} ({mechanism})" if len(mechanisms) > 1 else scenario)
+                ax.fill_between(eps, sub["ci_low"].to_numpy(float), sub["ci_high"].to_numpy(float), color=colour,
+                                alpha=0.15, linewidth=0)
+            base = part[part["mechanism"] == BASELINE]
+            if len(base):
+                ax.axhline(float(base["value"].iloc[0]), color=colour, ls=":", lw=1.2,
+                           label=f"{scenario}, no noise")
+        chance = _chance(rows)
+        if chance is not None:
+            ax.axhline(chance, color="black", ls="--", lw=1, label=CHANCE_LABEL)
+        ticks = sorted(private["epsilon"].astype(float).unique())
+        ax.set_xscale("log")
+        if ticks:
+            ax.set_xticks(ticks, [f"{e:g}" for e in ticks])
+            ax.minorticks_off()
+        ax.set_xlabel("ε (per release)")
+        ax.set_ylabel(_METRIC_LABELS.get(metric, metric))
+        ax.set_title(f"{metric} ({protocol})", fontsize=9)
+        ax.grid(True, alpha=0.3)
+    _legend_once(fig, axes[0])
+    fig.suptitle(titled(title, synthetic), fontsize=10)
+    return fig

@@ -1,1 +1,40 @@
-"""federated layer."""
+"""federated layer: Flower task / ClientApp / ServerApp, and one runner with two backends.
+
+- :mod:`task` — what a client computes (weights in, local training, weights out), Flower-free.
+- :mod:`client_app` — the Flower ``ClientApp`` (Message API) built from a task and a partition loader.
+- :mod:`server_app` — the Flower ``ServerApp``: plain ``flwr.serverapp.strategy.FedAvg``, an optional
+  federated StandardScaler, and a log of what the server saw each round.
+- :mod:`simulation` — ``run_fedavg``: Flower's simulation engine (``backend="flower"``) or the same apps
+  driven in this process (``backend="inprocess"``, deterministic and fast).
+- :mod:`estimator` — ``FedAvgClassifier``, the scikit-learn face of it all.
+"""
+
+from eegprivacy.federated.client_app import make_client_app, partition_loader
+from eegprivacy.federated.estimator import FedAvgClassifier
+from eegprivacy.federated.server_app import (
+    FederationLog,
+    RecordingGrid,
+    combine_moments,
+    fedavg_strategy,
+    make_server_app,
+)
+from eegprivacy.federated.simulation import BACKENDS, FederationResult, InProcessGrid, run_fedavg
+from eegprivacy.federated.task import MLPTask, Task, derive_seed
+
+__all__ = [
+    "FedAvgClassifier",
+    "run_fedavg",
+    "FederationResult",
+    "BACKENDS",
+    "InProcessGrid",
+    "Task",
+    "MLPTask",
+    "derive_seed",
+    "make_client_app",
+    "partition_loader",
+    "make_server_app",
+    "fedavg_strategy",
+    "FederationLog",
+    "RecordingGrid",
+    "combine_moments",
+]

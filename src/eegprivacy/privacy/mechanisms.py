@@ -117,9 +117,12 @@ class GaussianAnalytic(_GaussianNoise, Mechanism):
         from diffprivlib.mechanisms import GaussianAnalytic as _DiffPrivLibGaussianAnalytic
 
         delta2, _ = _sensitivities(clip_norm, dim)
-        # variance() is diffprivlib's public read of its calibrated scale; no noise is drawn.
-        sigma = math.sqrt(_DiffPrivLibGaussianAnalytic(epsilon=self.epsilon, delta=self.delta,
-                                                       sensitivity=delta2).variance(0.0))
+        # variance() is diffprivlib's public read of its calibrated scale; no noise is drawn. Its search
+        # overflows exp(ε) harmlessly for large ε (the σ it returns is then conservative), so the numpy
+        # overflow warnings are silenced rather than repeated for every cell of a sweep.
+        with np.errstate(over="ignore", invalid="ignore"):
+            sigma = math.sqrt(_DiffPrivLibGaussianAnalytic(epsilon=self.epsilon, delta=self.delta,
+                                                           sensitivity=delta2).variance(0.0))
         return Calibration(sigma, delta2, "L2", True,
                            f"analytic Gaussian (ε, δ)-DP for the full table, {_CONDITIONAL}",
                            self.name, float(clip_norm), int(dim))

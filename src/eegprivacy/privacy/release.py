@@ -15,7 +15,7 @@ from sklearn.base import BaseEstimator, TransformerMixin, clone
 from sklearn.exceptions import NotFittedError
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from eegprivacy.privacy.mechanisms import Mechanism
+from eegprivacy.privacy.mechanisms import Mechanism, make_mechanism
 
 IQR_FLOOR = 1e-9
 # Integer seeds are mixed with this tag so the noise stream never equals ``default_rng(seed)``: a synthetic
@@ -193,3 +193,19 @@ def scaling_info(scaler) -> dict:
         return dict(info())
     return {"scaling_source": "private", "scaling_data_dependent": True, "scaling_epsilon": float("nan"),
             "end_to_end_guarantee": False, "scaling_note": SCALING_NOTE}
+
+
+NO_NOISE = "none"
+
+
+def release_table(X, mechanism: str, epsilon: float, delta: float, clip_norm: float, random_state=None,
+                  scaler=None) -> tuple[np.ndarray, DPFeatureReleaser]:
+    """One release by mechanism name; ``"none"`` returns the noiseless mechanism input (scaled and clipped),
+    the reference every sweep compares its DP releases against. The fitted releaser holds private state."""
+    if mechanism == NO_NOISE:
+        releaser = DPFeatureReleaser(make_mechanism("gaussian_analytic", 1.0, delta if delta else 1e-5),
+                                     clip_norm=clip_norm, scaler=scaler).fit(X)
+        return releaser.clipped_, releaser
+    releaser = DPFeatureReleaser(make_mechanism(mechanism, epsilon, delta), clip_norm=clip_norm,
+                                 random_state=random_state, scaler=scaler)
+    return releaser.fit_transform(X), releaser

@@ -118,7 +118,7 @@ class SweepRunner:
                         rows[column] = float("nan")
                 with start_run(study=self.study, tags=self.tags_fn(cell), run_name=f"{self.name}/{cell.key}",
                                params={**cell.config, "seed": cell.seed}, parent_run_id=parent.info.run_id):
-                    log_metrics(dict(zip(rows["metric"], rows["value"].astype(float))))
+                    log_metrics(_child_metrics(rows, grid_keys))
                 _write_atomic(path, rows)
                 frames.append(rows)
             tidy = pd.concat(frames, ignore_index=True)
@@ -133,6 +133,17 @@ class SweepRunner:
                     aggregates[_metric_name(record, varying + extra, stat)] = record[column]
             log_metrics(aggregates)
         return tidy
+
+
+def _child_metrics(rows: pd.DataFrame, grid_keys: list[str]) -> dict[str, float]:
+    """A cell's rows as MLflow metrics; extra row columns (``protocol``, ``attacker``...) prefix the name so
+    rows that share a metric name do not overwrite one another."""
+    extra = [c for c in rows.columns if c not in ROW_COLUMNS and c not in grid_keys]
+    out = {}
+    for record in rows.to_dict("records"):
+        keys = [k for k in extra if pd.notna(record.get(k))]
+        out[_metric_name(record, keys, "").removesuffix("_")] = float(record["value"])
+    return out
 
 
 def _metric_name(record: Mapping[str, Any], keys: list[str], stat: str) -> str:

@@ -1,0 +1,115 @@
+"""Flower ``ClientApp`` (Message API) around a task and a partition loader.
+
+One ClientApp serves every simulated node; a node finds its data through ``context.node_config
+["partition-id"]``, which both Flower's simulation engine and the in-process driver set. Everything a client
+does in a round is a pure function of (received weights, config, partition, seed), so the same numbers come
+out whichever process runs it, in whatever order.
+
+Message protocol (what the server in :mod:`server_app` sends):
+
+- ``train``: an ArrayRecord (global weights) and a ConfigRecord with ``local-epochs``, ``seed``,
+  ``server-round`` and, when the federation standardises, ``feature-mean``/``feature-scale``. Reply: the
+  locally trained weights, a MetricRecord (``num-examples``, ``train_loss``) and a ConfigRecord
+  ``client-info`` with the partition index (a simulation label, so the server can file per-client history).
+- ``query``: reply with this client's feature moments (``num-examples``, per-feature ``mean`` and ``m2``,
+  the sum of squared deviations from its own mean) for a federated StandardScaler; no row leaves the client.
+- ``evaluate``: loss and accuracy of the received weights on the local partition.
+
+DP comes later as Flower mods on the train handler only (``train_mods``), e.g. ``fixedclipping_mod``; they
+expect exactly one ArrayRecord and one ConfigRecord in the train message, which is what the server sends.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
+from flwr.clientapp import ClientApp
+
+from eegprivacy.federated.task import Task, derive_seed
+
+__all__ = ["make_client_app", "partition_loader", "CLIENT_INFO", "ARRAYS", "METRICS", "CONFIG"]
+
+ARRAYS = "arrays"
+METRICS = "metrics"
+CONFIG = "config"
+CLIENT_INFO = "client-info"
+
+PartitionLoader = Callable[[int], tuple[np.ndarray, np.ndarray]]
+
+
+def partition_loader(partitions: Sequence[tuple[np.ndarray, np.ndarray]]) -> PartitionLoader:
+    """Serve in-memory (X, y) partitions by index; large data sets should load per index instead."""
+    parts = [(np.asarray(X, dtype=float), np.asarray(y)) for X, y in partitions]
+
+    def load(partition_id: int) -> tuple[np.ndarray, np.ndarray]:
+        return parts[partition_id]
+
+    return load
+
+
+def _standardise(X: np.ndarray, config: ConfigRecord) -> np.ndarray:
+    if "feature-mean" not in config:
+        return X
+    return (X - np.asarray(config["feature-mean"], dtype=float)) / np.asarray(config["feature-scale"], dtype=float)
+
+
+def _config(msg: Message) -> ConfigRecord:
+    records = msg.content.config_records
+    return next(iter(records.values())) if records else ConfigRecord()
+
+
+def make_client_app(task_factory: Callable[[], Task], load_partition: PartitionLoader, *,
+                    train_mods: list | None = None) -> ClientApp:
+    """A ClientApp whose nodes train `task_factory()`'s model on ``load_partition(partition_id)``.
+
+    The task is built lazily, once per process that runs the app (Flower may ship the app to worker
+    processes). `train_mods` wrap the train handler only (query/evaluate carry no weights to clip).
+    """
+    app = ClientApp()
+    cache: dict[str, Task] = {}
+
+    def task() -> Task:
+        if "task" not in cache:
+            cache["task"] = task_factory()
+        return cache["task"]
+
+    def partition(context: Context) -> tuple[int, np.ndarray, np.ndarray]:
+        pid = int(context.node_config["partition-id"])
+        X, y = load_partition(pid)
+        return pid, X, y
+
+    @app.train(mods=list(train_mods or []))
+    def train(msg: Message, context: Context) -> Message:
+        pid, X, y = partition(context)
+        config = _config(msg)
+        weights = next(iter(msg.content.array_records.values())).to_numpy_ndarrays()
+        seed = derive_seed(int(config["seed"]), pid, int(config["server-round"]))
+        new_weights, metrics = task().train(weights, _standardise(X, config), y,
+                                            epochs=int(config["local-epochs"]), seed=seed)
+        content = RecordDict({
+            ARRAYS: ArrayRecord(new_weights),
+            METRICS: MetricRecord({"num-examples": int(X.shape[0]), **{k: float(v) for k, v in metrics.items()}}),
+            CLIENT_INFO: ConfigRecord({"partition-id": pid}),
+        })
+        return Message(content, reply_to=msg)
+
+    @app.query()
+    def query(msg: Message, context: Context) -> Message:
+        _, X, _ = partition(context)
+        mean = X.mean(axis=0)
+        m2 = ((X - mean) ** 2).sum(axis=0)
+        record = MetricRecord({"num-examples": int(X.shape[0]), "mean": mean.tolist(), "m2": m2.tolist()})
+        return Message(RecordDict({METRICS: record}), reply_to=msg)
+
+    @app.evaluate()
+    def evaluate(msg: Message, context: Context) -> Message:
+        _, X, y = partition(context)
+        config = _config(msg)
+        weights = next(iter(msg.content.array_records.values())).to_numpy_ndarrays()
+        metrics = task().evaluate(weights, _standardise(X, config), y)
+        record = MetricRecord({"num-examples": int(X.shape[0]), **{k: float(v) for k, v in metrics.items()}})
+        return Message(RecordDict({METRICS: record}), reply_to=msg)
+
+    return app

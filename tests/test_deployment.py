@@ -1,0 +1,193 @@
+"""Deployment scenarios: the hospital split, client-/server-side releases, the key requirement, and a stage run
+that proves no pseudonym, key or identifier reaches any output, MLflow record or log."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+from argparse import Namespace
+from pathlib import Path
+
+import mlflow
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from eegprivacy.data import get_dataset  # noqa: E402
+from eegprivacy.privacy import patient_vectors, release_table  # noqa: E402
+from eegprivacy.privacy.deployment import (  # noqa: E402
+    client_side_release,
+    hospital_tables,
+    identifier_as_recorded,
+    server_side_release,
+    split_across_hospitals,
+)
+from eegprivacy.privacy.linkage import LinkageKey, MissingLinkageKeyError, canonical_identifier, global_id  # noqa: E402
+from eegprivacy.signal.table import FeaturePipelineConfig, dataset_window_features, write_feature_table  # noqa: E402
+from eegprivacy.tracking import tracking_uri  # noqa: E402
+
+
+def _windows(n_patients=12, recordings=2, windows=5, d=6, seed=0):
+    rng = np.random.default_rng(seed)
+    rows = []
+    for p in range(n_patients):
+        n_rec = recordings if p % 3 else 1  # every third patient has a single recording
+        for r in range(n_rec):
+            for w in range(windows):
+                rows.append({"subject": f"Subject{p:02d}", "recording": f"Subject{p:02d}_{r + 1}", "label": p % 2,
+                             **{f"f{i}": rng.normal(p, 1.0) for i in range(d)}})
+    return pd.DataFrame(rows)
+
+
+FEATURES = [f"f{i}" for i in range(6)]
+
+
+def test_split_is_seeded_balanced_and_shares_whole_recordings():
+    frame = _windows()
+    a = split_across_hospitals(frame, n_hospitals=3, shared_fraction=0.25, seed=4)
+    assert np.array_equal(a, split_across_hospitals(frame, 3, 0.25, seed=4))
+    assert not np.array_equal(a, split_across_hospitals(frame, 3, 0.25, seed=5))
+    sites = frame.assign(h=a).groupby("subject")["h"].nunique()
+    assert (sites == 2).sum() == 3 and sites.max() == 2  # round(0.25 * 12) patients at two hospitals
+    assert (frame.assign(h=a).groupby("recording")["h"].nunique() == 1).all()  # a recording is never split
+    homes = frame.assign(h=a).groupby("subject")["h"].min()
+    assert set(np.bincount(homes, minlength=3)) <= {3, 4, 5}
+    assert (split_across_hospitals(frame, 3, 0.0, seed=0) >= 0).all()
+    with pytest.raises(ValueError):
+        split_across_hospitals(frame, 0, 0.2, seed=0)
+
+
+def test_hospitals_format_identifiers_differently_but_canonicalisation_agrees():
+    variants = {identifier_as_recorded("Subject07", h) for h in range(4)}
+    assert len(variants) == 4
+    assert {canonical_identifier(v) for v in variants} == {"subject07"}
+
+
+def test_server_side_merges_duplicates_into_the_central_pooled_release():
+    frame = _windows()
+    tables = hospital_tables(frame, split_across_hospitals(frame, 3, 0.25, seed=1), FEATURES, 3)
+    key = LinkageKey(os.urandom(32))
+    released = server_side_release(tables, key, "none", np.inf, 1e-5, clip_norm=2.0, seed=0)
+    assert released.info["n_duplicates_merged"] == 3 and len(released.X) == 12
+    central_X, central_y, _ = patient_vectors(frame, FEATURES)
+    central, _ = release_table(central_X.to_numpy(), "none", np.inf, 1e-5, 2.0)
+    order = np.argsort(released.truth_group)  # truth_group = the patient's position in sorted id order
+    np.testing.assert_allclose(released.X[order], central, atol=1e-12)
+    assert np.array_equal(released.y[order], central_y)
+    assert released.patient_epsilon == np.inf
+
+    noisy = server_side_release(tables, key, "gaussian_analytic", 2.0, 1e-5, 2.0, seed=3)
+    assert noisy.patient_epsilon == 2.0
+    np.testing.assert_array_equal(noisy.X, server_side_release(tables, key, "gaussian_analytic", 2.0, 1e-5, 2.0,
+                                                               seed=3).X)
+
+
+def test_server_side_refuses_without_a_secret_key():
+    frame = _windows()
+    tables = hospital_tables(frame, split_across_hospitals(frame, 3, 0.25, seed=1), FEATURES, 3)
+    with pytest.raises(MissingLinkageKeyError, match="linkage key"):
+        server_side_release(tables, None, "gaussian_analytic", 1.0, 1e-5, 2.0, seed=0)
+    with pytest.raises(ValueError, match="public"):
+        server_side_release(tables, LinkageKey.for_synthetic_evaluation(0), "gaussian_analytic", 1.0, 1e-5, 2.0, 0)
+
+
+def test_client_side_composes_epsilon_for_patients_seen_twice():
+    frame = _windows()
+    shared = hospital_tables(frame, split_across_hospitals(frame, 3, 0.25, seed=1), FEATURES, 3)
+    release = client_side_release(shared, "laplace_formal", 1.5, 0.0, 2.0, seed=0)
+    assert len(release.X) == 15 and release.patient_epsilon == 3.0
+    assert set(release.hospital) == {0, 1, 2}
+    assert np.bincount(release.truth_group).max() == 2
+    alone = hospital_tables(frame, split_across_hospitals(frame, 3, 0.0, seed=1), FEATURES, 3)
+    assert client_side_release(alone, "laplace_formal", 1.5, 0.0, 2.0, seed=0).patient_epsilon == 1.5
+
+
+@pytest.fixture(scope="module")
+def clinical_features(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("features")
+    dataset = get_dataset("synthetic_clinical", seed=0)
+    config = FeaturePipelineConfig()
+    table = dataset_window_features(dataset, config, progress=False)
+    write_feature_table(table, folder / "synthetic_clinical.parquet", dataset_version=dataset.version(),
+                        config=config, synthetic=True)
+    return folder, sorted(table["subject"].unique())
+
+
+def _stage_args(tmp_path, features_dir, scenarios):
+    from experiments import dp_scenarios
+
+    params = {"deployment": {"scenarios": scenarios, "n_hospitals": 3, "shared_fraction": 0.25,
+                             "mechanisms": ["gaussian_analytic"], "epsilons": [10], "noise_seeds": 1,
+                             "federated": {"backend": "inprocess", "hidden_layer_sizes": [8], "num_rounds": 2,
+                                           "local_epochs": 1, "learning_rate_init": 0.01}}}
+    path = tmp_path / "deployment.yaml"
+    path.write_text(yaml.safe_dump(params))
+    return dp_scenarios, Namespace(dataset="synthetic_clinical", params=str(path),
+                                   release_params="params/dp_release.yaml", out=str(tmp_path / "rows.csv"),
+                                   metrics=str(tmp_path / "sc.json"), figure=str(tmp_path / "sc.png"),
+                                   cells=str(tmp_path / "cells"), features_dir=str(features_dir), no_progress=True)
+
+
+def test_stage_refuses_server_side_without_a_key_before_any_work(tmp_path, clinical_features, monkeypatch):
+    monkeypatch.chdir(REPO)
+    monkeypatch.delenv("EEGPRIVACY_LINKAGE_KEY", raising=False)
+    monkeypatch.delenv("EEGPRIVACY_LINKAGE_KEY_FILE", raising=False)
+    stage, args = _stage_args(tmp_path, clinical_features[0], ["server_side"])
+    with pytest.raises(MissingLinkageKeyError, match="no default key"):
+        stage.run(args)
+    assert not (tmp_path / "cells").exists() and not (tmp_path / "rows.csv").exists()
+
+
+@pytest.mark.slow
+def test_no_pseudonym_key_or_identifier_reaches_outputs_mlflow_or_logs(tmp_path, clinical_features, monkeypatch,
+                                                                       capfd, caplog):
+    features_dir, subjects = clinical_features
+    monkeypatch.chdir(REPO)
+    key_hex = os.urandom(32).hex()
+    key_file = tmp_path / "secret" / "linkage.key"
+    key_file.parent.mkdir()
+    key_file.write_text(key_hex + "\n")
+    monkeypatch.delenv("EEGPRIVACY_LINKAGE_KEY", raising=False)
+    monkeypatch.setenv("EEGPRIVACY_LINKAGE_KEY_FILE", str(key_file))
+    stage, args = _stage_args(tmp_path, features_dir, ["client_side", "server_side", "decentralised"])
+    with caplog.at_level(logging.DEBUG):
+        assert stage.run(args) == 0
+    rows = pd.read_csv(tmp_path / "rows.csv")
+    assert set(rows["scenario"]) == {"client_side", "server_side", "decentralised"}
+    assert rows.loc[(rows.metric == "n_duplicates_merged") & (rows.scenario == "server_side"), "value"].gt(0).all()
+
+    key = LinkageKey.from_hex(key_hex)
+    secrets = {key_hex, key_hex.upper(), *(global_id(identifier_as_recorded(s, h), key)
+                                           for s in subjects for h in range(3))}
+    identifiers = set(subjects) | {identifier_as_recorded(s, h).strip() for s in subjects for h in range(3)}
+    # identifiers must not appear either: the released and logged tables carry positions only
+    forbidden = secrets | {i for i in identifiers if len(i) >= 3}
+
+    def check(text: str, where: str):
+        hits = [f for f in forbidden if f in text]
+        assert not hits, f"{where} contains {hits[:3]}"
+
+    for path in tmp_path.rglob("*"):
+        if path.is_file() and path.suffix in {".csv", ".json", ".yaml", ".txt", ".log"} and "secret" not in path.parts:
+            check(path.read_text(errors="ignore"), str(path))
+    out, err = capfd.readouterr()
+    check(out + err, "stdout/stderr")
+    check("\n".join(r.getMessage() for r in caplog.records), "log records")
+
+    client = mlflow.MlflowClient(tracking_uri())
+    experiment = client.get_experiment_by_name("study-a-dp-release")
+    runs = client.search_runs([experiment.experiment_id], max_results=500)
+    assert runs
+    for run in runs:
+        check(json.dumps([run.data.params, run.data.tags, list(run.data.metrics)]), f"run {run.info.run_id}")
+        for artifact in client.list_artifacts(run.info.run_id):
+            local = mlflow.artifacts.download_artifacts(run_id=run.info.run_id, artifact_path=artifact.path,
+                                                        tracking_uri=tracking_uri(), dst_path=str(tmp_path / "dl"))
+            for file in Path(local).rglob("*") if Path(local).is_dir() else [Path(local)]:
+                check(file.read_text(errors="ignore"), f"artifact {file}")
