@@ -35,3 +35,24 @@ def _isolated_stores(tmp_path, monkeypatch):
     mirror = _mirror()
     if mirror is not None:
         monkeypatch.setenv("EEGPRIVACY_DATA", str(mirror))
+
+
+@pytest.fixture(scope="session")
+def synthetic_features_dir(tmp_path_factory):
+    """``make(dataset_name) -> folder`` holding that synthetic cohort's window-feature table, as the features
+    stage writes it; each cohort is computed once per session."""
+    from eegprivacy.data import get_dataset
+    from eegprivacy.signal.table import FeaturePipelineConfig, dataset_window_features, write_feature_table
+
+    folder = tmp_path_factory.mktemp("features")
+
+    def make(name: str) -> Path:
+        path = folder / f"{name}.parquet"
+        if not path.exists():
+            dataset = get_dataset(name, **({"seed": 0} if name == "synthetic_clinical" else {}))
+            config = FeaturePipelineConfig()
+            table = dataset_window_features(dataset, config, progress=False)
+            write_feature_table(table, path, dataset_version=dataset.version(), config=config, synthetic=True)
+        return folder
+
+    return make

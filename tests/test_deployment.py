@@ -19,7 +19,6 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from eegprivacy.data import get_dataset  # noqa: E402
 from eegprivacy.privacy import patient_vectors, release_table  # noqa: E402
 from eegprivacy.privacy.deployment import (  # noqa: E402
     client_side_release,
@@ -29,7 +28,6 @@ from eegprivacy.privacy.deployment import (  # noqa: E402
     split_across_hospitals,
 )
 from eegprivacy.privacy.linkage import LinkageKey, MissingLinkageKeyError, canonical_identifier, global_id  # noqa: E402
-from eegprivacy.signal.table import FeaturePipelineConfig, dataset_window_features, write_feature_table  # noqa: E402
 from eegprivacy.tracking import tracking_uri  # noqa: E402
 
 
@@ -109,14 +107,9 @@ def test_client_side_composes_epsilon_for_patients_seen_twice():
 
 
 @pytest.fixture(scope="module")
-def clinical_features(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("features")
-    dataset = get_dataset("synthetic_clinical", seed=0)
-    config = FeaturePipelineConfig()
-    table = dataset_window_features(dataset, config, progress=False)
-    write_feature_table(table, folder / "synthetic_clinical.parquet", dataset_version=dataset.version(),
-                        config=config, synthetic=True)
-    return folder, sorted(table["subject"].unique())
+def clinical_features(synthetic_features_dir):
+    folder = synthetic_features_dir("synthetic_clinical")
+    return folder, sorted(pd.read_parquet(folder / "synthetic_clinical.parquet")["subject"].unique())
 
 
 def _stage_args(tmp_path, features_dir, scenarios):

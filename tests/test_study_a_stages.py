@@ -17,7 +17,6 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from eegprivacy.data import get_dataset  # noqa: E402
-from eegprivacy.signal.table import FeaturePipelineConfig, dataset_window_features, write_feature_table  # noqa: E402
 from eegprivacy.tracking import tracking_uri  # noqa: E402
 from experiments import dp_aggregate, dp_release, dp_utility  # noqa: E402
 
@@ -30,15 +29,9 @@ SMALL = {
 
 
 @pytest.fixture(scope="module")
-def features_dir(tmp_path_factory):
+def features_dir(synthetic_features_dir):
     """Window features of the default synthetic clinical cohort (what the features stage writes)."""
-    folder = tmp_path_factory.mktemp("features")
-    dataset = get_dataset("synthetic_clinical", seed=0)
-    config = FeaturePipelineConfig()
-    table = dataset_window_features(dataset, config, progress=False)
-    write_feature_table(table, folder / "synthetic_clinical.parquet", dataset_version=dataset.version(),
-                        config=config, synthetic=True)
-    return folder
+    return synthetic_features_dir("synthetic_clinical")
 
 
 @pytest.mark.slow

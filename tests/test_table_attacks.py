@@ -24,9 +24,7 @@ from eegprivacy.attacks.table import (  # noqa: E402
     pairwise_distances,
     top_k_hits,
 )
-from eegprivacy.data import get_dataset  # noqa: E402
 from eegprivacy.privacy import DPFeatureReleaser, make_mechanism  # noqa: E402
-from eegprivacy.signal.table import FeaturePipelineConfig, dataset_window_features, write_feature_table  # noqa: E402
 from eegprivacy.tracking import tracking_uri  # noqa: E402
 
 
@@ -104,14 +102,8 @@ def test_attack_metrics_low_fpr_is_conservative_and_needs_enough_negatives():
 
 
 @pytest.fixture(scope="module")
-def rest_task_features(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("features")
-    dataset = get_dataset("synthetic_rest_task")
-    config = FeaturePipelineConfig()
-    table = dataset_window_features(dataset, config, progress=False)
-    write_feature_table(table, folder / "synthetic_rest_task.parquet", dataset_version=dataset.version(),
-                        config=config, synthetic=True)
-    return folder
+def rest_task_features(synthetic_features_dir):
+    return synthetic_features_dir("synthetic_rest_task")
 
 
 @pytest.mark.slow
