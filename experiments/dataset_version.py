@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
+from eegprivacy.atomic import write_text_atomic
 from eegprivacy.data import get_dataset
 from eegprivacy.params import load_params
 
@@ -24,9 +24,7 @@ def run(args) -> int:
     dataset = get_dataset(args.dataset, **kwargs)
     info = {"dataset": dataset.name, "version": dataset.version(), "synthetic": dataset.synthetic,
             "subjects": len(dataset.subjects()), "recordings": len(dataset.recordings())}
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(info, indent=2) + "\n")
+    write_text_atomic(args.out, json.dumps(info, indent=2) + "\n")
     print(f"{dataset.name}: version {info['version'][:16]}…, {info['subjects']} subjects, "
           f"{info['recordings']} recordings")
     return 0

@@ -8,6 +8,7 @@ threshold-free AUROC of the held-out probabilities. Both rows of a patient seen 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from pathlib import Path
@@ -52,6 +53,19 @@ def add_arguments(parser) -> None:
     parser.add_argument("--cells", default="data/sweeps", help="resumable per-cell cache folder")
     parser.add_argument("--features-dir", default="data/features", help="where the features stage wrote tables")
     parser.add_argument("--no-progress", action="store_true")
+
+
+def stage_code_hash() -> str:
+    """The study-A code hash plus what only a scenario cell runs (deployment, linkage, the federated layer), so a
+    cached cell is recomputed when any of them changes."""
+    import eegprivacy
+
+    package = Path(eegprivacy.__file__).parent
+    digest = hashlib.sha256(code_hash("dp_utility.py", "dp_scenarios.py").encode())
+    for path in [package / "privacy" / "deployment.py", package / "privacy" / "linkage.py",
+                 *sorted((package / "federated").glob("*.py"))]:
+        digest.update(path.name.encode() + path.read_bytes())
+    return digest.hexdigest()[:16]
 
 
 def _estimator(scenario: str, federated: dict):
@@ -124,7 +138,7 @@ def run(args) -> int:
     base = {**table.base_config, "n_features": len(features), "label": label, "clip_norm": clip_norm,
             "delta": delta, "n_hospitals": params["n_hospitals"], "shared_fraction": params["shared_fraction"],
             "federated": json.dumps(params["federated"], sort_keys=True),
-            "code_hash": code_hash("dp_utility.py", "dp_scenarios.py")}
+            "code_hash": stage_code_hash()}
     seeds = range(params["noise_seeds"])
     sweep = dict(cells_dir=args.cells, progress=not args.no_progress,
                  params={"deployment": params, "clip_norm": clip_norm, "delta": delta, "label": label,

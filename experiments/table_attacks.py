@@ -11,6 +11,7 @@ Every (mechanism, ε) runs over noise seeds; ``none`` is the noiseless scaled-an
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from pathlib import Path
@@ -145,6 +146,17 @@ def figure(summary: pd.DataFrame, dataset: str, synthetic: bool, path) -> None:
     plt.close(fig)
 
 
+def stage_code_hash() -> str:
+    """The study-A code hash plus the attack modules a cell runs, so cached cells follow changes to them."""
+    import eegprivacy.attacks as attacks
+
+    digest = hashlib.sha256(code_hash("table_attacks.py").encode())
+    for name in ("table.py", "metrics.py"):
+        path = Path(attacks.__file__).parent / name
+        digest.update(name.encode() + path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
 def two_condition_tables(windows, release_condition: str, auxiliary_condition: str):
     """Patient vectors of the subjects that have both conditions, rows aligned by subject (ids stay here)."""
     frame = windows.frame
@@ -176,7 +188,7 @@ def run(args) -> int:
     table = PatientTable(windows.dataset, windows.dataset_version, windows.features_hash, windows.synthetic,
                          pd.DataFrame(population), np.zeros(len(population), dtype=int), np.arange(len(population)))
     base = {**table.base_config, "clip_norm": clip_norm, "delta": delta, "n_reidentification": len(auxiliary),
-            "code_hash": code_hash("table_attacks.py")}
+            "code_hash": stage_code_hash()}
 
     def reidentification(config, seed):
         noise_rng = np.random.default_rng([0x44505245, seed])

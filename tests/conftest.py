@@ -1,4 +1,5 @@
-"""Shared fixtures: the real-data root and a throw-away MLflow store."""
+"""Shared fixtures: the real-data root, a throw-away MLflow store, the synthetic feature tables, the small
+pipeline profile, and the deterministic hypothesis profile."""
 
 from __future__ import annotations
 
@@ -6,8 +7,15 @@ import os
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 REPO = Path(__file__).resolve().parents[1]
+
+# Property tests draw the same examples on every run and machine (derandomize), never time out on a loaded CI box
+# (deadline=None) and write no example database into the checkout: CI never flakes on a lucky or unlucky draw.
+settings.register_profile("eegprivacy", derandomize=True, deadline=None, max_examples=60, database=None,
+                          suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile(os.environ.get("EEGPRIVACY_HYPOTHESIS_PROFILE", "eegprivacy"))
 
 
 def _mirror() -> Path | None:
@@ -56,3 +64,31 @@ def synthetic_features_dir(tmp_path_factory):
         return folder
 
     return make
+
+
+@pytest.fixture(scope="session")
+def small_pipeline(synthetic_features_dir, tmp_path_factory):
+    """``run(name) -> SimpleNamespace(root, key_hex)``: the small profile of every study-A stage
+    (tests/_small_pipeline.py) run into its own folder under a fresh random linkage key; once per name per
+    session, so the determinism and the leak tests share runs."""
+    import secrets
+    from types import SimpleNamespace
+
+    from _small_pipeline import CLINICAL, REST_TASK, run_small_pipeline
+
+    runs = {}
+
+    def run(name: str):
+        if name not in runs:
+            features = synthetic_features_dir(CLINICAL)
+            assert synthetic_features_dir(REST_TASK) == features
+            secret_dir = tmp_path_factory.mktemp(f"secrets-{name}")
+            key_hex = secrets.token_hex(32)
+            key_file = secret_dir / "linkage.key"
+            key_file.touch(mode=0o600)
+            key_file.write_text(key_hex + "\n")
+            root = run_small_pipeline(tmp_path_factory.mktemp(f"pipeline-{name}"), features, key_file)
+            runs[name] = SimpleNamespace(root=root, key_hex=key_hex)
+        return runs[name]
+
+    return run

@@ -146,6 +146,7 @@ def test_no_pseudonym_key_or_identifier_reaches_outputs_mlflow_or_logs(tmp_path,
     key_file = tmp_path / "secret" / "linkage.key"
     key_file.parent.mkdir()
     key_file.write_text(key_hex + "\n")
+    key_file.chmod(0o600)  # from_env refuses a key file others can read
     monkeypatch.delenv("EEGPRIVACY_LINKAGE_KEY", raising=False)
     monkeypatch.setenv("EEGPRIVACY_LINKAGE_KEY_FILE", str(key_file))
     stage, args = _stage_args(tmp_path, features_dir, ["client_side", "server_side", "decentralised"])

@@ -118,6 +118,7 @@ def test_key_from_env_var_and_from_file(monkeypatch, tmp_path):
     other_hex = bytes(range(100, 140)).hex()
     key_file = tmp_path / "linkage.key"
     key_file.write_text(other_hex + "\n")
+    key_file.chmod(0o600)
     monkeypatch.delenv(lk.KEY_ENV)
     monkeypatch.setenv(lk.KEY_FILE_ENV, str(key_file))
     from_file = LinkageKey.from_env()
@@ -130,6 +131,45 @@ def test_key_from_env_var_and_from_file(monkeypatch, tmp_path):
     monkeypatch.setenv(lk.KEY_FILE_ENV, str(key_file))
     with pytest.raises(MissingLinkageKeyError, match="empty"):
         LinkageKey.from_env()
+
+
+@pytest.mark.parametrize("mode", [0o644, 0o640, 0o604, 0o660, 0o606, 0o700 | 0o070, 0o777])
+def test_key_file_open_to_group_or_others_is_refused_with_chmod_advice(monkeypatch, tmp_path, mode):
+    key_hex = bytes(range(100, 140)).hex()
+    key_file = tmp_path / "linkage.key"
+    key_file.write_text(key_hex + "\n")
+    key_file.chmod(mode)
+    monkeypatch.delenv(lk.KEY_ENV, raising=False)
+    monkeypatch.setenv(lk.KEY_FILE_ENV, str(key_file))
+    with pytest.raises(lk.InsecureLinkageKeyFileError) as err:
+        LinkageKey.from_env()
+    message = str(err.value)
+    assert f"chmod 600 {key_file}" in message and f"{mode:03o}" in message
+    assert key_hex not in message
+    assert isinstance(err.value, MissingLinkageKeyError)  # callers that need a usable key catch one class
+    key_file.chmod(0o600)
+    assert LinkageKey.from_env() == LinkageKey.from_hex(key_hex)
+    key_file.chmod(0o400)  # read-only for the owner is fine too
+    assert LinkageKey.from_env() == LinkageKey.from_hex(key_hex)
+
+
+def test_make_reproduce_creates_an_owner_only_key_that_from_env_accepts(monkeypatch, tmp_path):
+    """Run the Makefile's own key-creation command (under a permissive umask) and use the key it writes."""
+    import shlex
+    import subprocess
+
+    makefile = (REPO / "Makefile").read_text()
+    match = re.search(r"\(umask 077;.*?> \$\(LINKAGE_KEY_FILE\)\)", makefile)
+    assert match, "the reproduce target no longer creates the key under umask 077"
+    key_file = tmp_path / "secrets" / "linkage.key"
+    key_file.parent.mkdir()
+    command = match.group(0).replace("$(BIN)/python", shlex.quote(sys.executable)).replace(
+        "$(LINKAGE_KEY_FILE)", shlex.quote(str(key_file)))
+    subprocess.run(["bash", "-c", f"umask 022; {command}"], check=True)
+    assert key_file.stat().st_mode & 0o777 == 0o600
+    monkeypatch.delenv(lk.KEY_ENV, raising=False)
+    monkeypatch.setenv(lk.KEY_FILE_ENV, str(key_file))
+    assert len(LinkageKey.from_env()._secret) == 32
 
 
 def test_short_or_malformed_keys_are_refused_without_echoing_them():

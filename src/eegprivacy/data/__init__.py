@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from importlib import import_module
 
-from eegprivacy.data.base import METADATA_COLUMNS, EEGDataset, Recording
+from eegprivacy.data.base import METADATA_COLUMNS, DataQualityWarning, EEGDataset, Recording
 from eegprivacy.data.manifest import ChecksumMismatchError, DataMissingError
 
 # name -> "module:Class"; imported lazily so listing datasets does not import MOABB or h5py.
@@ -41,6 +41,7 @@ __all__ = [
     "REGISTRY",
     "ChecksumMismatchError",
     "DataMissingError",
+    "DataQualityWarning",
     "EEGDataset",
     "Recording",
     "dataset_class",

@@ -16,7 +16,7 @@ from urllib.parse import quote
 
 import numpy as np
 
-from eegprivacy.data.base import EEGDataset
+from eegprivacy.data.base import DataQualityWarning, EEGDataset
 from eegprivacy.data.manifest import (
     ChecksumMismatchError,
     DataMissingError,
@@ -65,7 +65,7 @@ def warn_once(key: str, message: str) -> None:
     if key in _WARNED:
         return
     _WARNED.add(key)
-    warnings.warn(message, UserWarning, stacklevel=3)
+    warnings.warn(message, DataQualityWarning, stacklevel=3)
 
 
 def array_raw(data_uv: np.ndarray, ch_names: list[str], sfreq: float):
@@ -90,10 +90,11 @@ class EdfHeader:
     record_s: float
     header_bytes: int
     file_bytes: int
+    bytes_per_sample: int = 2  # 2 in EDF, 3 in BDF
 
     @property
     def record_bytes(self) -> int:
-        return 2 * sum(self.samples_per_record)
+        return self.bytes_per_sample * sum(self.samples_per_record)
 
     @property
     def complete_records(self) -> int:
@@ -116,12 +117,44 @@ class EdfHeader:
         return self.samples_per_record[self.labels.index(label)] / self.record_s
 
 
-def read_edf_header(path: Path) -> EdfHeader:
-    """Parse the fixed-width EDF header only (a few hundred bytes), never the signal."""
+class EdfHeaderError(ValueError):
+    """The file is not a readable EDF/BDF: empty, cut inside its header, or with fields that are not numbers."""
+
+
+def read_edf_header(path: Path, bytes_per_sample: int = 2) -> EdfHeader:
+    """Parse the fixed-width EDF header only (a few hundred bytes), never the signal.
+
+    Anything unreadable raises :class:`EdfHeaderError` naming the file, not a bare ``int()`` error from deep
+    inside, so a zero-byte or corrupted file is reported as what it is. ``bytes_per_sample`` is 3 for BDF.
+    """
+    path = Path(path)
+    file_bytes = path.stat().st_size
+    if file_bytes == 0:
+        raise EdfHeaderError(f"{path} is empty (0 bytes); copy or export the recording again")
+
+    def number(raw: bytes, what: str, kind=int):
+        text = raw.decode("latin-1").strip()
+        try:
+            return kind(text)
+        except ValueError:
+            raise EdfHeaderError(f"{path}: EDF header field '{what}' is {text!r}, not a number; the header is "
+                                 "corrupted — copy or export the recording again") from None
+
     with open(path, "rb") as fh:
         fixed = fh.read(256)
-        n_signals = int(fixed[252:256].decode("ascii"))
+        if len(fixed) < 256:
+            raise EdfHeaderError(f"{path}: {file_bytes} bytes, shorter than the 256-byte EDF header; the file is "
+                                 "cut or not an EDF — copy or export the recording again")
+        n_signals = number(fixed[252:256], "number of signals")
+        header_bytes = number(fixed[184:192], "header bytes")
+        if n_signals < 1 or header_bytes != 256 * (n_signals + 1):
+            raise EdfHeaderError(f"{path}: EDF header declares {n_signals} signals and {header_bytes} header bytes "
+                                 f"(expected 256 x (signals + 1)); the header is corrupted — copy or export the "
+                                 "recording again")
         per_signal = fh.read(256 * n_signals)
+    if len(per_signal) < 256 * n_signals:
+        raise EdfHeaderError(f"{path}: the file ends inside its EDF header ({file_bytes} bytes, header needs "
+                             f"{header_bytes}); copy or export the recording again")
 
     def field(offset: int, width: int) -> list[str]:
         start = offset * n_signals
@@ -131,14 +164,19 @@ def read_edf_header(path: Path) -> EdfHeader:
     # per-signal fields, each for all signals in turn: label 16, transducer 80, dimension 8, phys min/max 8+8,
     # digital min/max 8+8, prefiltering 80, samples per record 8, reserved 32
     labels = field(0, 16)
-    samples = [int(s) for s in field(216, 8)]
+    samples = [number(s.encode("latin-1"), "samples per record") for s in field(216, 8)]
+    record_s = number(fixed[244:252], "record duration", float)
+    if any(n < 1 for n in samples) or not record_s > 0:
+        raise EdfHeaderError(f"{path}: EDF header declares records of {record_s} s with {samples[:4]}... samples; "
+                             "the header is corrupted — copy or export the recording again")
     return EdfHeader(
         labels=tuple(labels),
         samples_per_record=tuple(samples),
-        n_records=int(fixed[236:244].decode("ascii")),
-        record_s=float(fixed[244:252].decode("ascii")),
-        header_bytes=int(fixed[184:192].decode("ascii")),
-        file_bytes=Path(path).stat().st_size,
+        n_records=number(fixed[236:244], "number of records"),
+        record_s=record_s,
+        header_bytes=header_bytes,
+        file_bytes=file_bytes,
+        bytes_per_sample=bytes_per_sample,
     )
 
 
@@ -225,7 +263,9 @@ class LocalDataset(EEGDataset):
         exp = self.expected.get(rel, Expected(None, None))
         size = path.stat().st_size
         problem = None
-        if exp.size is not None and size != exp.size:
+        if size == 0:
+            problem = "the file is empty (0 bytes)"
+        elif exp.size is not None and size != exp.size:
             problem = f"size {size} bytes, published {exp.size}"
         elif exp.sha256 is not None:
             sha = file_sha256(path)
@@ -237,6 +277,16 @@ class LocalDataset(EEGDataset):
                 f"copy from {self.source}."
             )
         return path
+
+    def edf_header(self, rel: str) -> EdfHeader:
+        """A listed EDF's header. An unreadable one (empty, corrupted) is first checked against the published
+        checksum, so the error says the file differs from the published one and where to get a fresh copy."""
+        path = self.require(rel)
+        try:
+            return read_edf_header(path)
+        except EdfHeaderError:
+            self.verify(rel)  # raises ChecksumMismatchError for a damaged copy of a published file
+            raise
 
     def _version(self) -> str:
         """sha256 over (path, size, sha256) of the bytes actually on disk, so a changed byte changes it."""

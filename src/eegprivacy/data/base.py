@@ -31,6 +31,11 @@ METADATA_COLUMNS = [
 ]
 
 
+class DataQualityWarning(UserWarning):
+    """A defect in the input that was recovered from (channel dropped, recording skipped, file truncated): the
+    run goes on, the affected rows carry a flag, and this warning says what was done."""
+
+
 @dataclass(frozen=True)
 class Recording:
     """A lazily loaded recording: metadata now, signal on ``load()``."""
@@ -40,10 +45,22 @@ class Recording:
     recording: str
     loader: Callable[[], Any] = field(repr=False, compare=False)
     meta: Mapping[str, Any] = field(default_factory=dict, compare=False)
+    source: str = field(default="", compare=False)  # the file it is read from, so errors can name it
 
     def load(self):
         """Return the ``mne.io.Raw`` (EEG channels only, volts)."""
         return self.loader()
+
+    def describe(self) -> str:
+        """How errors name the recording: dataset, subject/recording and, where known, the file."""
+        return f"{self.dataset} recording {self.subject}/{self.recording}" + (f" ({self.source})" if self.source
+                                                                              else "")
+
+    def locate(self) -> str:
+        """How warnings name the recording: an identifier-free locator where the dataset's subject ids are private
+        (a clinical folder's ``metadata.csv`` row, in ``meta["locator"]``), else :meth:`describe`. Warnings reach
+        logs; errors stop the run and must name the file to fix."""
+        return str(self.meta.get("locator") or self.describe())
 
 
 class EEGDataset(ABC):

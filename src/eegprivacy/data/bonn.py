@@ -48,7 +48,8 @@ class Bonn(LocalDataset):
             letter, condition, seizure, patient = SETS[folder]
             meta = recording_meta(condition, int(seizure), SFREQ, [CHANNEL], N_SAMPLES / SFREQ, ["no_patient_ids"],
                                   set=letter, seizure=seizure, epilepsy_patient=patient)
-            recs.append(Recording(self.name, stem, stem, partial(self._load, rel), meta))
+            recs.append(Recording(self.name, stem, stem, partial(self._load, rel), meta,
+                                  source=str(self.base / rel)))
         return recs
 
     def _load(self, rel: str):

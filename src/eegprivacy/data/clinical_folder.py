@@ -28,11 +28,18 @@ Recording formats, by extension:
 Channel names are normalised ("EEG FP1-REF" -> "Fp1", old T3/T4/T5/T6 -> T7/T8/P7/P8) and only 10-05
 positions are kept, so ECG/EMG/photic channels drop out and montages work; a file with no standard name at
 all keeps its EEG channels as they are and is flagged ``nonstandard_channel_names``.
+
+Bad input (table in README.md, "Bad inputs"): an empty, corrupted or unreadable file is a
+:class:`RecordingReadError` naming it; ids that differ only in formatting are refused; an EDF/BDF shorter than its
+header says is read as far as it goes and flagged ``truncated``; a patient with no report text reads as label 0 and
+is flagged ``no_report``. Each recovery is reported by one :class:`DataQualityWarning` per folder that names
+``metadata.csv`` rows, never patient ids.
 """
 
 from __future__ import annotations
 
 import re
+import unicodedata
 import warnings
 from collections.abc import Callable, Sequence
 from functools import lru_cache, partial
@@ -41,7 +48,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from eegprivacy.data.base import EEGDataset, Recording
+from eegprivacy.data.base import DataQualityWarning, EEGDataset, Recording
 from eegprivacy.data.labels import NEGATIVE_KEYWORDS, POSITIVE_KEYWORDS, patient_labels, report_is_positive
 from eegprivacy.data.manifest import DataMissingError, file_sha256, hash_files, manifest_version
 
@@ -56,6 +63,15 @@ _UNIT_SCALE = {"v": 1.0, "mv": 1e-3, "uv": 1e-6, "µv": 1e-6, "μv": 1e-6, "micr
 _OLD_NAMES = {"T3": "T7", "T4": "T8", "T5": "P7", "T6": "P8"}
 _REFERENCE_SUFFIXES = {"REF", "LE", "RE", "AVG", "AV", "AR", "CAR", "A1", "A2", "M1", "M2", "A1A2", "LER"}
 _TRUE = {"1", "true", "yes", "y", "t"}
+_ID_SEPARATORS = set("-_./")
+
+
+def _canonical_id(patient_id: str) -> str:
+    """The formatting-free form the linkage GlobalID hashes (NFKC, casefold, no whitespace, no - _ . / or other
+    dashes; eegprivacy.privacy.linkage.canonical_identifier, restated here because data may not import privacy)."""
+    text = unicodedata.normalize("NFKC", patient_id).casefold()
+    return "".join(ch for ch in text if not ch.isspace() and ch not in _ID_SEPARATORS
+                   and unicodedata.category(ch) != "Pd")
 
 
 def file_format(path: str | Path) -> str:
@@ -83,6 +99,7 @@ def _standard_names() -> dict[str, str]:
 def normalise_channel_name(name: str) -> str | None:
     """Standard 10-05 spelling of a channel label, or None when it is not a 10-05 position."""
     label = re.sub(r"^(EEG)[\s_:-]+", "", str(name).strip(), flags=re.IGNORECASE).strip()
+    label = label.rstrip(".")  # BCI2000/PhysioNet pad labels with dots to 4 characters: "Fc5.", "C3.."
     parts = re.split(r"[-_ ]", label)
     if len(parts) > 1 and parts[-1].upper() in _REFERENCE_SUFFIXES:
         label = "".join(parts[:-1]) if len(parts) > 2 else parts[0]
@@ -286,20 +303,70 @@ def _read_mne(path: Path, fmt: str, preload: bool):
     return raw, eeg
 
 
+class RecordingReadError(ValueError):
+    """A listed recording cannot be read (empty, corrupted, not the format its extension says)."""
+
+
+def _unreadable(path: Path, fmt: str, err: Exception) -> RecordingReadError:
+    return RecordingReadError(f"cannot read {path} as {fmt.upper()}: {err}. Export the recording again from the "
+                              "recording system, or remove its row from metadata.csv")
+
+
+def _check_not_empty(path: Path, fmt: str) -> None:
+    if path.stat().st_size == 0:
+        raise RecordingReadError(f"{path} is empty (0 bytes); export the recording again from the recording system "
+                                 "or remove its row from metadata.csv")
+
+
+def _edf_truncated(path: Path) -> bool:
+    """Whether an EDF/BDF holds fewer records than its header declares (MNE reads what is there, silently)."""
+    from eegprivacy.data._local import EdfHeaderError, read_edf_header
+
+    try:
+        header = read_edf_header(path, bytes_per_sample=3 if path.suffix.lower() == ".bdf" else 2)
+    except EdfHeaderError as err:
+        raise RecordingReadError(f"{err}, or remove its row from metadata.csv") from None
+    return header.truncated
+
+
+def _array_file(path: Path, fmt: str) -> _ArrayFile:
+    try:
+        return _ArrayFile(path, fmt)
+    except Exception as err:  # noqa: BLE001 - SciPy/h5py raise many types for a damaged file
+        if isinstance(err, ValueError) and str(path) in str(err):
+            raise  # our own message: already names the file and what is missing
+        raise _unreadable(path, fmt, err) from err
+
+
 def read_header(path: Path) -> dict:
-    """sfreq, channels kept (normalised), duration and flags, without reading the signal."""
+    """sfreq, channels kept (normalised), duration and flags, without reading the signal.
+
+    ``dropped`` lists the channel labels left out as non-10-05 (ECG, EMG, photic, unknown names), for the
+    dataset's one warning about them. An empty or unreadable file raises :class:`RecordingReadError` naming it.
+    """
     fmt = file_format(path)
+    _check_not_empty(path, fmt)
     if fmt in ("edf", "fif"):
-        raw, eeg = _read_mne(path, fmt, preload=False)
+        truncated = fmt == "edf" and _edf_truncated(path)
+        try:
+            raw, eeg = _read_mne(path, fmt, preload=False)
+        except Exception as err:  # noqa: BLE001 - MNE raises many types for a damaged file; say which file
+            raise _unreadable(path, fmt, err) from err
         keep, names, flags = _channel_plan(eeg)
         if len(eeg) < len(raw.ch_names):
             flags = sorted({*flags, "dropped_nonstandard_channels"})
+        if truncated:
+            flags = sorted({*flags, "truncated"})
+        kept = {eeg[i] for i in keep}
+        dropped = [n for n in raw.ch_names if n not in kept and n != "EDF Annotations"]
         return {"sfreq": float(raw.info["sfreq"]), "channels": names, "n_times": int(raw.n_times),
-                "flags": flags, "format": fmt}
-    arr = _ArrayFile(path, fmt)
+                "flags": flags, "format": fmt, "dropped": dropped}
+    arr = _array_file(path, fmt)
     names = arr.names or [f"EEG{i + 1:03d}" for i in range(arr.n_channels)]
     keep, new, flags = _channel_plan(names)
-    return {"sfreq": arr.sfreq, "channels": new, "n_times": arr.n_times, "flags": flags, "format": fmt}
+    dropped = [n for i, n in enumerate(names) if i not in set(keep)]
+    return {"sfreq": arr.sfreq, "channels": new, "n_times": arr.n_times, "flags": flags, "format": fmt,
+            "dropped": dropped}
 
 
 def load_recording(path: Path, description: str = ""):
@@ -309,9 +376,13 @@ def load_recording(path: Path, description: str = ""):
     from eegprivacy.data.synthetic import standard_montage
 
     fmt = file_format(path)
+    _check_not_empty(path, fmt)
     annotations = None
     if fmt in ("edf", "fif"):
-        src, eeg = _read_mne(path, fmt, preload=True)
+        try:
+            src, eeg = _read_mne(path, fmt, preload=True)
+        except Exception as err:  # noqa: BLE001 - MNE raises many types for a damaged file; say which file
+            raise _unreadable(path, fmt, err) from err
         keep, names, _ = _channel_plan(eeg)
         data = src.get_data(picks=[eeg[i] for i in keep])
         sfreq = float(src.info["sfreq"])
@@ -320,7 +391,7 @@ def load_recording(path: Path, description: str = ""):
             onset = ann.onset - (src.first_time if ann.orig_time is not None else 0.0)
             annotations = mne.Annotations(onset, ann.duration, ann.description)
     else:
-        arr = _ArrayFile(path, fmt)
+        arr = _array_file(path, fmt)
         raw_names = arr.names or [f"EEG{i + 1:03d}" for i in range(arr.n_channels)]
         keep, names, _ = _channel_plan(raw_names)
         data = _to_volts(arr.read(), arr.unit, path)[keep]
@@ -386,7 +457,22 @@ class ClinicalFolder(EEGDataset):
             empty = table.index[table[col].str.strip() == ""].tolist()
             if empty:
                 raise ValueError(f"{self.metadata_csv}: empty {col!r} on data row(s) {[i + 1 for i in empty]}")
+        self._check_patient_ids(table)
         return table
+
+    def _check_patient_ids(self, table: pd.DataFrame) -> None:
+        """Refuse ids that differ only in case, spaces or separators ("P01", "p-01"): the linkage GlobalID makes
+        them one patient while grouping here would make them two. The message names rows, not the ids."""
+        spellings: dict[str, dict[str, list[int]]] = {}
+        for row, pid in enumerate(table["patient_id"].str.strip(), start=1):
+            spellings.setdefault(_canonical_id(pid), {}).setdefault(pid, []).append(row)
+        clashes = [sorted(rows[0] for rows in variants.values()) for variants in spellings.values()
+                   if len(variants) > 1]
+        if clashes:
+            listed = "; ".join("data rows " + ", ".join(map(str, rows)) for rows in clashes[:5])
+            raise ValueError(f"{self.metadata_csv}: {len(clashes)} patient id(s) are spelled in more than one way "
+                             f"that differ only in case, spaces or separators ({listed}); the linkage GlobalID "
+                             "would merge them. Use one spelling if they are the same patient, or distinct ids if not")
 
     def _files(self) -> list[str]:
         return list(dict.fromkeys(self._table()["file"].str.strip()))
@@ -413,9 +499,12 @@ class ClinicalFolder(EEGDataset):
         table = self._table().copy()
         table["file"] = table["file"].str.strip()
         table["patient_id"] = table["patient_id"].str.strip()
+        table["_row"] = np.arange(1, len(table) + 1)
         labels = patient_labels(zip(table["patient_id"], table["report"]),
                                 self.positive_keywords, self.negative_keywords)
+        reported = table.groupby("patient_id")["report"].agg(lambda r: any(str(x).strip() for x in r))
         out, ids = [], {}
+        truncated, dropped, unreported = [], {}, []
         for rel, rows in table.groupby("file", sort=False):
             patients = rows["patient_id"].unique()
             if len(patients) != 1:
@@ -429,9 +518,17 @@ class ClinicalFolder(EEGDataset):
             if rec_id in count:
                 raise ValueError(f"{self.metadata_csv}: recording id {rec_id!r} repeats for one patient")
             count.append(rec_id)
+            csv_rows = ", ".join(map(str, rows["_row"]))
             header = read_header(self.folder / rel)
             synthetic = "synthetic" in rows and rows["synthetic"].str.strip().str.lower().isin(_TRUE).any()
             flags = (["synthetic"] if synthetic else []) + header["flags"]
+            if not reported[patient]:
+                flags.append("no_report")
+                unreported.append(csv_rows)
+            if "truncated" in header["flags"]:
+                truncated.append(csv_rows)
+            for name in header["dropped"]:
+                dropped.setdefault(name, []).append(csv_rows)
             label = labels[patient]
             meta = {
                 "condition": "epilepsy" if label else "non_epilepsy", "label": label,
@@ -442,6 +539,7 @@ class ClinicalFolder(EEGDataset):
                 "report_positive": int(any(report_is_positive(r, self.positive_keywords, self.negative_keywords)
                                            for r in rows["report"])),
                 "format": header["format"],
+                "locator": f"{self.name} recording at {self.metadata_csv.name} data row(s) {csv_rows}",
             }
             if synthetic:
                 meta["synthetic"] = True
@@ -450,8 +548,29 @@ class ClinicalFolder(EEGDataset):
                     value = rows[col].iloc[0].strip()
                     meta[col] = pd.to_numeric(value, errors="coerce") if col == "age" and value else (value or None)
             loader = partial(load_recording, self.folder / rel, self.description)
-            out.append(Recording(self.name, patient, rec_id, loader, meta))
+            out.append(Recording(self.name, patient, rec_id, loader, meta, source=str(self.folder / rel)))
+        self._warn_recoveries(truncated, dropped, unreported)
         return out
+
+    def _warn_recoveries(self, truncated: list[str], dropped: dict[str, list[str]], unreported: list[str]) -> None:
+        """One warning per kind of recovered defect for the whole folder, naming metadata.csv rows (not ids)."""
+        csv = self.metadata_csv.name
+        if truncated:
+            warnings.warn(f"{self.name}: {len(truncated)} EDF/BDF file(s) hold fewer records than their header "
+                          f"declares ({csv} data rows {'; '.join(truncated)}); reading the complete records and "
+                          "flagging them 'truncated'", DataQualityWarning, stacklevel=5)
+        if dropped:
+            names = sorted(dropped)
+            n_recordings = len({r for rows in dropped.values() for r in rows})
+            warnings.warn(f"{self.name}: channels that are not 10-05 EEG positions were left out "
+                          f"({', '.join(names[:12])}{' …' if len(names) > 12 else ''}; in {n_recordings} "
+                          "recording(s)); the recordings are flagged 'dropped_nonstandard_channels'. Rename a "
+                          "channel to its 10-05 label to keep it", DataQualityWarning, stacklevel=5)
+        if unreported:
+            warnings.warn(f"{self.name}: {len(unreported)} recording(s) belong to patients with no report text "
+                          f"({csv} data rows {'; '.join(unreported)}); the keyword rule reads them as label 0 "
+                          "(negative) and they are flagged 'no_report'. Add the reports, or remove the rows, if "
+                          "they should not count as negative", DataQualityWarning, stacklevel=5)
 
     def _version(self) -> str:
         self._check_files()
@@ -510,8 +629,8 @@ def write_clinical_folder(dataset: EEGDataset, folder, fmt_cycle: Sequence[str] 
 
     Formats rotate through ``fmt_cycle`` recording by recording. Reports come from ``report(rec)``, else
     the dataset's ``report_text`` (synthetic clinical cohort), else are empty (every patient then reads back
-    as label 0). MAT/HDF5 drop annotations; EDF quantises to 16 bits per channel range. Synthetic datasets
-    get a ``synthetic`` column so the folder still says what it is.
+    as label 0, flagged ``no_report``). MAT/HDF5 drop annotations; EDF quantises to 16 bits per channel range.
+    Synthetic datasets get a ``synthetic`` column so the folder still says what it is.
     """
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
@@ -545,6 +664,7 @@ __all__ = [
     "SFREQ_KEYS",
     "UNIT_KEYS",
     "ClinicalFolder",
+    "RecordingReadError",
     "file_format",
     "load_recording",
     "normalise_channel_name",

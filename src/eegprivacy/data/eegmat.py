@@ -59,12 +59,13 @@ class EEGMAT(LocalDataset):
             if not match:
                 continue
             subject, part = match.groups()
-            header = read_edf_header(self.require(rel))
+            header = self.edf_header(rel)
             channels = eeg_labels(header.labels)
             condition, label = _CONDITIONS[part]
             meta = recording_meta(condition, label, header.sfreq(next(iter(channels))), channels.values(),
                                   header.duration_s, **info[subject])
-            recs.append(Recording(self.name, subject, rel[:-4], partial(self._load, rel), meta))
+            recs.append(Recording(self.name, subject, rel[:-4], partial(self._load, rel), meta,
+                                  source=str(self.base / rel)))
         return recs
 
     def _load(self, rel: str):

@@ -18,7 +18,15 @@ from __future__ import annotations
 from functools import lru_cache, partial
 from importlib import resources
 
-from eegprivacy.data._local import Expected, LocalDataset, read_edf, read_edf_header, recording_meta, warn_once
+from eegprivacy.data._local import (
+    EdfHeaderError,
+    Expected,
+    LocalDataset,
+    read_edf,
+    read_edf_header,
+    recording_meta,
+    warn_once,
+)
 from eegprivacy.data.base import Recording
 
 DEFAULT_RUNS = (1, 2, 4, 8, 12)
@@ -105,18 +113,21 @@ class EEGMMIDB(LocalDataset):
         recs = []
         for subject in self._subject_ids():
             for run, rel in self._locate(subject).items():
-                header = read_edf_header(self.base / rel)
+                header = self.edf_header(rel)
                 labels = tuple(lab for lab in header.labels if lab != "EDF Annotations")
                 task, condition, label = RUNS[run]
                 meta = recording_meta(condition, label, header.sfreq(labels[0]), standard_names(labels),
                                       header.duration_s, ["truncated"] if header.truncated else [],
                                       run=run, task=task)
                 recs.append(Recording(self.name, f"S{subject:03d}", f"S{subject:03d}R{run:02d}",
-                                      partial(self._load, rel), meta))
+                                      partial(self._load, rel), meta, source=str(self.base / rel)))
         return recs
 
     def _accept_mismatch(self, rel, path) -> bool:
-        header = read_edf_header(path)
+        try:
+            header = read_edf_header(path)
+        except EdfHeaderError:  # empty or corrupted header: damage, not the known truncation
+            return False
         if not header.truncated:
             return False
         warn_once(

@@ -44,7 +44,8 @@ class NewDelhi(LocalDataset):
             stem = rel.split("/")[1][:-4]
             meta = recording_meta(cls, int(cls == "ictal"), SFREQ, [CHANNEL], N_SAMPLES / SFREQ, ["no_patient_ids"],
                                   **{"class": cls})
-            recs.append(Recording(self.name, stem, stem, partial(self._load, rel, cls), meta))
+            recs.append(Recording(self.name, stem, stem, partial(self._load, rel, cls), meta,
+                                  source=str(self.base / rel)))
         return recs
 
     def _load(self, rel: str, cls: str):

@@ -162,9 +162,11 @@ def server_side_release(tables: HospitalTables, key: LinkageKey | None, mechanis
     submissions["_truth"] = truth
     weights = submissions["_windows"].to_numpy(float)
     weighted = submissions[columns].mul(weights, axis=0).assign(_gid=submissions["_gid"], _w=weights)
-    sums = weighted.groupby("_gid", sort=True).sum()
+    # Rows keep the order in which patients first arrive (hospital by hospital), not GlobalID order: sorting by a
+    # keyed hash would make which noise draw meets which patient, and so every number, depend on the key.
+    sums = weighted.groupby("_gid", sort=False).sum()
     merged = sums[columns].div(sums["_w"], axis=0)  # the exact pooled mean over the patient's windows
-    grouped = submissions.groupby("_gid", sort=True)
+    grouped = submissions.groupby("_gid", sort=False)
     if (grouped["_label"].nunique() > 1).any():
         raise ValueError("a GlobalID carries different labels at different hospitals")
     y = grouped["_label"].first().loc[merged.index].to_numpy()

@@ -21,9 +21,11 @@ GlobalID
 Keys
     There is no default key. :meth:`LinkageKey.from_env` reads a hex key from ``$EEGPRIVACY_LINKAGE_KEY`` or from
     the file named by ``$EEGPRIVACY_LINKAGE_KEY_FILE`` and raises :class:`MissingLinkageKeyError` otherwise, so a
-    deployment that forgot its key fails instead of pseudonymising under a guessable one. A key never prints
-    itself. :meth:`LinkageKey.for_synthetic_evaluation` derives a public key from a seed so the synthetic
-    evaluation is deterministic; it protects nothing and must never touch real identifiers.
+    deployment that forgot its key fails instead of pseudonymising under a guessable one. A key file that group
+    or others may access is refused (:class:`InsecureLinkageKeyFileError`): anyone who can read the key can
+    recompute every GlobalID. A key never prints itself. :meth:`LinkageKey.for_synthetic_evaluation` derives a
+    public key from a seed so the synthetic evaluation is deterministic; it protects nothing and must never touch
+    real identifiers.
 
 Bloom filters
     :class:`BloomEncoder` hashes the padded q-grams of each field into one ``num_bits`` filter per record (a
@@ -53,7 +55,8 @@ import pandas as pd
 
 __all__ = [
     "KEY_ENV", "KEY_FILE_ENV", "MIN_KEY_BYTES", "IDENTITY_COLUMNS",
-    "canonical_identifier", "MissingLinkageKeyError", "LinkageKey", "global_id", "exact_link",
+    "canonical_identifier", "MissingLinkageKeyError", "InsecureLinkageKeyFileError", "LinkageKey", "global_id",
+    "exact_link",
     "normalise_date", "normalise_sex", "normalise_postcode", "BloomEncoder", "dice_similarity", "greedy_one_to_one", "BloomLinker",
     "synthetic_identity_table", "corrupt_identities", "linkage_scenario", "linkage_quality",
 ]
@@ -83,6 +86,10 @@ def canonical_identifier(identifier: str) -> str:
 
 class MissingLinkageKeyError(RuntimeError):
     """No linkage key was configured; there is deliberately no default to fall back on."""
+
+
+class InsecureLinkageKeyFileError(MissingLinkageKeyError):
+    """The key file is open to group or others, so the key cannot be trusted to be secret; it is not used."""
 
 
 class LinkageKey:
@@ -121,6 +128,12 @@ class LinkageKey:
             file = Path(path).expanduser()
             if not file.is_file():
                 raise MissingLinkageKeyError(f"${file_var} names {file}, which is not a readable file; {howto}")
+            mode = file.stat().st_mode & 0o777
+            if os.name == "posix" and mode & 0o077:
+                raise InsecureLinkageKeyFileError(
+                    f"the linkage key file {file} is accessible to group or others (mode {mode:03o}); anyone who "
+                    f"can read it can recompute every GlobalID. Make it owner-only with `chmod 600 {file}` (and "
+                    "consider the key exposed if others could already read it)")
             text = file.read_text().strip()
             if not text:
                 raise MissingLinkageKeyError(f"the linkage key file {file} is empty; {howto}")

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
+from functools import lru_cache
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -73,16 +74,26 @@ def _check_data(data: np.ndarray, sfreq: float) -> np.ndarray:
     return arr
 
 
-def _bandpass(data: np.ndarray, sfreq: float, l_freq: float | None, h_freq: float | None) -> np.ndarray:
+class RecordingTooShortError(ValueError):
+    """The recording is shorter than the band-pass FIR filter (see :func:`min_samples`)."""
+
+
+def _fir_length(sfreq: float, l_freq: float | None, h_freq: float | None) -> int:
     import mne  # heavy import: only where a filter is actually built
 
+    return len(mne.filter.create_filter(None, sfreq, l_freq, h_freq, method="fir", phase="zero", verbose=False))
+
+
+def _bandpass(data: np.ndarray, sfreq: float, l_freq: float | None, h_freq: float | None) -> np.ndarray:
+    import mne
+
     n_times = data.shape[-1]
-    kernel = mne.filter.create_filter(None, sfreq, l_freq, h_freq, method="fir", phase="zero", verbose=False)
-    if n_times < len(kernel):
+    n_kernel = _fir_length(sfreq, l_freq, h_freq)
+    if n_times < n_kernel:
         band = f"{_fmt(l_freq) if l_freq else 'DC'}–{_fmt(h_freq) if h_freq else 'Nyquist'} Hz"
-        raise ValueError(
+        raise RecordingTooShortError(
             f"recording too short for the {band} FIR filter: {n_times} samples ({n_times / sfreq:.2f} s) but the "
-            f"filter needs at least {len(kernel)} samples ({len(kernel) / sfreq:.2f} s); use a longer recording "
+            f"filter needs at least {n_kernel} samples ({n_kernel / sfreq:.2f} s); use a longer recording "
             "or raise l_freq")
     return mne.filter.filter_data(data, sfreq, l_freq, h_freq, method="fir", phase="zero", copy=False,
                                   verbose=False)
@@ -95,6 +106,31 @@ def _notch(data: np.ndarray, sfreq: float, freq: float, q: float) -> np.ndarray:
     return sps.filtfilt(b, a, data, axis=-1, padlen=padlen)
 
 
+def _band_edges(sfreq: float, config: PreprocessConfig) -> tuple[float | None, float | None, list[str]]:
+    """The band-pass edges usable at this rate (a low-pass at or above Nyquist is clipped and flagged)."""
+    nyquist = sfreq / 2.0
+    flags: list[str] = []
+    l_freq, h_freq = config.l_freq, config.h_freq
+    if l_freq is not None and l_freq >= nyquist:
+        raise ValueError(f"high-pass edge {l_freq} Hz is at or above Nyquist ({nyquist} Hz)")
+    if h_freq is not None and h_freq >= nyquist:
+        h_freq = LOWPASS_NYQUIST_FRACTION * nyquist
+        flags.append(f"lowpass_clipped:{_fmt(h_freq)}")
+        if l_freq is not None and l_freq >= h_freq:
+            raise ValueError(f"high-pass edge {l_freq} Hz is above the clipped low-pass edge {h_freq:g} Hz")
+    return l_freq, h_freq, flags
+
+
+@lru_cache(maxsize=64)
+def min_samples(sfreq: float, config: PreprocessConfig = PreprocessConfig()) -> int:
+    """The fewest samples :func:`preprocess` accepts at this rate: the band-pass FIR's length (1 without one), so a
+    caller can set a short recording aside from its metadata, before loading or filtering it."""
+    if not (math.isfinite(sfreq) and sfreq > 0):
+        raise ValueError(f"sfreq must be a positive number, got {sfreq!r}")
+    l_freq, h_freq, _ = _band_edges(sfreq, config)
+    return 1 if l_freq is None and h_freq is None else _fir_length(sfreq, l_freq, h_freq)
+
+
 def preprocess(data: np.ndarray, sfreq: float,
                config: PreprocessConfig = PreprocessConfig()) -> tuple[np.ndarray, list[str]]:
     """data (n_channels, n_times) in volts -> filtered data (float64, volts), flags.
@@ -105,16 +141,7 @@ def preprocess(data: np.ndarray, sfreq: float,
     """
     x = _check_data(data, sfreq)
     nyquist = sfreq / 2.0
-    flags: list[str] = []
-
-    l_freq, h_freq = config.l_freq, config.h_freq
-    if l_freq is not None and l_freq >= nyquist:
-        raise ValueError(f"high-pass edge {l_freq} Hz is at or above Nyquist ({nyquist} Hz)")
-    if h_freq is not None and h_freq >= nyquist:
-        h_freq = LOWPASS_NYQUIST_FRACTION * nyquist
-        flags.append(f"lowpass_clipped:{_fmt(h_freq)}")
-        if l_freq is not None and l_freq >= h_freq:
-            raise ValueError(f"high-pass edge {l_freq} Hz is above the clipped low-pass edge {h_freq:g} Hz")
+    l_freq, h_freq, flags = _band_edges(sfreq, config)
     if l_freq is not None or h_freq is not None:
         x = _bandpass(x, sfreq, l_freq, h_freq)
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -18,9 +20,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from tqdm.auto import tqdm
 
+from eegprivacy.atomic import atomic_path
+from eegprivacy.data.base import DataQualityWarning
 from eegprivacy.signal.features import FeatureConfig, feature_columns, window_features
-from eegprivacy.signal.preprocess import PreprocessConfig, preprocess_raw
+from eegprivacy.signal.preprocess import PreprocessConfig, min_samples, preprocess_raw
 from eegprivacy.signal.windows import WindowConfig, sliding_windows
+
+log = logging.getLogger(__name__)
 
 # Row-identifying columns that precede the feature columns.
 INDEX_COLUMNS = ["dataset", "subject", "recording", "condition", "label", "window", "t_start", "sfreq", "flags"]
@@ -61,55 +67,209 @@ def recording_features(raw, config: FeaturePipelineConfig) -> tuple[np.ndarray, 
     return feats.reshape(len(feats), -1), starts, channels, sorted(set(flags) | set(feat_flags))
 
 
+# A channel whose peak-to-peak over the whole recording is below this (volts) carries no EEG: a disconnected
+# electrode or a zero-filled export. 0.1 µV is far under any real scalp signal and above float noise.
+FLAT_PTP_V = 1e-7
+
+
+class NonFiniteSamplesError(ValueError):
+    """A recording holds NaN or infinite samples, which no filter can run over."""
+
+
+@dataclass
+class _Survey:
+    """What the channel plan needs from one recording: from its metadata until it is loaded, then from the data."""
+
+    channels: list[str]
+    flat: list[str]
+    sfreq: float
+    n_times: int
+    short: bool
+
+
+def _too_short(n_times: int, sfreq: float, config: FeaturePipelineConfig) -> bool:
+    return n_times < max(min_samples(sfreq, config.preprocess), config.window.samples(sfreq)[0])
+
+
+def _planned(rec, config: FeaturePipelineConfig) -> _Survey | None:
+    """The survey the metadata promises (channels, rate, duration; nothing is flat yet), or None without them."""
+    channels, sfreq, duration = (rec.meta.get(k) for k in ("channels", "sfreq", "duration_s"))
+    if any(v is None or (not isinstance(v, str) and pd.isna(v)) for v in (channels, sfreq, duration)) or not channels:
+        return None
+    n_times = int(round(float(duration) * float(sfreq)))
+    return _Survey(str(channels).split(","), [], float(sfreq), n_times, _too_short(n_times, float(sfreq), config))
+
+
+def _survey(rec, raw, config: FeaturePipelineConfig) -> _Survey:
+    """The survey of a loaded recording; NaN or infinite samples are an error that names its file."""
+    picks = mne.pick_types(raw.info, eeg=True, exclude=())
+    channels = [raw.ch_names[i] for i in picks]
+    sfreq, n_times = float(raw.info["sfreq"]), int(raw.n_times)
+    if not channels:
+        raise ValueError(f"{rec.describe()} has no EEG channels")
+    data = raw.get_data(picks=picks)
+    finite = np.isfinite(data)
+    if not finite.all():
+        bad = [c for c, ok in zip(channels, finite.all(axis=1)) if not ok]
+        raise NonFiniteSamplesError(
+            f"{rec.describe()}: {int((~finite).sum())} NaN/infinite sample(s) in channel(s) {', '.join(bad[:10])}"
+            f"{' …' if len(bad) > 10 else ''}; filters cannot run over gaps. Interpolate or cut those samples in "
+            "the file, or remove the recording (in a clinical folder: its row in metadata.csv)")
+    flat = [c for c, ptp in zip(channels, np.ptp(data, axis=1)) if ptp < FLAT_PTP_V]
+    return _Survey(channels, flat, sfreq, n_times, _too_short(n_times, sfreq, config))
+
+
+def _channel_plan(recordings, surveys: list[_Survey]) -> tuple[list[str], dict[int, list[str]]]:
+    """The channels every usable recording has and none has flat, in the first one's order; and per recording the
+    flags that say why its own channel set differs (``missing_channel``, ``dropped_channel``, ``flat_channel``).
+
+    A channel held by at least half the recordings but absent from some is *missing* there; one held by fewer is
+    *dropped* where it exists. Either way it leaves the table, so all rows share one channel set and one average
+    reference, whatever order the recordings come in.
+    """
+    usable = [i for i, s in enumerate(surveys) if not s.short]
+    counts: dict[str, int] = {}
+    for i in usable:
+        for ch in surveys[i].channels:
+            counts[ch] = counts.get(ch, 0) + 1
+    flat = {ch for i in usable for ch in surveys[i].flat}
+    common = {ch for ch, n in counts.items() if n == len(usable)}
+    kept = [ch for ch in surveys[usable[0]].channels if ch in common and ch not in flat]
+    flags: dict[int, list[str]] = {}
+    for i in usable:
+        own = set(surveys[i].channels)
+        mine = [f"flat_channel:{ch}" for ch in surveys[i].flat]
+        mine += [f"missing_channel:{ch}" for ch in sorted(set(counts) - own) if 2 * counts[ch] >= len(usable)]
+        mine += [f"dropped_channel:{ch}" for ch in sorted(own - common) if 2 * counts[ch] < len(usable)]
+        if mine:
+            flags[i] = mine
+    if not kept:
+        first = usable[0]
+        reference = set(surveys[first].channels)
+        disjoint = [recordings[i].describe() for i in usable if not reference & set(surveys[i].channels)]
+        why = (f"{'; '.join(disjoint[:3])} share(s) none of them" if disjoint
+               else f"those in all recordings are flat somewhere ({', '.join(sorted(common & flat)[:12])})"
+               if common else "no channel is in all recordings")
+        raise ValueError(
+            f"no EEG channel is present and non-flat in every recording of {recordings[first].dataset}: "
+            f"{recordings[first].describe()} has {', '.join(surveys[first].channels[:12])}; {why}. Rename channels "
+            "to their 10-05 labels, or leave out the recordings that do not match")
+    return kept, flags
+
+
+def _warn_plan(dataset, recordings, surveys: list[_Survey], kept: list[str], flags: dict[int, list[str]]) -> None:
+    """One warning per kind of recovery, naming recordings by their identifier-free locator."""
+    def where(indices):
+        names = [recordings[i].locate() for i in indices]
+        return "; ".join(names[:5]) + (f"; and {len(names) - 5} more" if len(names) > 5 else "")
+
+    short = [i for i, s in enumerate(surveys) if s.short]
+    if short:
+        warnings.warn(f"{dataset.name}: {len(short)} recording(s) are shorter than the band-pass filter plus one "
+                      f"window need ({where(short)}); they contribute no windows. Lower features.preprocess.l_freq "
+                      "(a shorter filter) or leave them out", DataQualityWarning, stacklevel=3)
+        kept_subjects = {recordings[i].subject for i, s in enumerate(surveys) if not s.short}
+        lost = {recordings[i].subject for i in short} - kept_subjects
+        if lost:
+            warnings.warn(f"{dataset.name}: {len(lost)} subject(s) have no recording long enough and are not in the "
+                          "table", DataQualityWarning, stacklevel=3)
+    for kind, what in (("flat_channel", f"flat (peak-to-peak under {FLAT_PTP_V * 1e6:g} µV)"),
+                       ("missing_channel", "missing"), ("dropped_channel", "present in too few recordings")):
+        hit = {i: [f.split(":", 1)[1] for f in fl if f.startswith(kind + ":")] for i, fl in flags.items()}
+        hit = {i: chs for i, chs in hit.items() if chs}
+        if hit:
+            channels = sorted({c for chs in hit.values() for c in chs})
+            warnings.warn(f"{dataset.name}: channel(s) {', '.join(channels)} {what} in {len(hit)} recording(s) "
+                          f"({where(hit)}); left out of every recording so all rows share one channel set "
+                          f"({len(kept)} channels kept). Their rows are flagged '{kind}:<channel>'",
+                          DataQualityWarning, stacklevel=3)
+    rates = sorted({s.sfreq for s in surveys if not s.short})
+    if len(rates) > 1:
+        log.info("%s: recordings at %d sampling rates (%s Hz); each is filtered, windowed and analysed at its own "
+                 "rate (column 'sfreq')", dataset.name, len(rates), ", ".join(f"{r:g}" for r in rates))
+
+
 def dataset_window_features(dataset, config: FeaturePipelineConfig, progress: bool = True) -> pd.DataFrame:
-    """All recordings of ``dataset`` -> tidy window-feature table (channels aligned to the first recording)."""
+    """All recordings of ``dataset`` -> tidy window-feature table, one channel set for all rows.
+
+    Bad input is met as follows: NaN/infinite samples are an error naming the file; a recording shorter than the
+    band-pass filter plus one window is skipped; a channel missing from, or flat in, any recording is left out of
+    all of them (:func:`_channel_plan`), so every row has the same columns and average reference. Each recovery
+    is flagged on the rows of the recordings concerned and reported by one :class:`DataQualityWarning`.
+
+    The channel plan starts from the metadata (channels, rate, duration) and is corrected as each recording is
+    loaded (a flat channel only shows in the data); recordings computed under an earlier plan are computed again,
+    so clean data is read once and the result never depends on recording order.
+    """
     recordings = dataset.recordings()
-    frames = []
-    columns: list[str] | None = None
-    reference_channels: list[str] | None = None
-    for rec in tqdm(recordings, desc=f"features {dataset.name}", unit="rec", disable=not progress):
-        raw = rec.load()
-        if reference_channels is None:
-            reference_channels = list(raw.ch_names)
-            columns = feature_columns(reference_channels, config.features)
-        elif list(raw.ch_names) != reference_channels:
-            missing = sorted(set(reference_channels) - set(raw.ch_names))
-            if missing:
-                raise ValueError(f"{rec.subject}/{rec.recording} lacks channels {missing}; a window-feature table "
-                                 "needs one channel set per dataset")
-            raw = raw.copy().pick(reference_channels)
-        feats, starts, _, flags = recording_features(raw, config)
-        meta_flags = [f for f in str(rec.meta.get("flags") or "").split(";") if f]
-        frame = pd.DataFrame(feats, columns=columns)
-        frame.insert(0, "dataset", dataset.name)
-        frame.insert(1, "subject", rec.subject)
-        frame.insert(2, "recording", rec.recording)
-        frame.insert(3, "condition", rec.meta.get("condition"))
-        frame.insert(4, "label", rec.meta.get("label"))
-        frame.insert(5, "window", np.arange(len(feats)))
-        frame.insert(6, "t_start", starts[: len(feats)])
-        frame.insert(7, "sfreq", float(raw.info["sfreq"]))
-        frame.insert(8, "flags", ";".join(sorted(set(meta_flags) | set(flags))))
-        frames.append(frame)
-    if not frames:
+    if not recordings:
         raise ValueError(f"dataset {dataset.name} has no recordings")
-    return pd.concat(frames, ignore_index=True)
+    surveys = [_planned(rec, config) or _survey(rec, rec.load(), config) for rec in recordings]
+    if all(s.short for s in surveys):
+        longest = max(surveys, key=lambda s: s.n_times / s.sfreq)
+        raise ValueError(f"every recording of {dataset.name} is too short for the band-pass filter plus one window "
+                         f"(the longest is {longest.n_times / longest.sfreq:.2f} s at {longest.sfreq:g} Hz); lower "
+                         "features.preprocess.l_freq or use longer recordings")
+    kept, _ = _channel_plan(recordings, surveys)
+
+    def compute(i: int, raw) -> tuple[list[str], pd.DataFrame]:
+        eeg = [raw.ch_names[j] for j in mne.pick_types(raw.info, eeg=True, exclude=())]
+        if eeg != kept:
+            raw = raw.copy().pick(kept)
+        return list(kept), _recording_frame(dataset, recordings[i], raw, kept, config)
+
+    frames: dict[int, tuple[list[str], pd.DataFrame]] = {}
+    for i, rec in enumerate(tqdm(recordings, desc=f"features {dataset.name}", unit="rec", disable=not progress)):
+        if surveys[i].short:
+            continue
+        raw = rec.load().load_data()
+        surveys[i] = _survey(rec, raw, config)
+        if not surveys[i].short:
+            kept, _ = _channel_plan(recordings, surveys)
+            frames[i] = compute(i, raw)
+    kept, plan_flags = _channel_plan(recordings, surveys)
+    for i in sorted(frames):
+        if frames[i][0] != kept:  # computed before a later recording changed the plan
+            frames[i] = compute(i, recordings[i].load())
+    _warn_plan(dataset, recordings, surveys, kept, plan_flags)
+    out = []
+    for i in sorted(frames):
+        frame = frames[i][1]
+        extra = plan_flags.get(i, [])
+        if extra:
+            frame["flags"] = [";".join(sorted({*filter(None, cell.split(";")), *extra})) for cell in frame["flags"]]
+        out.append(frame)
+    return pd.concat(out, ignore_index=True)
+
+
+def _recording_frame(dataset, rec, raw, channels: list[str], config: FeaturePipelineConfig) -> pd.DataFrame:
+    feats, starts, _, flags = recording_features(raw, config)
+    meta_flags = [f for f in str(rec.meta.get("flags") or "").split(";") if f]
+    frame = pd.DataFrame(feats, columns=feature_columns(channels, config.features))
+    frame.insert(0, "dataset", dataset.name)
+    frame.insert(1, "subject", rec.subject)
+    frame.insert(2, "recording", rec.recording)
+    frame.insert(3, "condition", rec.meta.get("condition"))
+    frame.insert(4, "label", rec.meta.get("label"))
+    frame.insert(5, "window", np.arange(len(feats)))
+    frame.insert(6, "t_start", starts[: len(feats)])
+    frame.insert(7, "sfreq", float(raw.info["sfreq"]))
+    frame.insert(8, "flags", ";".join(sorted(set(meta_flags) | set(flags))))
+    return frame
 
 
 def write_feature_table(table: pd.DataFrame, path: str | Path, *, dataset_version: str,
                         config: FeaturePipelineConfig, synthetic: bool) -> Path:
     """Write parquet atomically, stamping dataset version, config hash and the synthetic flag in its metadata."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     arrow = pa.Table.from_pandas(table, preserve_index=False)
     meta = dict(arrow.schema.metadata or {})
     meta.update({b"eegprivacy.dataset_version": dataset_version.encode(),
                  b"eegprivacy.config_hash": config.config_hash().encode(),
                  b"eegprivacy.config": json.dumps(config.to_dict(), default=str).encode(),
                  b"eegprivacy.synthetic": str(bool(synthetic)).lower().encode()})
-    tmp = path.with_suffix(".parquet.tmp")
-    pq.write_table(arrow.replace_schema_metadata(meta), tmp)
-    tmp.replace(path)
+    with atomic_path(path) as tmp:
+        pq.write_table(arrow.replace_schema_metadata(meta), tmp)
     return path
 
 
@@ -118,7 +278,11 @@ def table_stamp(path: str | Path) -> dict[str, str]:
     path = Path(path)
     if not path.exists():
         return {}
-    meta = pq.read_schema(path).metadata or {}
+    try:
+        meta = pq.read_schema(path).metadata or {}
+    except (pa.ArrowException, OSError) as err:
+        raise ValueError(f"{path} is not a readable parquet feature table ({err}); delete it or rerun the features "
+                         "stage with --force") from err
     return {k.decode().removeprefix("eegprivacy."): v.decode() for k, v in meta.items()
             if k.startswith(b"eegprivacy.")}
 
@@ -138,5 +302,9 @@ def read_feature_table(path: str | Path, *, dataset_version: str | None = None,
 
 
 def is_current(path: str | Path, dataset_version: str, config: FeaturePipelineConfig) -> bool:
-    stamp = table_stamp(path)
+    """Whether the stored table was computed from this data and config; an unreadable file is not current."""
+    try:
+        stamp = table_stamp(path)
+    except ValueError:
+        return False
     return stamp.get("dataset_version") == dataset_version and stamp.get("config_hash") == config.config_hash()

@@ -3,9 +3,11 @@
 from eegprivacy.tracking.runs import (
     EXPERIMENTS,
     OPTIONAL_TAGS,
+    OWNER_TAGS,
     REQUIRED_TAGS,
     TrackingPolicyError,
     assert_no_identifiers,
+    fail_orphaned_runs,
     flatten,
     git_commit,
     log_artifact,
@@ -18,9 +20,11 @@ from eegprivacy.tracking.runs import (
 __all__ = [
     "EXPERIMENTS",
     "OPTIONAL_TAGS",
+    "OWNER_TAGS",
     "REQUIRED_TAGS",
     "TrackingPolicyError",
     "assert_no_identifiers",
+    "fail_orphaned_runs",
     "flatten",
     "git_commit",
     "log_artifact",

@@ -2,19 +2,28 @@
 
 Every run carries the required tags, the full resolved config as params, and never anything that identifies a
 person: :func:`assert_no_identifiers` refuses keys and values that look like pseudonyms or linkage keys.
+
+Every run also records its owner process (``owner_host``: a hash of the host name, ``owner_pid``, ``owner_start``:
+boot id and process start time), so a run left RUNNING by a process that was killed can be told from one that is
+still working: :func:`fail_orphaned_runs` marks the former FAILED, and every top-level :func:`start_run` calls it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import logging
 import os
 import re
+import socket
 import subprocess
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from eegprivacy.paths import repo_root
+
+log = logging.getLogger(__name__)
 
 EXPERIMENTS = {
     "a": "study-a-dp-release",
@@ -28,6 +37,10 @@ OPTIONAL_TAGS = ("epsilon", "delta", "mechanism", "model", "attack", "attacker",
 
 # Names that must never reach MLflow (params, tags, metric keys): identifiers, pseudonyms, linkage secrets.
 _FORBIDDEN = re.compile(r"(patient_?id|pseudonym|global_?id|linkage_?key|hmac_?key|secret|subject_?name)", re.I)
+
+
+# Tags naming the process that owns a run (see fail_orphaned_runs).
+OWNER_TAGS = ("owner_host", "owner_pid", "owner_start")
 
 
 class TrackingPolicyError(ValueError):
@@ -112,12 +125,96 @@ def required_tags(*, study: str, stage: str, dataset: str, dataset_version: str,
     return tags
 
 
+def _host_key() -> str:
+    """This machine, as a short hash: enough to tell hosts apart without writing a machine name to the store."""
+    return hashlib.sha256(f"eegprivacy/host/{socket.gethostname()}".encode()).hexdigest()[:16]
+
+
+def _stat(pid: int) -> list[str] | None:
+    """Fields 3.. of ``/proc/<pid>/stat`` (state first), None if there is no such process or no /proc."""
+    try:
+        stat = Path(f"/proc/{int(pid)}/stat").read_text()
+    except OSError:
+        return None
+    return stat[stat.rindex(")") + 2:].split()  # the command name may hold spaces and parentheses
+
+
+def _process_start(pid: int) -> str:
+    """``<boot id>:<start time in clock ticks>``: with the pid it names one process, so a pid reused after a
+    crash or a reboot is not mistaken for the run's owner. Empty where /proc cannot say (not Linux)."""
+    fields = _stat(pid)
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return ""
+    return f"{boot}:{fields[19]}" if fields else ""
+
+
+def owner_tags() -> dict[str, str]:
+    """The tags that say which process owns a run."""
+    return {"owner_host": _host_key(), "owner_pid": str(os.getpid()), "owner_start": _process_start(os.getpid())}
+
+
+def _owner_alive(pid: int, start: str) -> bool:
+    """Whether the process that opened a run on this host still runs (a reused pid is not it)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # a process of another user holds that pid; the start time below still tells whether it is ours
+    if not Path("/proc/self/stat").exists():
+        return True  # no /proc: os.kill is all we know
+    fields = _stat(pid)
+    if fields is None or fields[0] in ("Z", "X"):  # exited since, or a zombie its parent has not reaped yet
+        return False
+    return not start or _process_start(pid) == start
+
+
+def fail_orphaned_runs(study: str, client=None) -> list[str]:
+    """Mark FAILED the runs of ``study``'s experiment that are RUNNING but whose owner process on this host has
+    died (killed, crashed, machine rebooted), so a dead sweep never looks like one in progress. Runs owned by a
+    live process, by another host, or with no owner tags are left alone. Returns the run ids marked."""
+    import mlflow
+
+    client = client or mlflow.MlflowClient(tracking_uri())
+    experiment = client.get_experiment_by_name(EXPERIMENTS[study])
+    if experiment is None:
+        return []
+    query = f"attributes.status = 'RUNNING' and tags.owner_host = '{_host_key()}'"
+    running, token = [], None
+    while True:  # collect first: marking runs while paging would shift the pages under the query
+        page = client.search_runs([experiment.experiment_id], filter_string=query, max_results=1000,
+                                  page_token=token)
+        running += page
+        token = page.token
+        if not token:
+            break
+    failed = []
+    for run in running:
+        tags = run.data.tags
+        try:
+            pid = int(tags.get("owner_pid", ""))
+        except ValueError:
+            continue
+        if pid <= 0 or _owner_alive(pid, tags.get("owner_start", "")):
+            continue
+        client.set_tag(run.info.run_id, "failed_reason", "owner process exited without closing the run")
+        client.set_terminated(run.info.run_id, status="FAILED")
+        failed.append(run.info.run_id)
+    if failed:
+        log.warning("marked %d run(s) of %s FAILED: their process on this host is gone", len(failed),
+                    EXPERIMENTS[study])
+    return failed
+
+
 @contextlib.contextmanager
 def start_run(*, study: str, tags: Mapping[str, str], params: Mapping[str, Any] | None = None,
               run_name: str | None = None, parent_run_id: str | None = None) -> Iterator[Any]:
     """Open a run in the study's experiment with validated tags and flattened params.
 
-    ``study`` is a key of EXPERIMENTS. Nested (child) runs pass ``parent_run_id``.
+    ``study`` is a key of EXPERIMENTS. Nested (child) runs pass ``parent_run_id``. A top-level run first marks
+    the experiment's orphaned runs FAILED (:func:`fail_orphaned_runs`).
     """
     import mlflow
 
@@ -131,7 +228,9 @@ def start_run(*, study: str, tags: Mapping[str, str], params: Mapping[str, Any] 
     mlflow.set_tracking_uri(tracking_uri())
     client = mlflow.MlflowClient()
     experiment_id = _experiment_id(client, EXPERIMENTS[study])
-    run_tags = dict(tags)
+    if mlflow.active_run() is None:
+        fail_orphaned_runs(study, client)
+    run_tags = {**tags, **owner_tags()}
     if parent_run_id:
         run_tags["mlflow.parentRunId"] = parent_run_id
     with mlflow.start_run(experiment_id=experiment_id, run_name=run_name, tags=run_tags,

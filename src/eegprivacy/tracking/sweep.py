@@ -2,8 +2,11 @@
 
 A sweep is a param grid × seeds, expanded into cells. Each cell is keyed by the hash of its resolved config, so a
 re-run skips cells whose rows are already on disk (resume after a crash loses at most the cell in flight), and
-each cell's rows are written atomically. MLflow gets one parent run per sweep and one nested child per cell;
-the parent carries the aggregates (mean and 95% CI over seeds).
+each cell's rows are written atomically (temporary file, fsync, rename): a killed process leaves either the whole
+file or none, and its leftover temporary files are never read and are removed by the next run. MLflow gets one
+parent run per sweep and one nested child per cell, open while the cell computes, so a killed sweep leaves both
+RUNNING; the next run marks them FAILED (``runs.fail_orphaned_runs``). The parent carries the aggregates (mean
+and 95% CI over seeds).
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import logging
 import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -21,7 +25,9 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from eegprivacy.evaluation.intervals import mean_ci
-from eegprivacy.tracking.runs import log_metrics, start_run
+from eegprivacy.tracking.runs import _host_key, log_metrics, start_run
+
+log = logging.getLogger(__name__)
 
 ROW_COLUMNS = ["study", "dataset", "config_key", "seed", "metric", "value", "ci_low", "ci_high", "n", "chance"]
 
@@ -58,9 +64,57 @@ def expand_grid(grid: Mapping[str, Iterable[Any]], seeds: Iterable[int],
 
 
 def _write_atomic(path: Path, frame: pd.DataFrame) -> None:
-    tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    frame.to_csv(tmp, index=False)
+    """Write, fsync, rename: the final name only ever holds a complete file, even across a power cut."""
+    tmp = path.with_suffix(f".{_host_key()}-{os.getpid()}.tmp")
+    with open(tmp, "w", newline="") as handle:
+        frame.to_csv(handle, index=False)
+        handle.flush()
+        os.fsync(handle.fileno())
     os.replace(tmp, path)
+    directory = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(directory)  # the rename itself is durable only once the folder is
+    finally:
+        os.close(directory)
+
+
+def _read_cell(path: Path, text_columns: Iterable[str] = ()) -> pd.DataFrame | None:
+    """A finished cell's rows, or None when the file is not a readable cell table (then the cell reruns).
+
+    ``round_trip`` parsing gives back exactly the floats that were written, and ``text_columns`` (string config
+    values, hashes) stay text even when they look like numbers, so resumed and fresh rows agree.
+    """
+    try:
+        rows = pd.read_csv(path, float_precision="round_trip", dtype={c: str for c in text_columns})
+    except (OSError, ValueError, pd.errors.ParserError) as err:  # EmptyDataError is a ValueError
+        log.warning("cell file %s is unreadable (%s); recomputing the cell", path.name, type(err).__name__)
+        return None
+    if not {"metric", "value", "seed"} <= set(rows.columns):
+        log.warning("cell file %s lacks the row columns; recomputing the cell", path.name)
+        return None
+    return rows
+
+
+def _remove_stale_tmp(folder: Path) -> int:
+    """Delete this host's ``<key>.<host>-<pid>.tmp`` files whose writer is gone (killed mid-write); a live
+    writer's, and other hosts' on a shared folder, are kept."""
+    removed, host = 0, _host_key()
+    for tmp in folder.glob("*.tmp"):
+        parts = tmp.name.split(".")
+        owner_host, _, pid = parts[1].rpartition("-") if len(parts) == 3 else ("", "", "")
+        if owner_host != host or not pid.isdigit():
+            continue
+        if int(pid) != os.getpid():
+            try:
+                os.kill(int(pid), 0)
+                continue  # still running: another sweep on this folder is writing it
+            except ProcessLookupError:
+                pass
+            except PermissionError:
+                continue
+        tmp.unlink(missing_ok=True)
+        removed += 1
+    return removed
 
 
 def aggregate(rows: pd.DataFrame, by: list[str]) -> pd.DataFrame:
@@ -98,29 +152,39 @@ class SweepRunner:
     def run(self, cells: list[Cell], cell_fn: Callable[[dict, int], list[dict]]) -> pd.DataFrame:
         """All cells' rows (tidy), running only the cells not already on disk."""
         self.out_dir.mkdir(parents=True, exist_ok=True)
+        _remove_stale_tmp(self.out_dir)
         grid_keys = sorted({k for c in cells for k in c.config})
         with start_run(study=self.study, tags=self.parent_tags, params=self.params, run_name=self.name) as parent:
             frames, resumed = [], 0
             for cell in tqdm(cells, desc=self.name, unit="cell", disable=not self.progress):
                 path = self.cell_path(cell)
-                if path.exists():  # finished in an earlier run
-                    frames.append(pd.read_csv(path))
+                text = ["study", "dataset", "config_key", "metric",
+                        *(k for k, v in cell.config.items() if isinstance(v, str))]
+                done = _read_cell(path, text) if path.exists() else None
+                if done is not None:  # finished in an earlier run
+                    frames.append(done)
                     resumed += 1
                     continue
-                rows = pd.DataFrame(cell_fn(dict(cell.config), cell.seed))
-                for column, value in (("study", self.study), ("dataset", self.dataset), ("config_key", cell.group),
-                                      ("seed", cell.seed)):
-                    rows[column] = value
-                for key in grid_keys:
-                    rows[key] = cell.config.get(key)
-                for column in ("ci_low", "ci_high", "n", "chance"):
-                    if column not in rows:
-                        rows[column] = float("nan")
+                # The child run is open while the cell computes: a crash marks it FAILED, a kill leaves it
+                # RUNNING for the next start to mark FAILED.
                 with start_run(study=self.study, tags=self.tags_fn(cell), run_name=f"{self.name}/{cell.key}",
                                params={**cell.config, "seed": cell.seed}, parent_run_id=parent.info.run_id):
+                    rows = pd.DataFrame(cell_fn(dict(cell.config), cell.seed))
+                    for column, value in (("study", self.study), ("dataset", self.dataset),
+                                          ("config_key", cell.group), ("seed", cell.seed)):
+                        rows[column] = value
+                    for key in grid_keys:
+                        rows[key] = cell.config.get(key)
+                    for column in ("ci_low", "ci_high", "n", "chance"):
+                        if column not in rows:
+                            rows[column] = float("nan")
                     log_metrics(_child_metrics(rows, grid_keys))
                 _write_atomic(path, rows)
-                frames.append(rows)
+                # Read back what was written, so a fresh run and a resumed one return identical tables.
+                written = _read_cell(path, text)
+                if written is None:
+                    raise RuntimeError(f"cell file {path} could not be read back after writing it")
+                frames.append(written)
             tidy = pd.concat(frames, ignore_index=True)
             # Aggregate over seeds within each varying knob (constant ones would only lengthen the names) and
             # within any extra row column a cell adds (e.g. ``protocol``).

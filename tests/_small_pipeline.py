@@ -1,0 +1,141 @@
+"""The small profile: every study-A stage, on the synthetic cohorts, with tiny params, into one folder.
+
+Shared by tests/test_determinism.py (two runs must write identical tables) and tests/test_no_identifier_leaks.py
+(nothing identifying may reach any output). Each run gets its own MLflow store, artifact folder and cell cache
+under ``root``; stdout, stderr, warnings and every log record go to ``root/logs/pipeline.log``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import sys
+from argparse import Namespace
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+
+CLINICAL, REST_TASK = "synthetic_clinical", "synthetic_rest_task"
+
+PARAMS = {
+    "dp_release": {
+        "dp_release": {"clip_norm": 2.0, "delta": 1.0e-5, "epsilons": [1, 10],
+                       "mechanisms": ["gaussian_analytic", "laplace_formal"], "noise_seeds": 2,
+                       "datasets": {CLINICAL: {"label": "label"}}},
+        "dp_utility": {"baseline_mlp_seeds": 1, "nested_seeds": 0, "n_jobs": 1, "figure_epsilon": 10},
+    },
+    "dp_scaling": {"dp_scaling": {"datasets": [CLINICAL], "public_fraction": 0.3333, "split_seed": 0,
+                                  "bounds_margin": 0.1, "mechanisms": ["gaussian_analytic"], "total_epsilons": [50],
+                                  "scaling_fraction": 0.2, "noise_seeds": 1, "n_jobs": 1}},
+    "table_attacks": {"table_attacks": {
+        "mechanisms": ["gaussian_analytic"], "epsilons": [1], "noise_seeds": 1,
+        "reidentification": {"release_condition": "task", "auxiliary_condition": "rest", "metrics": ["euclidean"],
+                             "top_k": [1, 5]},
+        "membership": {"member_fraction": 0.5, "trials": 5, "scores": ["distance", "likelihood"],
+                       "fprs": [0.01]}}},
+    "deployment": {"deployment": {"scenarios": ["client_side", "server_side", "decentralised"], "n_hospitals": 3,
+                                  "shared_fraction": 0.25, "mechanisms": ["gaussian_analytic"], "epsilons": [10],
+                                  "noise_seeds": 1,
+                                  "federated": {"backend": "inprocess", "hidden_layer_sizes": [8], "num_rounds": 2,
+                                                "local_epochs": 1, "learning_rate_init": 0.01}}},
+    "linkage": {"linkage": {"n_records": 60, "overlap": 0.8, "household_rate": 0.2, "format_rate": 0.3,
+                            "typo_rates": [0.2], "seeds": [0], "q": 2, "num_bits": 1024, "num_hashes": 10,
+                            "fields": [["given_name", "family_name"], "date_of_birth", "sex", "postcode"],
+                            "thresholds": [0.6, 0.8], "default_threshold": 0.8}},
+    "dp_audit": {"dp_audit": {"mechanisms": ["gaussian_analytic", "laplace_implemented"], "epsilons": [1],
+                              "clip_norm": 2.0, "delta": 1.0e-5, "dims": [20], "n_trials": 2000, "seeds": 1,
+                              "confidence": 0.95, "n_jobs": 1}},
+}
+
+
+@contextlib.contextmanager
+def _captured_logs(path: Path):
+    """Everything the stages say (print, warnings, any logger at any level) into one file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as log_file, contextlib.redirect_stdout(log_file), contextlib.redirect_stderr(log_file):
+        handler = logging.StreamHandler(log_file)
+        handler.setLevel(logging.DEBUG)
+        handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+        loggers = [logging.getLogger(), logging.getLogger("flwr")]  # flwr does not propagate to the root
+        levels = [lg.level for lg in loggers]
+        for lg in loggers:
+            lg.addHandler(handler)
+            lg.setLevel(logging.DEBUG)
+        logging.captureWarnings(True)
+        try:
+            yield
+        finally:
+            logging.captureWarnings(False)
+            for lg, level in zip(loggers, levels):
+                lg.removeHandler(handler)
+                lg.setLevel(level)
+
+
+def run_small_pipeline(root: Path, features_dir: Path, key_file: Path) -> Path:
+    """Run every study-A stage into ``root`` (features read from ``features_dir``, which must hold both synthetic
+    cohorts' tables) with the linkage key in ``key_file``; returns ``root``."""
+    sys.path.insert(0, str(REPO))
+    from experiments import (
+        dp_aggregate,
+        dp_audit,
+        dp_release,
+        dp_scaling,
+        dp_scaling_aggregate,
+        dp_scenarios,
+        dp_utility,
+        features,
+        linkage,
+        table_attacks,
+    )
+
+    root.mkdir(parents=True, exist_ok=True)
+    params = {}
+    for name, content in PARAMS.items():
+        params[name] = root / "params" / f"{name}.yaml"
+        params[name].parent.mkdir(parents=True, exist_ok=True)
+        params[name].write_text(yaml.safe_dump(content))
+    metrics, plots, figures, cells = root / "metrics", root / "plots", root / "reports" / "figures", root / "cells"
+
+    with pytest.MonkeyPatch.context() as mp, _captured_logs(root / "logs" / "pipeline.log"):
+        mp.chdir(REPO)  # stages read params/features.yaml for the cohorts' constructor arguments
+        mp.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{root / 'mlflow.db'}")
+        mp.setenv("EEGPRIVACY_CACHE", str(root / "cache"))
+        mp.delenv("EEGPRIVACY_LINKAGE_KEY", raising=False)
+        mp.setenv("EEGPRIVACY_LINKAGE_KEY_FILE", str(key_file))
+        common = dict(cells=str(cells), no_progress=True)
+        for dataset in (CLINICAL, REST_TASK):
+            assert features.run(Namespace(dataset=dataset, params="params/features.yaml",
+                                          out=str(features_dir / f"{dataset}.parquet"),
+                                          metrics=str(metrics / f"features_{dataset}.json"),
+                                          figure=str(figures / f"features_{dataset}.png"), force=False,
+                                          no_progress=True)) == 0
+        study_a = dict(dataset=CLINICAL, features_dir=str(features_dir), **common)
+        for stage in (dp_release, dp_utility):
+            assert stage.run(Namespace(params=str(params["dp_release"]),
+                                       out=str(metrics / f"{stage.__name__.split('.')[-1]}_{CLINICAL}.csv"),
+                                       **study_a)) == 0
+        assert dp_aggregate.run(Namespace(params=str(params["dp_release"]), metrics_dir=str(metrics),
+                                          figures_dir=str(figures), plots_dir=str(plots))) == 0
+        assert dp_scaling.run(Namespace(params=str(params["dp_scaling"]), release_params=str(params["dp_release"]),
+                                        out=str(metrics / f"dp_scaling_{CLINICAL}.csv"), **study_a)) == 0
+        assert dp_scaling_aggregate.run(Namespace(params=str(params["dp_scaling"]), metrics_dir=str(metrics),
+                                                  figures_dir=str(figures), plots_dir=str(plots))) == 0
+        assert table_attacks.run(Namespace(
+            dataset=REST_TASK, params=str(params["table_attacks"]), release_params=str(params["dp_release"]),
+            out=str(metrics / f"table_attacks_{REST_TASK}.csv"),
+            metrics=str(metrics / f"table_attacks_{REST_TASK}.json"),
+            figure=str(figures / f"table_attacks_{REST_TASK}.png"), features_dir=str(features_dir), **common)) == 0
+        assert dp_scenarios.run(Namespace(
+            params=str(params["deployment"]), release_params=str(params["dp_release"]),
+            out=str(metrics / f"dp_scenarios_{CLINICAL}.csv"), metrics=str(metrics / f"dp_scenarios_{CLINICAL}.json"),
+            figure=str(figures / f"dp_scenarios_{CLINICAL}.png"), **study_a)) == 0
+        assert linkage.run(Namespace(params=str(params["linkage"]), out=str(metrics / "linkage.csv"),
+                                     summary=str(metrics / "linkage.json"),
+                                     figure=str(figures / "linkage_precision_recall.png"), **common)) == 0
+        assert dp_audit.run(Namespace(params=str(params["dp_audit"]), out=str(metrics / "dp_audit.csv"),
+                                      summary=str(metrics / "dp_audit.json"), figure=str(figures / "dp_audit.png"),
+                                      **common)) == 0
+    return root
