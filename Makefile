@@ -18,7 +18,7 @@ ifeq ($(strip $(EEGPRIVACY_DATA)),)
   endif
 endif
 
-.PHONY: help venv test reproduce ui datasets benchmarks clean-venv
+.PHONY: help venv test reproduce ui datasets bench benchmarks clean-venv
 
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -43,6 +43,10 @@ test: $(STAMP)  ## run the test suite
 # The server-side deployment scenario needs a secret linkage key and has no default: use the one the environment
 # names, else a random key generated once on this machine in data/secrets/ (git-ignored, owner-only).
 LINKAGE_KEY_FILE := data/secrets/linkage.key
+# `make reproduce` times itself (the venv build excluded) into REPRODUCE_WALL; every `eegprivacy` stage appends its
+# wall time and peak RSS to STAGE_LOG (emptied first), and `make bench` reports both.
+REPRODUCE_WALL := benchmarks/reproduce_wall.json
+STAGE_LOG := data/cache/reproduce_stages.jsonl
 
 reproduce: $(STAMP)  ## run the DVC pipeline on the default profile (real public data)
 	@if [ -z "$$EEGPRIVACY_LINKAGE_KEY$$EEGPRIVACY_LINKAGE_KEY_FILE" ] && [ ! -s $(LINKAGE_KEY_FILE) ]; then \
@@ -50,9 +54,15 @@ reproduce: $(STAMP)  ## run the DVC pipeline on the default profile (real public
 		(umask 077; $(BIN)/python -c "import secrets; print(secrets.token_hex(32))" > $(LINKAGE_KEY_FILE)) && \
 		echo "created a random linkage key in $(LINKAGE_KEY_FILE) (keep it secret; it never leaves this machine)"; \
 	fi
+	@mkdir -p $(dir $(STAGE_LOG)) && : > $(STAGE_LOG)
+	start=$$(date +%s.%N); \
 	PATH=$(abspath $(BIN)):$$PATH \
 		EEGPRIVACY_LINKAGE_KEY_FILE=$${EEGPRIVACY_LINKAGE_KEY_FILE:-$$( [ -n "$$EEGPRIVACY_LINKAGE_KEY" ] || echo $(abspath $(LINKAGE_KEY_FILE)))} \
-		$(BIN)/dvc repro
+		EEGPRIVACY_STAGE_LOG=$(abspath $(STAGE_LOG)) \
+		$(BIN)/dvc repro; rc=$$?; \
+	$(BIN)/python benchmarks/reproduce_times.py record --start $$start --end $$(date +%s.%N) --rc $$rc \
+		--stage-log $(STAGE_LOG) --out $(REPRODUCE_WALL) || true; \
+	exit $$rc
 
 ui: $(STAMP)  ## MLflow UI on the project's tracking store, bound to 127.0.0.1
 	$(BIN)/mlflow ui --backend-store-uri sqlite:///mlflow.db --host 127.0.0.1 --port 5000 --workers 1
@@ -60,8 +70,11 @@ ui: $(STAMP)  ## MLflow UI on the project's tracking store, bound to 127.0.0.1
 datasets: $(STAMP)  ## list datasets, local presence, versions and subject counts
 	$(BIN)/eegprivacy datasets
 
-benchmarks: $(STAMP)  ## speed and memory targets (on demand, not part of make test)
-	$(BIN)/python benchmarks/run.py
+# BENCH_ARGS: e.g. "--quick" or "--only dp_release,federated" (see `benchmarks/run.py --help`).
+bench: $(STAMP)  ## benchmarks: project path vs plain baseline, ratios + peak RSS -> benchmarks/results.json
+	$(BIN)/python benchmarks/run.py --out benchmarks/results.json $(BENCH_ARGS)
+
+benchmarks: bench  ## alias of bench
 
 clean-venv:  ## remove .venv
 	rm -rf $(VENV)

@@ -1,80 +1,183 @@
-"""Speed targets, run on demand (`make benchmarks`), never inside the timed test suite.
+"""Benchmarks, on demand (`make bench`), never inside the timed test suite.
 
-Each benchmark reports the best of a few repeats and its target on a 2-core machine; the exit status is 1 when a
-target is missed, so a slowdown is visible without making `make test` flaky.
+Each benchmark times the project's path against a plain baseline *in the same run* and reports the ratio, since
+absolute seconds on a shared 2-core machine are noise. Every benchmark runs in a fresh subprocess, so its peak
+RSS (from ``wait4``: the largest process of its tree that was reaped) and its peak tree RSS (the summed RSS of
+the process and all its descendants, sampled every 0.1 s: Ray's daemons and workers included) are its own.
+
+    python benchmarks/run.py                        # all, writes benchmarks/results.json
+    python benchmarks/run.py --only dp_release,federated --quick
+    python benchmarks/run.py --list
+
+With ``--only`` the other entries already in the output file are kept. The exit status is 1 when a target is
+missed, numbers differ from the baseline, or a benchmark needs more than 8 GB.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
+import os
+import platform
+import subprocess
 import sys
+import tempfile
+import threading
 import time
+from datetime import datetime, timezone
+from pathlib import Path
 
-import numpy as np
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # run as a script: make `benchmarks.*` importable (ahead of opacus' stray package)
+    sys.path.insert(0, str(ROOT))
 
-from eegprivacy.signal.features import window_features
-from eegprivacy.signal.preprocess import preprocess
-from eegprivacy.signal.windows import sliding_windows
+from benchmarks._common import MEMORY_LIMIT_MB  # noqa: E402
 
-
-def best_of(fn, repeats: int = 3) -> float:
-    fn()  # warm-up: first touch of scipy's scratch memory is slower
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return min(times)
-
-
-def bench_window_features() -> float:
-    windows = np.random.default_rng(0).standard_normal((6000, 19, 1000)) * 20e-6
-    return best_of(lambda: window_features(windows, 500.0))
-
-
-def bench_preprocess_and_window() -> float:
-    data = np.random.default_rng(0).standard_normal((19, 500 * 600)) * 20e-6  # 10 min, 19 ch, 500 Hz
-    return best_of(lambda: sliding_windows(preprocess(data, 500.0)[0], 500.0))
-
-
-def bench_eegmat_features() -> float | None:
-    from eegprivacy.data import get_dataset
-    from eegprivacy.signal.table import FeaturePipelineConfig, dataset_window_features
-
-    dataset = get_dataset("eegmat")
-    if not dataset.is_available():
-        return None
-    return best_of(lambda: dataset_window_features(dataset, FeaturePipelineConfig(), progress=False), repeats=1)
-
-
-BENCHMARKS = {
-    # name: (function, target seconds on 2 cores)
-    "window_features 6000x19x1000": (bench_window_features, 3.0),
-    "preprocess+window 10 min 19ch 500Hz": (bench_preprocess_and_window, 2.0),
-    "eegmat features, 59 recordings": (bench_eegmat_features, 15.0),
+MODULES = {  # name -> module; run in this order
+    "features": "benchmarks.feature_extraction",
+    "dp_release": "benchmarks.dp_release",
+    "federated": "benchmarks.federated",
+    "reproduce": "benchmarks.reproduce_times",
+    "absolute": "benchmarks.absolute",
 }
+DEFAULT_OUT = ROOT / "benchmarks" / "results.json"
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--json", action="store_true", help="print results as JSON")
-    args = parser.parse_args()
-    results, missed = [], 0
-    for name, (fn, target) in BENCHMARKS.items():
-        seconds = fn()
-        ok = seconds is None or seconds <= target
-        missed += not ok
-        results.append({"benchmark": name, "seconds": None if seconds is None else round(seconds, 3),
-                        "target_s": target, "status": "skipped (no data)" if seconds is None else
-                        ("ok" if ok else "MISSED")})
-    if args.json:
-        print(json.dumps(results, indent=2))
-    else:
-        for r in results:
-            shown = "-" if r["seconds"] is None else f"{r['seconds']:.2f}"
-            print(f"{r['benchmark']:<40} {shown:>8} s  (target {r['target_s']:.1f} s)  {r['status']}")
-    return 1 if missed else 0
+def _jsonable(value):
+    """numpy scalars and the like -> plain JSON."""
+    if hasattr(value, "item"):
+        return value.item()
+    return str(value)
+
+
+def _tree_rss_sampler(pid: int, peak: dict, stop: threading.Event) -> None:
+    try:
+        import psutil
+    except ImportError:
+        return
+    try:
+        root = psutil.Process(pid)
+    except psutil.Error:
+        return
+    while not stop.is_set():
+        total = 0
+        try:
+            for proc in [root, *root.children(recursive=True)]:
+                try:
+                    total += proc.memory_info().rss
+                except psutil.Error:
+                    pass
+        except psutil.Error:
+            break
+        peak["bytes"] = max(peak.get("bytes", 0), total)
+        stop.wait(0.1)
+
+
+def run_child(name: str, quick: bool) -> dict:
+    """One benchmark in a fresh interpreter; its result plus wall time and peak memory."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), str(ROOT / "src"), env.get("PYTHONPATH")]))
+    env.setdefault("FLWR_TELEMETRY_ENABLED", "0")
+    env.setdefault("MNE_LOGGING_LEVEL", "WARNING")
+    with tempfile.TemporaryDirectory(prefix="eegprivacy-bench-") as tmp:
+        env.setdefault("FLWR_HOME", str(Path(tmp) / "flwr"))
+        out = Path(tmp) / "result.json"
+        cmd = [sys.executable, str(Path(__file__).resolve()), "--child", name, "--child-out", str(out)]
+        start = time.perf_counter()
+        proc = subprocess.Popen(cmd + (["--quick"] if quick else []), cwd=ROOT, env=env)
+        peak: dict = {}
+        stop = threading.Event()
+        sampler = threading.Thread(target=_tree_rss_sampler, args=(proc.pid, peak, stop), daemon=True)
+        sampler.start()
+        _, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        stop.set()
+        sampler.join()
+        wall = time.perf_counter() - start
+        if proc.returncode != 0 or not out.exists():
+            result = {"passed": False, "error": f"benchmark process exited with status {proc.returncode}"}
+        else:
+            result = json.loads(out.read_text())
+    per_mb = 1 / 2**20 if sys.platform == "darwin" else 1 / 1024
+    result["peak_rss_mb"] = round(usage.ru_maxrss * per_mb, 1)
+    result["peak_tree_rss_mb"] = round(peak["bytes"] / 2**20, 1) if peak.get("bytes") else None
+    result["memory_ok"] = max(result["peak_rss_mb"], result["peak_tree_rss_mb"] or 0) <= MEMORY_LIMIT_MB
+    result["wall_s"] = round(wall, 1)
+    return result
+
+
+def _child(name: str, quick: bool, out: str) -> int:
+    module = importlib.import_module(MODULES[name])
+    result = {"description": module.DESCRIPTION, **module.run(quick=quick)}
+    Path(out).write_text(json.dumps(result, indent=2, default=_jsonable))
+    return 0
+
+
+def _machine() -> dict:
+    import numpy
+    import scipy
+
+    return {"cpu_count": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(),
+            "numpy": numpy.__version__, "scipy": scipy.__version__,
+            "load_average_at_start": [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None}
+
+
+def _summary(results: dict) -> str:
+    lines = [f"{'benchmark':<11} {'project s':>10} {'baseline s':>11} {'ratio':>8} {'target':>8}  {'passed':<7}"
+             f" {'peak RSS MB':>11} {'tree MB':>8}"]
+    for name, r in results.items():
+        target = r.get("target_ratio")
+        target = f">={target:g}x" if target else (f"<={r['target_s']:g}s" if r.get("target_s") else "-")
+
+        def num(v, width, digits):
+            return f"{'-':>{width}}" if v is None else f"{v:{width}.{digits}f}"
+
+        lines.append(f"{name:<11} {num(r.get('project_s'), 10, 3)} {num(r.get('baseline_s'), 11, 2)} "
+                     f"{num(r.get('ratio'), 8, 1)} {target:>8}  {str(r.get('passed')):<7} "
+                     f"{num(r.get('peak_rss_mb'), 11, 0)} {num(r.get('peak_tree_rss_mb'), 8, 0)}")
+        if r.get("error"):
+            lines.append(f"  error: {r['error']}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--only", action="append", default=[], help=f"comma-separated subset of {list(MODULES)}")
+    parser.add_argument("--quick", action="store_true", help="smaller inputs and fewer repeats (a smoke run)")
+    parser.add_argument("--out", default=str(DEFAULT_OUT), help="results JSON (default: %(default)s)")
+    parser.add_argument("--list", action="store_true", help="list the benchmarks and exit")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--child-out", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        return _child(args.child, args.quick, args.child_out)
+    if args.list:
+        for name, module in MODULES.items():
+            print(f"{name:<11} {importlib.import_module(module).DESCRIPTION}")
+        return 0
+    names = [n for item in args.only for n in item.split(",") if n] or list(MODULES)
+    unknown = sorted(set(names) - set(MODULES))
+    if unknown:
+        parser.error(f"unknown benchmark(s) {unknown}; known: {list(MODULES)}")
+
+    out = Path(args.out)
+    previous = json.loads(out.read_text()) if args.only and out.exists() else {}
+    results = dict(previous.get("benchmarks", {}))
+    for name in [n for n in MODULES if n in names]:
+        print(f"[bench] {name} ...", flush=True)
+        results[name] = {"quick": args.quick, **run_child(name, args.quick)}
+    doc = {"generated": datetime.now(timezone.utc).isoformat(timespec="seconds"), "machine": _machine(),
+           "memory_limit_mb": MEMORY_LIMIT_MB, "benchmarks": {n: results[n] for n in MODULES if n in results}}
+    failed = [n for n, r in doc["benchmarks"].items() if r.get("passed") is False or r.get("memory_ok") is False]
+    doc["failed"] = failed
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.tmp")
+    tmp.write_text(json.dumps(doc, indent=2, default=_jsonable) + "\n")
+    os.replace(tmp, out)
+    print(_summary(doc["benchmarks"]))
+    print(f"wrote {out}" + (f"; missed: {', '.join(failed)}" if failed else "; every target met"))
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -8,7 +8,9 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import os
 import sys
+import time
 from pathlib import Path
 
 import eegprivacy
@@ -98,13 +100,68 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# `make reproduce` sets this to a file; every command then appends one JSON line with its wall time and peak memory,
+# which benchmarks/reproduce_times.py turns into the per-stage breakdown. Unset, nothing is written.
+STAGE_LOG_ENV = "EEGPRIVACY_STAGE_LOG"
+
+
+def _process_start() -> float:
+    """When this process started (epoch s), so a stage's time includes its imports; now if psutil cannot say."""
+    try:
+        import psutil
+
+        return psutil.Process().create_time()
+    except Exception:  # noqa: BLE001 - a timing record must never fail a stage
+        return time.time()
+
+
+def _live_children_peak_kib() -> int:
+    """Largest peak RSS (Linux VmHWM, KiB) among child processes still alive, e.g. joblib's workers, which are
+    only reaped at exit and so are missing from RUSAGE_CHILDREN; 0 where that cannot be read."""
+    try:
+        import psutil
+
+        peaks = []
+        for child in psutil.Process().children(recursive=True):
+            status = Path(f"/proc/{child.pid}/status").read_text()
+            peaks += [int(line.split()[1]) for line in status.splitlines() if line.startswith("VmHWM:")]
+        return max(peaks, default=0)
+    except Exception:  # noqa: BLE001 - a timing record must never fail a stage
+        return 0
+
+
+def _log_stage(path: str, args, started: float, rc: int) -> None:
+    """Append this command's wall time and peak RSS (its own, and its largest child's) to ``path``."""
+    import resource
+
+    per_mb = 1 / 2**20 if sys.platform == "darwin" else 1 / 1024  # ru_maxrss: bytes on macOS, KiB on Linux
+    children = max(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * per_mb, _live_children_peak_kib() / 1024)
+    record = {"command": args.command, "dataset": getattr(args, "dataset", None), "started": round(started, 3),
+              "seconds": round(time.time() - started, 3), "rc": rc,
+              "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * per_mb, 1),
+              "peak_child_rss_mb": round(children, 1)}
+    try:
+        with open(path, "a", encoding="utf-8") as handle:
+            handle.write(json.dumps(record) + "\n")
+    except OSError as err:
+        print(f"eegprivacy: could not append the stage record to {path}: {err}", file=sys.stderr)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
-    return int(args.func(args) or 0)
+    log_path = os.environ.get(STAGE_LOG_ENV)
+    if not log_path:
+        return int(args.func(args) or 0)
+    started, rc = _process_start(), 1
+    try:
+        rc = int(args.func(args) or 0)
+        return rc
+    finally:
+        _log_stage(log_path, args, started, rc)
 
 
 if __name__ == "__main__":

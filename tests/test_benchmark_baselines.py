@@ -1,0 +1,158 @@
+"""The benchmarks compare like with like: the plain baselines give the project's numbers (features) and noise
+distribution (DP release), and the reproduce-time reader splits MLflow runs into pipeline runs correctly.
+
+Correctness only: no timing is asserted here (that is `make bench`).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy.stats import ks_2samp
+
+from eegprivacy.privacy.mechanisms import make_mechanism
+from eegprivacy.signal.features import FEATURE_NAMES, FeatureConfig, window_features
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+def _load(name: str):
+    """A benchmarks module by file path: opacus installs its own top-level `benchmarks` package."""
+    spec = importlib.util.spec_from_file_location(f"_eegprivacy_bench_{name}", BENCHMARKS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+baselines = _load("baselines")
+reproduce_times = _load("reproduce_times")
+
+
+def _windows(n_windows: int, n_channels: int, n_samples: int, sfreq: float, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    t = np.arange(n_samples) / sfreq
+    tone = 30e-6 * np.sin(2 * np.pi * 10.0 * t + rng.uniform(0, 2 * np.pi, (n_windows, n_channels, 1)))
+    return rng.standard_normal((n_windows, n_channels, n_samples)) * 20e-6 + tone
+
+
+@pytest.mark.parametrize("sfreq, n_samples", [(500.0, 1000), (256.0, 512), (173.61, 347), (100.0, 200),
+                                              (500.0, 100)])
+def test_reference_loop_gives_the_vectorised_features(sfreq, n_samples):
+    """Default rate, bin-aligned band edges (df = 1 Hz), an irrational rate, a clipped band, a short window."""
+    windows = _windows(7, 4, n_samples, sfreq)
+    ours, _ = window_features(windows, sfreq)
+    theirs = baselines.reference_features_loop(windows, sfreq)
+    assert theirs.shape == ours.shape == (7, 4, len(FEATURE_NAMES))
+    assert np.isfinite(theirs).all()
+    np.testing.assert_allclose(ours, theirs, rtol=1e-9, atol=0)
+
+
+def test_reference_loop_is_an_independent_check():
+    """It follows the documented definitions (so it would catch a change in the vectorised code): a 20-Hz sine
+    of amplitude A puts A²/2 in beta, its RMS is A/√2, it crosses zero 40 times per second and its line length
+    over 2 s is 4·A·20·2."""
+    sfreq, amplitude = 500.0, 40e-6
+    t = np.arange(1000) / sfreq
+    window = (amplitude * np.sin(2 * np.pi * 20.0 * t + 0.3))[None, None, :]
+    feats = dict(zip(FEATURE_NAMES, baselines.reference_features_loop(window, sfreq)[0, 0]))
+    a_uv = amplitude * 1e6
+    assert feats["beta"] == pytest.approx(a_uv ** 2 / 2, rel=1e-3)
+    assert feats["alpha"] + feats["gamma"] < 1e-3 * feats["beta"]
+    assert feats["rms"] == pytest.approx(a_uv / math.sqrt(2), rel=1e-3)
+    assert feats["zero_crossing_rate"] == pytest.approx(40.0, abs=0.5)
+    assert feats["line_length"] == pytest.approx(4 * a_uv * 20 * 2, rel=0.01)
+    assert 20.0 < feats["sef95"] < 25.0
+    config = FeatureConfig(bands={"low": (0.5, 9.0), "high": (9.0, 70.0)})  # another band split moves the power
+    other = baselines.reference_window_features(window[0], sfreq, config)[0]
+    assert other[4] < other[5]
+
+
+MECHANISM_CASES = [("gaussian_analytic", 1.0), ("gaussian_classic", 0.5), ("laplace_implemented", 1.0),
+                   ("laplace_formal", 2.0)]
+
+
+@pytest.mark.parametrize("name, epsilon", MECHANISM_CASES)
+def test_scalar_diffprivlib_loop_draws_the_project_noise_distribution(name, epsilon):
+    """Same calibration (scales equal) and same distribution (two-sample KS), and the test has power: the same
+    comparison rejects noise 25 % too wide. Seeds are fixed, so the verdicts are too."""
+    clip_norm, dim, delta, n = 2.0, 363, 1e-5, 20_000
+    mechanism = make_mechanism(name, epsilon, delta)
+    calibration = mechanism.calibrate(clip_norm, dim)
+    reference = baselines.diffprivlib_mechanism(name, epsilon, delta, clip_norm, dim, random_state=11)
+    scale = getattr(reference, "_scale", None) or reference.sensitivity / reference.epsilon
+    assert calibration.noise_scale == pytest.approx(scale, rel=1e-12)
+
+    values = np.random.default_rng(5).uniform(-0.2, 0.2, n)  # randomise(x) - x is the noise
+    theirs = baselines.scalar_release(values, reference) - values
+    ours = mechanism.sample(n, calibration, np.random.default_rng(3))
+    assert ks_2samp(ours, theirs).pvalue > 1e-3
+    assert ks_2samp(1.25 * ours, theirs).pvalue < 1e-6
+
+
+def _run(stage, start, end, pid=None, status="FINISHED", children=0):
+    return {"stage": stage, "start": start, "end": end, "status": status, "owner_pid": pid, "git_commit": "abc",
+            "children": children}
+
+
+def test_pipeline_runs_are_split_where_a_stage_comes_back():
+    old = [_run("features@x", 0, 10), _run("dp_release@x", 11, 20), _run("dp_release@x", 20, 30)]
+    new = [_run("features@x", 100, 101, pid="7"), _run("dp_release@x", 105, 110, pid="8", children=4),
+           _run("dp_release@x", 110, 112, pid="8", children=4), _run("table_attacks@x", 115, None, pid="9",
+                                                                      status="RUNNING")]
+    found = reproduce_times.batches(old + new)
+    assert [len(b) for b in found] == [4, 3]
+    latest = reproduce_times.breakdown(found[0])
+    assert [s["stage"] for s in latest["stages"]] == ["features@x", "dp_release@x", "table_attacks@x"]
+    assert latest["wall_s"] == 15 and not latest["complete"]
+    release = latest["stages"][1]
+    assert (release["parent_runs"], release["child_runs"], release["runs_s"], release["span_s"]) == (2, 8, 7, 7)
+    assert latest["stages"][2]["status"] == "RUNNING"
+    # The same stage run again by another process, or after an idle hour, is another pipeline run.
+    assert [len(b) for b in reproduce_times.batches([_run("a", 0, 5, pid="1"), _run("a", 6, 9, pid="2")])] == [1, 1]
+    assert [len(b) for b in reproduce_times.batches([_run("a", 0, 5), _run("b", 5000, 5001)])] == [1, 1]
+
+
+def test_stage_log_and_wall_record(tmp_path, monkeypatch, capsys):
+    """`eegprivacy` appends a line per command when $EEGPRIVACY_STAGE_LOG is set; `record` folds them in."""
+    from eegprivacy.cli import main
+
+    log = tmp_path / "stages.jsonl"
+    monkeypatch.setenv("EEGPRIVACY_STAGE_LOG", str(log))
+    assert main(["datasets", "--json"]) == 0
+    capsys.readouterr()
+    (line,) = log.read_text().splitlines()
+    entry = json.loads(line)
+    assert entry["command"] == "datasets" and entry["rc"] == 0 and entry["seconds"] >= 0
+    assert 0 < entry["peak_rss_mb"] < 8192
+    with log.open("a") as handle:
+        handle.write(json.dumps({"command": "dp-release", "dataset": "eegmat", "seconds": 12.5, "rc": 0,
+                                 "peak_rss_mb": 900.0, "peak_child_rss_mb": 0.0}) + "\n")
+    doc = reproduce_times.record(1000.0, 1100.0, 0, log, tmp_path / "wall.json")
+    assert json.loads((tmp_path / "wall.json").read_text()) == doc
+    assert doc["total_s"] == 100.0 and doc["rc"] == 0 and doc["max_stage_peak_rss_mb"] == 900.0
+    assert [s["stage"] for s in doc["stages"]] == ["datasets", "dp_release@eegmat"]
+    assert reproduce_times.stage_label("version", "eegmat") == "dataset_version@eegmat"
+
+
+def test_reading_the_mlflow_store_leaves_it_untouched(tmp_path):
+    """Real MLflow schema, read through a read-only snapshot: the store's bytes do not change."""
+    from eegprivacy.tracking.runs import required_tags, start_run, tracking_uri
+
+    for stage in ("features@synthetic_clinical", "dp_release@synthetic_clinical"):
+        tags = required_tags(study="a", stage=stage.split("@")[0], dataset="synthetic_clinical",
+                             dataset_version="0" * 64, synthetic=True, seed=0, dvc_stage=stage)
+        with start_run(study="a", tags=tags, run_name=stage) as parent:
+            with start_run(study="a", tags=tags, parent_run_id=parent.info.run_id):
+                pass
+    store = reproduce_times.store_path(tracking_uri())
+    before = store.read_bytes()
+    doc = reproduce_times.mlflow_breakdowns(1)
+    assert store.read_bytes() == before
+    (batch,) = doc["batches"]
+    assert [s["stage"] for s in batch["stages"]] == ["features@synthetic_clinical", "dp_release@synthetic_clinical"]
+    assert all(s["parent_runs"] == 1 and s["child_runs"] == 1 for s in batch["stages"]) and batch["complete"]
