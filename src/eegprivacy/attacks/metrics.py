@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 from sklearn.metrics import roc_auc_score, roc_curve
 
-__all__ = ["auroc", "roc", "tpr_at_fpr", "attack_summary", "DEFAULT_FPRS"]
+__all__ = ["auroc", "roc", "tpr_at_fpr", "attack_summary", "ovr_macro_auroc", "DEFAULT_FPRS"]
 
 DEFAULT_FPRS = (0.01, 0.001)
 
@@ -62,3 +62,20 @@ def attack_summary(y_true, scores, fprs=DEFAULT_FPRS) -> dict[str, float]:
     for f in fprs:
         out[f"tpr_at_fpr_{f:g}"] = tpr_at_fpr(y, s, f)
     return out
+
+
+def ovr_macro_auroc(y_true, proba, classes) -> float:
+    """Macro one-vs-rest AUROC for a multi-class attack (e.g. which client sent an update); chance is 0.5.
+
+    ``proba[:, k]`` scores ``classes[k]``. Each class present in ``y_true`` is scored against all others and the
+    AUROCs are averaged unweighted, so small clients count as much as large ones. A class absent from ``y_true``
+    has no AUROC and is left out; NaN when no class can be scored.
+    """
+    y = np.asarray(y_true).ravel()
+    p = np.asarray(proba, dtype=float)
+    classes = np.asarray(classes).ravel()
+    if p.ndim != 2 or p.shape != (y.size, classes.size):
+        raise ValueError(f"proba must be (n_samples, n_classes) = ({y.size}, {classes.size}), got {p.shape}")
+    per_class = [auroc(y == c, p[:, k]) for k, c in enumerate(classes) if (y == c).any()]
+    finite = [a for a in per_class if np.isfinite(a)]
+    return float(np.mean(finite)) if finite else float("nan")

@@ -7,6 +7,8 @@
 - :mod:`simulation` — ``run_fedavg``: Flower's simulation engine (``backend="flower"``) or the same apps
   driven in this process (``backend="inprocess"``, deterministic and fast).
 - :mod:`estimator` — ``FedAvgClassifier``, the scikit-learn face of it all.
+- :mod:`torch_task` — ``TorchTask``, a PyTorch model (study B) as a task; imported on first use, so study A's
+  stages do not pay for importing torch.
 """
 
 from eegprivacy.federated.client_app import make_client_app, partition_loader
@@ -37,4 +39,13 @@ __all__ = [
     "FederationLog",
     "RecordingGrid",
     "combine_moments",
+    "TorchTask",
 ]
+
+
+def __getattr__(name: str):
+    if name == "TorchTask":
+        from eegprivacy.federated.torch_task import TorchTask
+
+        return TorchTask
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
