@@ -9,7 +9,7 @@ from _fixtures_data import no_network  # noqa: F401  (fixture used by offline_mo
 from test_bnci_fixture import offline_moabb, write_bnci_fixture  # noqa: F401
 
 from eegprivacy.data import get_dataset
-from eegprivacy.evaluation.splits import SubjectMemberSplit, member_split
+from eegprivacy.federated.splits import SubjectMemberSplit, member_split
 from eegprivacy.signal.csp import ClientCSP, numerical_rank
 from eegprivacy.signal.epochs import (
     SYNTHETIC_MI_SHAPES,
