@@ -1,0 +1,341 @@
+"""Stage ``federated_mia`` (study B): per-subject FedAvg with per-step Laplace gradient DP, attacked per round.
+
+One invocation per dataset. Per cell (model, ε, seed): every subject is a client, its trials split 80/20 into
+members and non-members (``member_split``); each client fits its own CSP on its members only; FedAvg runs
+in-process through Flower's strategy code with ``clients_per_round`` clients sampled per round (seeded, so a
+cell is reproducible). After every round the global model is scored on every client's non-members (utility)
+and attacked: RLA, FLA, GLA as the paper ran it (real vs matched Gaussian updates) and GLA sound (same global
+model, member vs non-member batches of equal size, split by client); CLA once per cell on the updates of all
+rounds. ε is per mechanism application (one local step), not a cumulative guarantee.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import random
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from eegprivacy.attacks.membership import (
+    ClientLevelAttack,
+    FeatureLevelAttack,
+    GradientLevelAttack,
+    RecordLevelAttack,
+    SyntheticGradientAttack,
+)
+from eegprivacy.atomic import atomic_path
+from eegprivacy.attacks.metrics import auroc
+from eegprivacy.evaluation.metrics import classification_metrics, confusion_counts
+from eegprivacy.params import ParamsError, load_params
+from eegprivacy.tracking import required_tags
+from eegprivacy.tracking.sweep import SweepRunner, expand_grid
+
+NAME = "federated-mia"
+HELP = ("Study B: per-subject FedAvg (SimpleNet/EEGNet on per-client CSP) with per-step Laplace gradient DP, "
+        "record/feature/gradient/client-level membership attacks per round; one dataset per call.")
+
+STAGE = "federated_mia"
+UTILITY = ("accuracy", "precision", "recall", "f1", "auroc", "loss")
+ATTACK_KEEP = ("accuracy", "balanced_accuracy", "auroc", "tpr_at_fpr_0.01", "tpr_at_fpr_0.001")
+QUANTILES = np.linspace(0.0, 1.0, 21)
+NOTE = ("epsilon is per mechanism application (one local optimiser step on one batch gradient), not a "
+        "cumulative guarantee over steps, epochs or rounds")
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--dataset", default="eegmat", help="eegmat (real) or synthetic_mi (SYNTHETIC)")
+    parser.add_argument("--params", default="params/federated_mia.yaml")
+    parser.add_argument("--out", help="tidy rows (default metrics/federated_mia_<dataset>.csv)")
+    parser.add_argument("--cells", default="data/sweeps", help="resumable per-cell cache folder")
+    parser.add_argument("--no-progress", action="store_true")
+
+
+def validate(params: dict, source) -> None:
+    """Range checks the generic validator cannot express (ε = ∞ is allowed here: the no-DP baseline)."""
+    def bad(key, must):
+        raise ParamsError(f"{source}: federated_mia.{key} = {params.get(key)!r} is invalid; it must be {must}. "
+                          f"Fix it in {source} and run the stage again (nothing was computed or written)")
+    eps = params.get("epsilons")
+    if not isinstance(eps, list) or not eps or not all(isinstance(e, (int, float)) and e > 0 for e in eps):
+        bad("epsilons", "a non-empty list of ε > 0 (.inf for no DP)")
+    for key in ("num_rounds", "local_epochs", "clients_per_round", "batch_size", "seeds", "csp_components"):
+        if not isinstance(params.get(key), int) or params[key] < 1:
+            bad(key, "a whole number ≥ 1")
+    if not 0 < float(params.get("test_size", 0)) < 1:
+        bad("test_size", "a fraction in (0, 1)")
+    if not float(params.get("clip_norm", 0)) > 0 or not float(params.get("learning_rate", 0)) > 0:
+        bad("clip_norm/learning_rate", "positive")
+    if not set(params.get("models") or ["?"]) <= {"simplenet", "eegnet"}:
+        bad("models", "a non-empty subset of [simplenet, eegnet]")
+    if not set(params.get("attackers") or ["?"]) <= {"lr", "rf"}:
+        bad("attackers", "a non-empty subset of [lr, rf]")
+
+
+def load_trials(name: str, spec: dict):
+    """The dataset's trials under the paradigm the params name (eegmat: rest vs arithmetic; MI: left vs right)."""
+    from eegprivacy.data import get_dataset
+    from eegprivacy.signal.epochs import LeftRightImagery, RecordingLabelParadigm
+
+    dataset = get_dataset(name, **(spec.get("dataset") or {}))
+    common = {"epoch_s": float(spec.get("epoch_s", 4.0)), "resample": spec.get("resample", 128.0)}
+    if spec.get("paradigm", "recording_label") == "recording_label":
+        paradigm = RecordingLabelParadigm(balance=bool(spec.get("balance", False)), **common)
+    else:
+        paradigm = LeftRightImagery(**common)
+    return dataset, paradigm.get_data(dataset)
+
+
+class Federation:
+    """Per-client member/non-member data after each client's own CSP, for one model input type."""
+
+    def __init__(self, trials, member, output: str, n_components: int):
+        from eegprivacy.signal.csp import ClientCSP
+
+        subjects = trials.metadata["subject"].to_numpy()
+        self.clients = []  # (X_members, y_members, X_nonmembers, y_nonmembers); index = partition id
+        for subject in trials.subjects():  # the subject id never leaves this loop: clients are indices
+            rows = subjects == subject
+            mem, non = rows & member, rows & ~member
+            csp = ClientCSP(n_components=n_components, output=output).fit(trials.X[mem], trials.y[mem])
+            self.clients.append((csp.transform(trials.X[mem]), trials.y[mem],
+                                 csp.transform(trials.X[non]), trials.y[non]))
+        self.input_shape = self.clients[0][0].shape[1:]
+
+    def partitions(self):
+        return [(Xm.reshape(len(Xm), -1), ym) for Xm, ym, _, _ in self.clients]
+
+    def pooled(self, members: bool):
+        i = (0, 1) if members else (2, 3)
+        X = np.concatenate([c[i[0]] for c in self.clients])
+        y = np.concatenate([c[i[1]] for c in self.clients])
+        client = np.concatenate([np.full(len(c[i[1]]), k) for k, c in enumerate(self.clients)])
+        return X, y, client
+
+
+def sampling_strategy(per_round: int, seed: int):
+    """FedAvg sampling `per_round` clients per round; Flower samples with the global `random`, seeded here
+    from the cell seed (run_fedavg restores the caller's stream afterwards)."""
+    from flwr.serverapp.strategy import FedAvg
+
+    def factory(num_clients: int):
+        k = min(int(per_round), num_clients)
+        random.seed(int(seed))
+        return FedAvg(fraction_train=k / num_clients, fraction_evaluate=0.0, min_train_nodes=k,
+                      min_evaluate_nodes=0, min_available_nodes=num_clients)
+    return factory
+
+
+def _attack_rows(scores: dict, attack: str, attacker: str, rnd) -> list[dict]:
+    rows = []
+    for metric in ATTACK_KEEP:
+        if metric not in scores:
+            continue
+        chance = (scores["chance_accuracy"] if metric == "accuracy" else
+                  scores["chance_balanced_accuracy"] if metric == "balanced_accuracy" else
+                  0.5 if metric == "auroc" else float(metric.rsplit("_", 1)[1]))
+        rows.append({"metric": metric, "value": float(scores[metric]), "chance": chance, "attack": attack,
+                     "attacker": attacker, "round": rnd, "n": scores.get("n_test")})
+    return rows
+
+
+def utility_rows(task, weights, fed: Federation, rnd: int) -> list[dict]:
+    """Global model on every client's non-members: pooled metrics, client means, per-client accuracy."""
+    rows, per_client = [], []
+    for k, (_, _, Xn, yn) in enumerate(fed.clients):
+        proba = task.predict_proba(weights, Xn.reshape(len(Xn), -1))
+        loss = float(task.losses(weights, Xn.reshape(len(Xn), -1), yn).mean())
+        cm = classification_metrics(**confusion_counts(yn, proba.argmax(1)))
+        one = {"accuracy": cm["accuracy"], "precision": cm["precision"], "recall": cm["recall"], "f1": cm["f1"],
+               "auroc": auroc(yn, proba[:, 1]), "loss": loss}
+        per_client.append(one)
+        rows.append({"metric": "client_accuracy", "value": one["accuracy"], "client": k, "round": rnd,
+                     "chance": 0.5, "n": len(yn)})
+    for metric in UTILITY:
+        values = np.array([c[metric] for c in per_client], dtype=float)
+        rows.append({"metric": f"utility_{metric}", "value": float(np.nanmean(values)), "round": rnd,
+                     "chance": 0.5 if metric != "loss" else float("nan"), "n": len(values)})
+    return rows
+
+
+def federate(config: dict, seed: int, fed: Federation, params: dict):
+    """One seeded FedAvg run of the cell's model at its ε, keeping every round's client updates."""
+    import torch
+
+    from eegprivacy.federated import run_fedavg
+    from eegprivacy.federated.dp import LaplaceGradientDP
+    from eegprivacy.federated.torch_task import TorchTask
+
+    torch.set_num_threads(1)
+    eps = float(config["epsilon"])
+    dp = LaplaceGradientDP(float(params["clip_norm"]), eps) if math.isfinite(eps) else None
+    task = TorchTask(config["model"], fed.input_shape, learning_rate=float(params["learning_rate"]),
+                     batch_size=int(params["batch_size"]), dp=dp)
+    result = run_fedavg(task, fed.partitions(), int(params["num_rounds"]), int(params["local_epochs"]), seed,
+                        "inprocess", keep_updates=True,
+                        strategy_factory=sampling_strategy(params["clients_per_round"], seed))
+    return task, result
+
+
+def cell_rows(config: dict, seed: int, feds: dict, params: dict) -> list[dict]:
+    """Everything one (model, ε, seed) federation yields, as tidy rows."""
+    import torch
+
+    from eegprivacy.federated.task import derive_seed
+    from eegprivacy.models.gradients import per_sample_grad_norms, update_vector
+    from eegprivacy.signal.csp import MODEL_INPUT
+
+    fed = feds[MODEL_INPUT[config["model"]]]
+    task, result = federate(config, seed, fed, params)
+    dp = task.dp
+    epochs = int(params["local_epochs"])
+    Xm, ym, _ = fed.pooled(True)
+    Xn, yn, _ = fed.pooled(False)
+    flat = lambda X: X.reshape(len(X), -1)  # noqa: E731
+    attackers = list(params["attackers"])
+    n_trees = int(params["rf_estimators"])
+    half = float(params["attack_test_size"])
+    rounds = sorted(result.sent)
+    history = {h["round"]: h for h in result.history}
+    rows, cla_X, cla_y = [], [], []
+    ce = torch.nn.CrossEntropyLoss()
+    for i, rnd in enumerate(rounds):
+        after = result.sent[rounds[i + 1]] if i + 1 < len(rounds) else result.weights
+        before = result.sent[rnd]
+        rows += utility_rows(task, after, fed, rnd)
+        # Record level: [p0, p1, loss] of members vs non-members.
+        pm, pn = task.predict_proba(after, flat(Xm)), task.predict_proba(after, flat(Xn))
+        lm, ln = task.losses(after, flat(Xm), ym), task.losses(after, flat(Xn), yn)
+        rows += [{"metric": "train_loss", "value": float(lm.mean()), "round": rnd},
+                 {"metric": "test_loss", "value": float(ln.mean()), "round": rnd},
+                 {"metric": "loss_gap", "value": float(ln.mean() - lm.mean()), "round": rnd},
+                 {"metric": "client_train_loss", "round": rnd,  # FedAvg's weighted last-epoch loss (train mode)
+                  "value": float(history.get(rnd, {}).get("train_loss", float("nan")))}]
+        ym_i, yn_i = task._targets(ym).numpy(), task._targets(yn).numpy()
+        em, en = task.embed(after, flat(Xm)), task.embed(after, flat(Xn))
+        clients = sorted(result.updates[rnd])
+        updates = np.stack([update_vector(result.updates[rnd][c], before) for c in clients])
+        cla_X.append(updates)
+        cla_y.append(np.array(clients))
+        # Sound GLA: the same global model trained by the same local procedure on equally many member and
+        # non-member trials of each sampled client.
+        sound_m, sound_n = [], []
+        for c in clients:
+            Xcm, ycm, Xcn, ycn = fed.clients[c]
+            pick = np.random.default_rng(derive_seed(seed, c, rnd, 7)).choice(len(ycm), len(ycn), replace=False)
+            for X_, y_, out, tag in ((Xcm[pick], ycm[pick], sound_m, 1), (Xcn, ycn, sound_n, 2)):
+                w, _ = task.train(before, flat(X_), y_, epochs=epochs, seed=derive_seed(seed, c, rnd, tag))
+                out.append(update_vector(w, before))
+        for attacker in attackers:
+            kw = {"attacker": attacker, "n_estimators": n_trees, "random_state": derive_seed(seed, rnd, 11)}
+            rla = RecordLevelAttack(**kw)
+            rows += _attack_rows(rla.evaluate(*rla.attack_data(pm, ym_i, pn, yn_i, lm, ln), test_size=half),
+                                 "rla", attacker, rnd)
+            fla = FeatureLevelAttack(**kw)
+            rows += _attack_rows(fla.evaluate(*fla.attack_data(em, en), test_size=half), "fla", attacker, rnd)
+            gla = SyntheticGradientAttack(**kw)
+            rows += _attack_rows(gla.evaluate(*gla.attack_data(updates), test_size=half),
+                                 "gla_paper", attacker, rnd)
+            if len(clients) >= 2:
+                sound = GradientLevelAttack(**kw)
+                X_, y_ = sound.attack_data(np.stack(sound_m), np.stack(sound_n))
+                rows += _attack_rows(sound.evaluate(X_, y_, test_size=half, groups=np.concatenate([clients,
+                                                                                                     clients])),
+                                     "gla_sound", attacker, rnd)
+        # Per-sample gradient norms of the global model, members vs non-members.
+        net = task.model(after)
+        gm = per_sample_grad_norms(net, task._inputs(flat(Xm)), torch.from_numpy(ym_i), ce)
+        gn = per_sample_grad_norms(net, task._inputs(flat(Xn)), torch.from_numpy(yn_i), ce)
+        for who, g in (("member", gm), ("nonmember", gn)):
+            rows += [{"metric": f"grad_norm_{who}_mean", "value": float(g.mean()), "round": rnd},
+                     {"metric": f"grad_norm_{who}_median", "value": float(np.median(g)), "round": rnd}]
+            if i + 1 == len(rounds):
+                rows += [{"metric": f"grad_norm_{who}_q{int(round(q * 100)):03d}", "value": float(v),
+                          "round": rnd} for q, v in zip(QUANTILES, np.quantile(g, QUANTILES))]
+    # Client level: every round's updates, labelled by client; clients seen fewer than twice cannot be split.
+    X_all, y_all = np.concatenate(cla_X), np.concatenate(cla_y)
+    ids, counts = np.unique(y_all, return_counts=True)
+    keep = np.isin(y_all, ids[counts >= 2])
+    if np.unique(y_all[keep]).size >= 2:
+        for attacker in attackers:
+            cla = ClientLevelAttack(attacker=attacker, n_components=int(params["cla_components"]),
+                                    n_estimators=n_trees, random_state=derive_seed(seed, 13))
+            with warnings.catch_warnings():  # many clients, few updates each: sklearn's "regression?" hint
+                warnings.filterwarnings("ignore", message="The number of unique classes is greater than 50%")
+                scores = cla.evaluate(X_all[keep], y_all[keep], test_size=half)
+            rows += _attack_rows(scores, "cla", attacker, float("nan"))
+    rows.append({"metric": "noise_scale", "value": dp.noise_scale if dp else 0.0})
+    rows.append({"metric": "n_clients", "value": float(len(fed.clients))})
+    return rows
+
+
+def stage_code_hash() -> str:
+    """The sources a cell runs, so a cached cell is recomputed when any of them changes."""
+    import eegprivacy
+
+    package = Path(eegprivacy.__file__).parent
+    files = [*sorted((package / "federated").glob("*.py")), *sorted((package / "models").glob("*.py")),
+             package / "attacks" / "membership.py", package / "attacks" / "metrics.py",
+             package / "signal" / "csp.py", package / "signal" / "epochs.py", package / "evaluation" / "metrics.py",
+             Path(__file__)]
+    digest = hashlib.sha256()
+    for path in files:
+        digest.update(path.name.encode() + path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def run(args) -> int:
+    from eegprivacy.federated.splits import member_split
+    from eegprivacy.signal.csp import MODEL_INPUT
+
+    params = load_params(args.params, "federated_mia")
+    validate(params, args.params)
+    if args.dataset not in params["datasets"]:
+        raise ParamsError(f"{args.params}: federated_mia.datasets has no entry for {args.dataset!r}")
+    spec = params["datasets"][args.dataset]
+    dataset, trials = load_trials(args.dataset, spec)
+    version, synthetic = dataset.version(), bool(trials.synthetic)
+    member = member_split(trials.y, trials.metadata["subject"], float(params["test_size"]),
+                          int(params["split_seed"]))
+    feds = {out: Federation(trials, member, out, int(params["csp_components"]))
+            for out in sorted({MODEL_INPUT[m] for m in params["models"]})}
+    knobs = {k: params[k] for k in ("clip_norm", "test_size", "split_seed", "csp_components", "clients_per_round",
+                                    "num_rounds", "local_epochs", "learning_rate", "batch_size", "rf_estimators",
+                                    "attack_test_size", "cla_components")}
+    base = {"dataset_version": version, "code_hash": stage_code_hash(), "attackers": ",".join(params["attackers"]),
+            "paradigm": repr(sorted(spec.items())), **knobs}
+    label = "SYNTHETIC " if synthetic else ""
+    frames = []
+    for model in params["models"]:
+        for eps in [float(e) for e in params["epsilons"]]:
+            mechanism = "laplace_gradient" if math.isfinite(eps) else "none"
+            cells = expand_grid({"model": [model], "epsilon": [eps], "mechanism": [mechanism]},
+                                seeds=range(int(params["seeds"])), base=base)
+
+            def tags(seed, model=model, eps=eps, mechanism=mechanism):
+                return required_tags(study="b", stage=STAGE, dataset=args.dataset, dataset_version=version,
+                                     synthetic=synthetic, seed=seed, dvc_stage=f"{STAGE}@{args.dataset}",
+                                     model=model, epsilon="inf" if not math.isfinite(eps) else f"{eps:g}",
+                                     mechanism=mechanism, split="per_subject_80_20")
+
+            runner = SweepRunner(name=f"{STAGE}-{args.dataset}-{model}-eps{eps:g}", study="b",
+                                 dataset=args.dataset,
+                                 out_dir=Path(args.cells) / STAGE / args.dataset / f"{model}-eps{eps:g}",
+                                 parent_tags=tags(None), tags_fn=lambda cell, t=tags: t(cell.seed),
+                                 params={"federated_mia": {**knobs, "model": model, "epsilon": eps,
+                                                           "epsilon_scope": NOTE}, "synthetic": synthetic},
+                                 progress=not args.no_progress)
+            frame = runner.run(cells, lambda config, seed: cell_rows(config, seed, feds, params))
+            frame["synthetic"] = synthetic
+            frames.append(frame)
+            print(f"{label}{args.dataset}: {model} eps={eps:g} done")
+    tidy = pd.concat(frames, ignore_index=True)
+    out = Path(args.out or f"metrics/federated_mia_{args.dataset}.csv")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_path(out) as tmp:
+        tidy.to_csv(tmp, index=False)
+    print(f"{label}{args.dataset}: {len(tidy)} rows -> {out} ({NOTE})")
+    return 0

@@ -1,0 +1,129 @@
+"""Study B stages end to end on a tiny SYNTHETIC motor-imagery cohort (4 subjects, 2 rounds, 1 local epoch,
+SimpleNet, ε ∈ {∞, 1}): tidy rows for utility and all four attacks, MLflow parent/child runs with the required
+tags, the report's JSON/markdown/figures, and that the DP step really changes what clients send."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from argparse import Namespace
+from pathlib import Path
+
+import mlflow
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from eegprivacy.federated.splits import member_split  # noqa: E402
+from eegprivacy.models.gradients import update_vector  # noqa: E402
+from eegprivacy.params import ParamsError  # noqa: E402
+from eegprivacy.tracking import tracking_uri  # noqa: E402
+from experiments import federated_mia, federated_mia_report  # noqa: E402
+
+TINY = {"federated_mia": {
+    "datasets": {"synthetic_mi": {"paradigm": "left_right_imagery", "epoch_s": 2.0, "resample": 64.0,
+                                  "dataset": {"n_subjects": 4, "n_sessions": 1, "n_runs": 1,
+                                              "n_trials_per_class": 10, "seed": 0}}},
+    "models": ["simplenet"], "epsilons": [math.inf, 1.0], "clip_norm": 1.0, "seeds": 1, "test_size": 0.2,
+    "split_seed": 0, "csp_components": 4, "clients_per_round": 8, "num_rounds": 2, "local_epochs": 1,
+    "learning_rate": 0.001, "batch_size": 32, "attackers": ["lr", "rf"], "rf_estimators": 20,
+    "attack_test_size": 0.5, "cla_components": 16}}
+
+
+@pytest.fixture(scope="module")
+def tiny_params(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("fedmia") / "federated_mia.yaml"
+    path.write_text(yaml.safe_dump(TINY))
+    return path
+
+
+def test_federated_mia_stage_end_to_end(tmp_path, tiny_params):
+    out = tmp_path / "federated_mia_synthetic_mi.csv"
+    args = Namespace(dataset="synthetic_mi", params=str(tiny_params), out=str(out), cells=str(tmp_path / "cells"),
+                     no_progress=True)
+    assert federated_mia.run(args) == 0
+    rows = pd.read_csv(out)
+    assert set(rows["epsilon"]) == {math.inf, 1.0} and set(rows["model"]) == {"simplenet"}
+    assert set(rows["mechanism"]) == {"none", "laplace_gradient"} and rows["synthetic"].all()
+    attacks = rows.dropna(subset=["attack"])
+    assert set(attacks["attack"]) == {"rla", "fla", "gla_paper", "gla_sound", "cla"}
+    assert set(attacks["attacker"]) == {"lr", "rf"}
+    per_round = attacks[attacks["attack"] != "cla"]
+    assert set(per_round["round"]) == {1, 2}  # every per-round attack ran in both rounds
+    assert attacks["chance"].notna().all()
+    auc = attacks[attacks["metric"] == "auroc"]["value"]
+    assert auc.between(0, 1).all()
+    utility = rows[rows["metric"] == "utility_accuracy"]
+    assert len(utility) == 4 and utility["value"].between(0, 1).all()
+    assert len(rows[(rows["metric"] == "client_accuracy")]) == 2 * 2 * 4  # ε × rounds × clients
+    norms = rows[rows["metric"].str.startswith("grad_norm_member_q")]
+    assert len(norms) == 2 * 21 and (norms["value"] >= 0).all()
+    scale = rows[rows["metric"] == "noise_scale"].set_index("epsilon")["value"]
+    assert scale[math.inf] == 0.0 and scale[1.0] == pytest.approx(1.0)  # b = C/ε
+
+    client = mlflow.MlflowClient(tracking_uri())
+    runs = client.search_runs([client.get_experiment_by_name("study-b-federated-mia").experiment_id])
+    parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
+    assert len(parents) == 2 and len(children) == 2  # one parent per (model, ε), one child per seed
+    for run in runs:
+        tags = run.data.tags
+        for key in ("study", "stage", "dataset", "dataset_version", "synthetic", "seed", "git_commit",
+                    "dvc_stage", "model", "epsilon", "mechanism"):
+            assert key in tags, key
+        assert tags["synthetic"] == "true" and tags["study"] == "b" and tags["model"] == "simplenet"
+    assert {r.data.tags["epsilon"] for r in children} == {"inf", "1"}
+    assert {r.data.tags["mechanism"] for r in children} == {"none", "laplace_gradient"}
+    assert all(r.data.metrics for r in children)
+
+    report = Namespace(inputs=[str(out)], json=str(tmp_path / "federated_mia.json"),
+                       summary=str(tmp_path / "federated_mia.csv"), tables=str(tmp_path / "tables.md"),
+                       figures=str(tmp_path / "figures"))
+    assert federated_mia_report.run(report) == 0
+    headline = json.loads(Path(report.json).read_text())
+    assert "not a cumulative guarantee" in headline["epsilon_scope"]
+    for attack in ("rla", "fla", "gla_paper", "gla_sound", "cla"):
+        entry = headline[f"synthetic_mi/simplenet/eps_1/{attack}/lr/auroc"]
+        assert entry["chance"] == 0.5 and entry["synthetic"] is True and entry["mean"] is not None
+    assert 0 <= headline["synthetic_mi/simplenet/eps_inf/utility/accuracy"]["mean"] <= 1
+    tables = Path(report.tables).read_text()
+    assert "SYNTHETIC synthetic_mi" in tables and "FL-SimpleNet" in tables and "DP-FL-SimpleNet" in tables
+    assert "| chance |" in tables and "not a cumulative guarantee" in tables
+    for name in ("rla_rounds", "grad_norms", "client_accuracy", "loss_gap"):
+        assert (tmp_path / "figures" / f"federated_mia_{name}.png").stat().st_size > 0
+
+    # Resume: a second run reads every cell from disk and gives the same rows.
+    assert federated_mia.run(args) == 0
+    pd.testing.assert_frame_equal(pd.read_csv(out), rows)
+
+
+def test_dp_at_epsilon_one_changes_the_updates(tiny_params):
+    params = yaml.safe_load(tiny_params.read_text())["federated_mia"]
+    dataset, trials = federated_mia.load_trials("synthetic_mi", params["datasets"]["synthetic_mi"])
+    assert trials.synthetic
+    member = member_split(trials.y, trials.metadata["subject"], params["test_size"], params["split_seed"])
+    fed = federated_mia.Federation(trials, member, "logvar", params["csp_components"])
+    updates = {}
+    for eps in (math.inf, 1.0):
+        _, result = federated_mia.federate({"model": "simplenet", "epsilon": eps}, 0, fed, params)
+        updates[eps] = np.stack([update_vector(result.updates[1][c], result.sent[1]) for c in sorted(result.updates[1])])
+    assert updates[math.inf].shape == updates[1.0].shape
+    # Same seed, same initial weights and batches: only the clip + Laplace(0, C/ε) step differs.
+    assert not np.allclose(updates[math.inf], updates[1.0])
+    again = federated_mia.federate({"model": "simplenet", "epsilon": 1.0}, 0, fed, params)[1]
+    np.testing.assert_array_equal(update_vector(again.updates[1][0], again.sent[1]), updates[1.0][0])
+
+
+def test_bad_epsilon_is_a_params_error(tmp_path):
+    bad = {"federated_mia": {**TINY["federated_mia"], "epsilons": [0]}}
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(bad))
+    with pytest.raises(ParamsError, match="epsilons"):
+        federated_mia.run(Namespace(dataset="synthetic_mi", params=str(path), out=str(tmp_path / "x.csv"),
+                                    cells=str(tmp_path / "cells"), no_progress=True))
+    assert not (tmp_path / "x.csv").exists()
