@@ -180,6 +180,32 @@ def federate(config: dict, seed: int, fed: Federation, params: dict):
     return task, result
 
 
+def untrained_control_rows(task, initial, Xm, ym, Xn, yn, params: dict, seed: int) -> list[dict]:
+    """Negative control (round 0): the record- and feature-level attacks on the untrained initial model, which
+    has seen no trial. Each client's CSP and its scaling are fitted on its members only, so members and
+    non-members can differ before any training; whatever these attacks find above chance comes from that
+    pipeline, not from the federated model, and the trained-model scores should be read against it."""
+    from eegprivacy.federated.task import derive_seed
+
+    flat = lambda X: X.reshape(len(X), -1)  # noqa: E731
+    ym_i, yn_i = task._targets(ym).numpy(), task._targets(yn).numpy()
+    pm, pn = task.predict_proba(initial, flat(Xm)), task.predict_proba(initial, flat(Xn))
+    lm, ln = task.losses(initial, flat(Xm), ym), task.losses(initial, flat(Xn), yn)
+    em, en = task.embed(initial, flat(Xm)), task.embed(initial, flat(Xn))
+    half = float(params["attack_test_size"])
+    rows = []
+    for attacker in params["attackers"]:
+        kw = {"attacker": attacker, "n_estimators": int(params["rf_estimators"]),
+              "random_state": derive_seed(seed, 0, 11)}
+        rla = RecordLevelAttack(**kw)
+        rows += _attack_rows(rla.evaluate(*rla.attack_data(pm, ym_i, pn, yn_i, lm, ln), test_size=half),
+                             "rla_untrained_control", attacker, 0)
+        fla = FeatureLevelAttack(**kw)
+        rows += _attack_rows(fla.evaluate(*fla.attack_data(em, en), test_size=half), "fla_untrained_control",
+                             attacker, 0)
+    return rows
+
+
 def cell_rows(config: dict, seed: int, feds: dict, params: dict) -> list[dict]:
     """Everything one (model, ε, seed) federation yields, as tidy rows."""
     import torch
@@ -202,6 +228,7 @@ def cell_rows(config: dict, seed: int, feds: dict, params: dict) -> list[dict]:
     history = {h["round"]: h for h in result.history}
     rows, cla_X, cla_y = [], [], []
     ce = torch.nn.CrossEntropyLoss()
+    rows += untrained_control_rows(task, result.sent[rounds[0]], Xm, ym, Xn, yn, params, seed)
     for i, rnd in enumerate(rounds):
         after = result.sent[rounds[i + 1]] if i + 1 < len(rounds) else result.weights
         before = result.sent[rnd]

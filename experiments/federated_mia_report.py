@@ -26,7 +26,7 @@ HELP = "Study B: headline JSON, Tables 4-9-shaped markdown and figures from fede
 
 NOTE = ("ε is per mechanism application (one local optimiser step on one batch gradient), not a cumulative "
         "guarantee over steps, epochs or rounds.")
-ATTACKS = ("rla", "fla", "gla_paper", "gla_sound", "cla")
+ATTACKS = ("rla", "fla", "gla_paper", "gla_sound", "cla", "rla_untrained_control", "fla_untrained_control")
 KEYS = ["dataset", "synthetic", "model", "epsilon", "attack", "attacker", "metric"]
 
 
@@ -140,6 +140,17 @@ def tables_md(summary: pd.DataFrame, regressions: dict) -> str:
             lines.append("| chance | | " + " | ".join(_chance(part, dataset, metric, attack) for attack, metric in spec)
                          + " |")
             lines.append("")
+            control = [("rla_untrained_control", "auroc"), ("fla_untrained_control", "auroc")]
+            if (part["attack"] == control[0][0]).any():
+                lines += [f"Negative control, {attacker.upper()} attacker: RLA and FLA on the untrained initial "
+                          "model (it has seen no trial; anything above chance comes from each client's "
+                          "member-fitted CSP, not from training).", "",
+                          "| Methods | ε | RLA AUROC (untrained) | FLA AUROC (untrained) |", "| --- | --- | --- | --- |"]
+                for m, e in order:
+                    cells = [_cell(part, dataset, m, e, metric, attack, attacker) for attack, metric in control]
+                    lines.append(f"| {_methods(m, e)} | {'–' if not math.isfinite(e) else f'{e:g}'} | "
+                                 + " | ".join(cells) + " |")
+                lines.append("")
         for attacker, metric in REGRESSIONS:
             reg = regressions.get(f"{dataset}/rla_{metric}_{attacker}")
             what = f"RLA {metric} ({attacker.upper()} attacker)"

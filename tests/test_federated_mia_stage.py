@@ -51,9 +51,12 @@ def test_federated_mia_stage_end_to_end(tmp_path, tiny_params):
     assert set(rows["epsilon"]) == {math.inf, 1.0} and set(rows["model"]) == {"simplenet"}
     assert set(rows["mechanism"]) == {"none", "laplace_gradient"} and rows["synthetic"].all()
     attacks = rows.dropna(subset=["attack"])
-    assert set(attacks["attack"]) == {"rla", "fla", "gla_paper", "gla_sound", "cla"}
+    assert set(attacks["attack"]) == {"rla", "fla", "gla_paper", "gla_sound", "cla", "rla_untrained_control",
+                                      "fla_untrained_control"}
+    controls = attacks[attacks["attack"].str.endswith("_untrained_control")]
+    assert (controls["round"] == 0).all() and controls["value"].notna().any()  # scored on the untrained model
     assert set(attacks["attacker"]) == {"lr", "rf"}
-    per_round = attacks[attacks["attack"] != "cla"]
+    per_round = attacks[(attacks["attack"] != "cla") & ~attacks["attack"].str.endswith("_untrained_control")]
     assert set(per_round["round"]) == {1, 2}  # every per-round attack ran in both rounds
     assert attacks["chance"].notna().all()
     auc = attacks[attacks["metric"] == "auroc"]["value"]
