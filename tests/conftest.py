@@ -92,3 +92,14 @@ def small_pipeline(synthetic_features_dir, tmp_path_factory):
         return runs[name]
 
     return run
+
+
+@pytest.fixture
+def torch_one_thread():
+    """torch limited to one intra-op thread for the test, restored after (torch imported only where used)."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

@@ -10,12 +10,8 @@ from eegprivacy.models.eegnet import EEGNet
 from eegprivacy.models.simplenet import SimpleNet
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+# One torch thread: the 2-core CI box runs these faster without intra-op threading.
+pytestmark = pytest.mark.usefixtures("torch_one_thread")
 
 
 def _same(a: torch.nn.Module, b: torch.nn.Module) -> bool:
