@@ -55,6 +55,26 @@ def test_short_codes_can_be_matched_as_whole_words_only(tmp_path):
     assert len(scan_for_identifiers([tmp_path], codes)) == 6  # as substrings every file matches, fonts.log thrice
 
 
+def test_short_codes_in_a_sqlite_store_are_judged_by_its_values_not_by_chance_bytes(tmp_path):
+    db = tmp_path / "store.db"
+    connection = sqlite3.connect(db)
+    connection.execute("create table metrics (key text, value integer)")
+    # an integer whose 8 big-endian bytes spell \x0e s04 \x00: raw bytes show a whole-word "s04" (as a real
+    # MLflow store once did, in a cell-pointer array), yet no value holds the code
+    coincidence = int.from_bytes(b"\x00\x0es04\x00\x01\x02", "big")
+    connection.execute("insert into metrics values ('loss', ?)", (coincidence,))
+    connection.commit()
+    assert b"\x0es04\x00" in db.read_bytes()
+    assert scan_for_identifiers([db], {"code": ["s04"]}, whole_words=["code"]) == []
+    assert len(scan_for_identifiers([db], {"code": ["s04"]})) == 1  # as a plain substring the bytes still count
+
+    connection.execute("insert into metrics values ('s04', 1)")  # the code as a value of its own is a leak
+    connection.commit()
+    connection.close()
+    hits = scan_for_identifiers([db], {"code": ["s04", "s05"]}, whole_words=["code"])
+    assert [(h.part, h.index) for h in hits] == [("sqlite value", 0)]
+
+
 def test_scanner_reads_the_sqlite_write_ahead_log_of_a_store_named_directly(tmp_path):
     db = tmp_path / "store.db"
     connection = sqlite3.connect(db)

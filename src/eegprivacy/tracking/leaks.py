@@ -7,7 +7,12 @@ bytes (sqlite stores text as plain UTF-8), with two exceptions where raw bytes w
 - PNG: the image data is deflate-compressed, so raw bytes can neither show text nor be trusted not to contain a
   short identifier by chance; the text chunks (``tEXt``, ``zTXt``, ``iTXt``), where a title or a metadata value
   would sit, are decoded and searched instead. Text drawn into the pixels cannot be found this way.
-- sqlite: a store named directly brings its ``-wal``, ``-shm`` and ``-journal`` companions with it.
+- sqlite: a store named directly brings its ``-wal``, ``-shm`` and ``-journal`` companions with it. Strings
+  that match only as whole words (short subject codes) are looked for in the store's live text and blob values,
+  read through sqlite itself (which sees the write-ahead log), not in its raw pages: a b-tree page is binary, so
+  three bytes such as ``s04`` turn up in a cell-pointer array by chance (seen in a 2 MB MLflow store), while a
+  real short value sits flush against its neighbouring columns, where no word boundary is left to find. Longer
+  strings (pseudonyms, keys) are still searched in the raw bytes too, free pages and companions included.
 
 Other compressed containers (parquet pages, zip, gzip, pickles of compressed arrays) are searched as raw bytes
 only, so what they compress is not seen: keep identifiers out of them by construction.
@@ -19,6 +24,7 @@ report (or a failing test) does not become the leak.
 from __future__ import annotations
 
 import mmap
+import sqlite3
 import struct
 import zlib
 from collections.abc import Iterable, Mapping
@@ -28,6 +34,7 @@ from pathlib import Path
 __all__ = ["Hit", "scan_for_identifiers", "files_under"]
 
 _PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+_SQLITE_SIGNATURE = b"SQLite format 3\x00"
 _SQLITE_COMPANIONS = ("-wal", "-shm", "-journal")
 
 
@@ -123,6 +130,48 @@ def _find(blob, needle: bytes, whole_word: bool) -> int:
     return offset
 
 
+def _is_sqlite(path: Path) -> bool:
+    try:
+        with open(path, "rb") as handle:
+            return handle.read(len(_SQLITE_SIGNATURE)) == _SQLITE_SIGNATURE
+    except OSError:
+        return False
+
+
+def _is_sqlite_companion(path: Path) -> bool:
+    return any(path.name.endswith(suffix) and _is_sqlite(path.with_name(path.name[:-len(suffix)]))
+               for suffix in _SQLITE_COMPANIONS)
+
+
+def _sqlite_values(path: Path):
+    """Every text and blob value of every table of the store, read-only, one at a time."""
+    connection = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+    try:
+        tables = [row[0] for row in connection.execute("select name from sqlite_master where type = 'table'")]
+        for table in tables:
+            quoted = table.replace('"', '""')
+            for row in connection.execute(f'select * from "{quoted}"'):
+                for value in row:
+                    if isinstance(value, str):
+                        yield value.encode("utf-8", "surrogateescape")
+                    elif isinstance(value, bytes):
+                        yield value
+    finally:
+        connection.close()
+
+
+def _search_sqlite_values(path: Path, needles, shown: str) -> list[Hit]:
+    """Whole-word needles in the live values of a store; the offset is the value's position in the scan."""
+    hits, pending = [], list(needles)
+    for position, value in enumerate(_sqlite_values(path)):
+        found = [n for n in pending if _find(value, n[2], n[3]) >= 0]
+        hits += [Hit(path, kind, index, position, "sqlite value", shown) for kind, index, _, _ in found]
+        pending = [n for n in pending if n not in found]
+        if not pending:
+            break
+    return hits
+
+
 def _search(blob, needles, path: Path, part: str, shown: str) -> list[Hit]:
     hits = []
     for kind, index, needle, whole_word in needles:
@@ -171,6 +220,12 @@ def scan_for_identifiers(paths: Iterable[str | Path], forbidden: Mapping[str, It
                 handle.seek(0)
                 hits += _search(_png_text(handle.read()), needles, path, "png text", where)
                 continue
+            raw_needles = needles
+            if _is_sqlite(path) or _is_sqlite_companion(path):
+                raw_needles = [n for n in needles if not n[3]]
+                word_needles = [n for n in needles if n[3]]
+                if word_needles and _is_sqlite(path):
+                    hits += _search_sqlite_values(path, word_needles, where)
             with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as blob:
-                hits += _search(blob, needles, path, "bytes", where)
+                hits += _search(blob, raw_needles, path, "bytes", where)
     return hits
