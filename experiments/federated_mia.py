@@ -1,7 +1,7 @@
 """Stage ``federated_mia`` (study B): per-subject FedAvg with per-step Laplace gradient DP, attacked per round.
 
 One invocation per dataset. Per cell (model, ε, seed): every subject is a client, its trials split 80/20 into
-members and non-members (``member_split``); each client fits its own CSP on its members only; FedAvg runs
+members and non-members (``member_split``, a new split per seed); each client fits its own CSP on its members only; FedAvg runs
 in-process through Flower's strategy code with ``clients_per_round`` clients sampled per round (seeded, so a
 cell is reproducible). After every round the global model is scored on every client's non-members (utility)
 and attacked: RLA, FLA, GLA as the paper ran it (real vs matched Gaussian updates) and GLA sound (same global
@@ -11,8 +11,10 @@ rounds. ε is per mechanism application (one local step), not a cumulative guara
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
+import os
 import random
 import warnings
 from pathlib import Path
@@ -32,7 +34,7 @@ from eegprivacy.attacks.metrics import auroc
 from eegprivacy.evaluation.metrics import classification_metrics, confusion_counts
 from eegprivacy.params import ParamsError, load_params
 from eegprivacy.tracking import required_tags
-from eegprivacy.tracking.sweep import SweepRunner, expand_grid
+from eegprivacy.tracking.sweep import PrefetchedCells, SweepRunner, expand_grid
 
 NAME = "federated-mia"
 HELP = ("Study B: per-subject FedAvg (SimpleNet/EEGNet on per-client CSP) with per-step Laplace gradient DP, "
@@ -52,6 +54,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--out", help="tidy rows (default metrics/federated_mia_<dataset>.csv)")
     parser.add_argument("--cells", default="data/sweeps", help="resumable per-cell cache folder")
     parser.add_argument("--no-progress", action="store_true")
+    parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1),
+                        help="worker processes computing cells ahead (default: min(2, CPUs)); the numbers do not "
+                             "depend on it: each cell is a pure function of its config and seed")
 
 
 def validate(params: dict, source) -> None:
@@ -206,7 +211,17 @@ def untrained_control_rows(task, initial, Xm, ym, Xn, yn, params: dict, seed: in
     return rows
 
 
-def cell_rows(config: dict, seed: int, feds: dict, params: dict) -> list[dict]:
+def seed_split(trials, params: dict, seed: int) -> np.ndarray:
+    """The member mask of one seed. Each seed draws its own 80/20 split per subject (from ``split_seed`` and the
+    seed), so the spread across seeds covers the split as well as initialisation, client sampling and noise."""
+    from eegprivacy.federated.splits import member_split
+    from eegprivacy.federated.task import derive_seed
+
+    return member_split(trials.y, trials.metadata["subject"], float(params["test_size"]),
+                        derive_seed(int(params["split_seed"]), int(seed), 17))
+
+
+def cell_rows(config: dict, seed: int, trials, params: dict) -> list[dict]:
     """Everything one (model, ε, seed) federation yields, as tidy rows."""
     import torch
 
@@ -214,7 +229,8 @@ def cell_rows(config: dict, seed: int, feds: dict, params: dict) -> list[dict]:
     from eegprivacy.models.gradients import per_sample_grad_norms, update_vector
     from eegprivacy.signal.csp import MODEL_INPUT
 
-    fed = feds[MODEL_INPUT[config["model"]]]
+    fed = Federation(trials, seed_split(trials, params, seed), MODEL_INPUT[config["model"]],
+                     int(params["csp_components"]))
     task, result = federate(config, seed, fed, params)
     dp = task.dp
     epochs = int(params["local_epochs"])
@@ -315,9 +331,6 @@ def stage_code_hash() -> str:
 
 
 def run(args) -> int:
-    from eegprivacy.federated.splits import member_split
-    from eegprivacy.signal.csp import MODEL_INPUT
-
     params = load_params(args.params, "federated_mia")
     validate(params, args.params)
     if args.dataset not in params["datasets"]:
@@ -325,17 +338,13 @@ def run(args) -> int:
     spec = params["datasets"][args.dataset]
     dataset, trials = load_trials(args.dataset, spec)
     version, synthetic = dataset.version(), bool(trials.synthetic)
-    member = member_split(trials.y, trials.metadata["subject"], float(params["test_size"]),
-                          int(params["split_seed"]))
-    feds = {out: Federation(trials, member, out, int(params["csp_components"]))
-            for out in sorted({MODEL_INPUT[m] for m in params["models"]})}
     knobs = {k: params[k] for k in ("clip_norm", "test_size", "split_seed", "csp_components", "clients_per_round",
                                     "num_rounds", "local_epochs", "learning_rate", "batch_size", "rf_estimators",
                                     "attack_test_size", "cla_components")}
     base = {"dataset_version": version, "code_hash": stage_code_hash(), "attackers": ",".join(params["attackers"]),
             "paradigm": repr(sorted(spec.items())), **knobs}
     label = "SYNTHETIC " if synthetic else ""
-    frames = []
+    plan = []  # (model, ε, runner, cells), in the order they run
     for model in params["models"]:
         for eps in [float(e) for e in params["epsilons"]]:
             mechanism = "laplace_gradient" if math.isfinite(eps) else "none"
@@ -355,10 +364,15 @@ def run(args) -> int:
                                  params={"federated_mia": {**knobs, "model": model, "epsilon": eps,
                                                            "epsilon_scope": NOTE}, "synthetic": synthetic},
                                  progress=not args.no_progress)
-            frame = runner.run(cells, lambda config, seed: cell_rows(config, seed, feds, params))
-            frame["synthetic"] = synthetic
-            frames.append(frame)
-            print(f"{label}{args.dataset}: {model} eps={eps:g} done")
+            plan.append((model, eps, runner, cells))
+    jobs = [(cell.config, cell.seed) for _, _, runner, cells in plan for cell in runner.pending(cells)]
+    compute = PrefetchedCells(functools.partial(cell_rows, trials=trials, params=params), jobs, n_jobs=args.jobs)
+    frames = []
+    for model, eps, runner, cells in plan:
+        frame = runner.run(cells, compute)
+        frame["synthetic"] = synthetic
+        frames.append(frame)
+        print(f"{label}{args.dataset}: {model} eps={eps:g} done")
     tidy = pd.concat(frames, ignore_index=True)
     out = Path(args.out or f"metrics/federated_mia_{args.dataset}.csv")
     out.parent.mkdir(parents=True, exist_ok=True)

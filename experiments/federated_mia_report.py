@@ -1,8 +1,10 @@
 """Stage ``federated_mia_report`` (study B): the per-dataset rows of ``federated-mia`` turned into the headline
 JSON, an across-rounds summary table, tables in the shape of the paper's Tables 4-9 and the figures.
 
-Every score is mean ± std across federated rounds (std describes how a score moves over training, not
-uncertainty); with several seeds both are averaged over seeds. Chance levels stand beside every attack score.
+Two spreads, named apart. ``std`` (the paper's ±) is the standard deviation across federated rounds of one run,
+averaged over seeds: how a score moves during training, not uncertainty. ``ci_low``/``ci_high`` is the 95 %
+Student-t interval across seeds (split, initialisation, client sampling and DP noise all change with the seed) of
+each seed's mean over rounds: the uncertainty of the number. Chance levels stand beside every attack score.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import pandas as pd  # noqa: E402
 
 from eegprivacy.atomic import atomic_path, write_text_atomic  # noqa: E402
 from eegprivacy.attacks.membership import loss_gap_regression  # noqa: E402
+from eegprivacy.evaluation.intervals import mean_ci  # noqa: E402
 
 NAME = "federated-mia-report"
 HELP = "Study B: headline JSON, Tables 4-9-shaped markdown and figures from federated-mia's per-dataset rows."
@@ -40,16 +43,21 @@ def add_arguments(parser) -> None:
 
 
 def across_rounds(tidy: pd.DataFrame) -> pd.DataFrame:
-    """Mean and std (ddof 1) over rounds per seed, then averaged over seeds; chance beside."""
+    """Per seed: mean and std (ddof 1) over rounds. Across seeds: the mean, the round-std averaged, and the 95 %
+    t-interval of the per-seed means (nan with one seed); chance beside."""
     frame = tidy.copy()
     for column in ("attack", "attacker"):
         frame[column] = frame[column].fillna("")
     per_seed = frame.groupby([*KEYS, "seed"], dropna=False).agg(
         mean=("value", "mean"), std=("value", lambda v: v.std(ddof=1) if v.notna().sum() > 1 else np.nan),
         n_rounds=("value", "count"), chance=("chance", "first")).reset_index()
-    return per_seed.groupby(KEYS, dropna=False).agg(
+    out = per_seed.groupby(KEYS, dropna=False).agg(
         mean=("mean", "mean"), std=("std", "mean"), n_rounds=("n_rounds", "mean"), chance=("chance", "first"),
         n_seeds=("seed", "nunique")).reset_index()
+    intervals = per_seed.groupby(KEYS, dropna=False)["mean"].apply(
+        lambda v: mean_ci(v.dropna())[1:] if v.notna().any() else (np.nan, np.nan))
+    bounds = pd.DataFrame(intervals.tolist(), index=intervals.index, columns=["ci_low", "ci_high"]).reset_index()
+    return out.merge(bounds, on=KEYS, how="left")
 
 
 def _eps(e: float) -> str:
@@ -68,8 +76,10 @@ def headline(summary: pd.DataFrame, regressions: dict) -> dict:
         key = "/".join([r["dataset"], r["model"], f"eps_{_eps(r['epsilon'])}",
                         *([r["attack"], r["attacker"]] if r["attack"] else ["utility"]),
                         r["metric"].removeprefix("utility_")])
-        out[key] = {"mean": _clean(float(r["mean"])), "std": _clean(float(r["std"])),
-                    "chance": _clean(float(r["chance"])), "synthetic": bool(r["synthetic"])}
+        out[key] = {"mean": _clean(float(r["mean"])), "std_across_rounds": _clean(float(r["std"])),
+                    "ci95_across_seeds": [_clean(float(r["ci_low"])), _clean(float(r["ci_high"]))],
+                    "n_seeds": int(r["n_seeds"]), "chance": _clean(float(r["chance"])),
+                    "synthetic": bool(r["synthetic"])}
     return out
 
 
@@ -80,8 +90,11 @@ def _cell(summary, dataset, model, eps, metric, attack="", attacker="", pct=True
     if hit.empty or not np.isfinite(hit["mean"].iloc[0]):
         return "–"
     m, s = float(hit["mean"].iloc[0]), float(hit["std"].iloc[0])
+    lo, hi = float(hit["ci_low"].iloc[0]), float(hit["ci_high"].iloc[0])
     k = 100.0 if pct else 1.0
-    return f"{k * m:.1f} ± {k * s:.1f}" if np.isfinite(s) else f"{k * m:.1f}"
+    digits = 1 if pct else 2
+    text = f"{k * m:.{digits}f} ± {k * s:.{digits}f}" if np.isfinite(s) else f"{k * m:.{digits}f}"
+    return text + (f" [{k * lo:.{digits}f}, {k * hi:.{digits}f}]" if np.isfinite(lo) else "")
 
 
 def _chance(summary, dataset, metric, attack) -> str:
@@ -97,7 +110,9 @@ def _methods(model: str, eps: float) -> str:
 
 def tables_md(summary: pd.DataFrame, regressions: dict) -> str:
     lines = ["# Study B: federated membership inference — tables", "",
-             f"Mean ± std across federated rounds, in %. {NOTE} Chance levels in the last row of each attack table "
+             "Each cell: mean ± std across federated rounds (the paper's ±: how a score moves during one run, "
+             "averaged over seeds) [95 % t-interval across seeds of each seed's mean over rounds: the uncertainty]. "
+             f"Scores in %, losses as they are. {NOTE} Chance levels in the last row of each attack table "
              "(accuracy chance is the majority share of the attacker-test half: members are 80 % of the trials, "
              "so RLA/FLA accuracy near 80 % is no leakage; read AUROC and TPR at low FPR).", "",
              "GLA (paper) classifies real client updates against Gaussian vectors matched to their mean and "

@@ -45,7 +45,7 @@ def tiny_params(tmp_path_factory) -> Path:
 def test_federated_mia_stage_end_to_end(tmp_path, tiny_params):
     out = tmp_path / "federated_mia_synthetic_mi.csv"
     args = Namespace(dataset="synthetic_mi", params=str(tiny_params), out=str(out), cells=str(tmp_path / "cells"),
-                     no_progress=True)
+                     no_progress=True, jobs=2)  # two worker processes: the stage's default on 2 cores
     assert federated_mia.run(args) == 0
     rows = pd.read_csv(out)
     assert set(rows["epsilon"]) == {math.inf, 1.0} and set(rows["model"]) == {"simplenet"}
@@ -130,3 +130,15 @@ def test_bad_epsilon_is_a_params_error(tmp_path):
         federated_mia.run(Namespace(dataset="synthetic_mi", params=str(path), out=str(tmp_path / "x.csv"),
                                     cells=str(tmp_path / "cells"), no_progress=True))
     assert not (tmp_path / "x.csv").exists()
+
+
+def test_each_seed_draws_its_own_member_split(tiny_params):
+    params = yaml.safe_load(tiny_params.read_text())["federated_mia"]
+    _, trials = federated_mia.load_trials("synthetic_mi", params["datasets"]["synthetic_mi"])
+    splits = [federated_mia.seed_split(trials, params, seed) for seed in (0, 1)]
+    assert not np.array_equal(*splits)
+    np.testing.assert_array_equal(splits[0], federated_mia.seed_split(trials, params, 0))  # reproducible
+    subjects = trials.metadata["subject"].to_numpy()
+    for mask in splits:  # still 80/20 within every subject
+        share = pd.Series(mask).groupby(subjects).mean()
+        assert share.between(0.7, 0.9).all()

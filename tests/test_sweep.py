@@ -79,3 +79,32 @@ def test_resume_after_a_crash_runs_only_missing_cells(tmp_path):
     finished = pd.read_csv(runner.cell_path(cells[0]))
     assert finished["seed"].tolist() == [cells[0].seed]
     assert not math.isnan(tidy["value"].sum())
+
+
+def _noisy_cell(config, seed):
+    """Module-level (picklable) so worker processes can run it; a pure function of (config, seed)."""
+    import numpy as np
+
+    rng = np.random.default_rng([int(seed), int(config["epsilon"])])
+    return [{"metric": "score", "value": float(rng.normal()), "chance": 0.5}]
+
+
+def test_prefetched_cells_in_two_processes_give_the_serial_tables(tmp_path):
+    from eegprivacy.tracking.sweep import PrefetchedCells
+
+    cells = expand_grid({"epsilon": [1, 10]}, seeds=[0, 1, 2])
+    serial = _runner(tmp_path / "serial").run(cells, _noisy_cell)
+    runner = _runner(tmp_path / "parallel")
+    (runner.out_dir).mkdir(parents=True)
+    runner.run(cells[:2], _noisy_cell)  # two cells already on disk: only the rest is prefetched
+    pending = runner.pending(cells)
+    assert [c.key for c in pending] == [c.key for c in cells[2:]]
+    compute = PrefetchedCells(_noisy_cell, [(c.config, c.seed) for c in pending], n_jobs=2)
+    parallel = runner.run(cells, compute)
+    assert compute.remaining() == 0
+    pd.testing.assert_frame_equal(serial, parallel)
+
+    # asking out of order is an error, not a silent mix-up of two cells' rows
+    shuffled = PrefetchedCells(_noisy_cell, [(c.config, c.seed) for c in cells], n_jobs=1)
+    with pytest.raises(RuntimeError, match="order"):
+        shuffled(cells[1].config, cells[1].seed)

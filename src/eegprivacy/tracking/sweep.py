@@ -7,6 +7,9 @@ file or none, and its leftover temporary files are never read and are removed by
 parent run per sweep and one nested child per cell, open while the cell computes, so a killed sweep leaves both
 RUNNING; the next run marks them FAILED (``runs.fail_orphaned_runs``). The parent carries the aggregates (mean
 and 95% CI over seeds).
+
+``PrefetchedCells`` computes the cells of several runners ahead in worker processes, so a 2-core machine stays
+busy across runner boundaries, while each runner still logs and writes its cells in order in the main process.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import itertools
 import json
 import logging
 import os
+from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -149,6 +153,11 @@ class SweepRunner:
     def cell_path(self, cell: Cell) -> Path:
         return self.out_dir / f"{cell.key}.csv"
 
+    def pending(self, cells: Iterable[Cell]) -> list[Cell]:
+        """The cells whose rows are not on disk yet, in order: what ``run`` will compute."""
+        return [cell for cell in cells
+                if not self.cell_path(cell).exists() or _read_cell(self.cell_path(cell)) is None]
+
     def run(self, cells: list[Cell], cell_fn: Callable[[dict, int], list[dict]]) -> pd.DataFrame:
         """All cells' rows (tidy), running only the cells not already on disk."""
         self.out_dir.mkdir(parents=True, exist_ok=True)
@@ -197,6 +206,40 @@ class SweepRunner:
                     aggregates[_metric_name(record, varying + extra, stat)] = record[column]
             log_metrics(aggregates)
         return tidy
+
+
+class PrefetchedCells:
+    """A ``cell_fn`` for ``SweepRunner.run`` whose results are computed ahead, in order, by ``n_jobs`` processes.
+
+    ``jobs`` lists every (config, seed) the runners will ask for, in the order they will ask (build it from
+    ``SweepRunner.pending``). Each call checks that it is asked for the next job, then waits for that job's rows,
+    so logging, cell files and the returned tables are exactly those of a serial run. A cell must be a pure
+    function of (config, seed) and picklable arguments; on a crash the cells already handed over are on disk and
+    at most the ones being computed ahead are lost.
+    """
+
+    def __init__(self, cell_fn: Callable[[dict, int], list[dict]], jobs: Iterable[tuple[Mapping[str, Any], int]],
+                 n_jobs: int = 1):
+        from joblib import Parallel, delayed
+
+        self._expected = deque((config_key(config), int(seed)) for config, seed in jobs)
+        jobs = [(dict(config), int(seed)) for config, seed in jobs]
+        if int(n_jobs) <= 1 or len(jobs) <= 1:
+            self._results = (cell_fn(config, seed) for config, seed in jobs)
+        else:
+            self._results = Parallel(n_jobs=int(n_jobs), return_as="generator")(
+                delayed(cell_fn)(config, seed) for config, seed in jobs)
+
+    def __call__(self, config: dict, seed: int) -> list[dict]:
+        if not self._expected:
+            raise RuntimeError("a runner asked for a cell that was not prefetched")
+        expected = self._expected.popleft()
+        if expected != (config_key(config), int(seed)):
+            raise RuntimeError("cells were requested in another order than they were prefetched")
+        return next(self._results)
+
+    def remaining(self) -> int:
+        return len(self._expected)
 
 
 def _child_metrics(rows: pd.DataFrame, grid_keys: list[str]) -> dict[str, float]:
