@@ -15,7 +15,6 @@ import functools
 import hashlib
 import math
 import os
-import random
 import warnings
 from pathlib import Path
 
@@ -81,33 +80,21 @@ def validate(params: dict, source) -> None:
 
 
 def load_trials(name: str, spec: dict):
-    """The dataset's trials under the paradigm the params name (eegmat: rest vs arithmetic; MI: left vs right)."""
-    from eegprivacy.data import get_dataset
-    from eegprivacy.signal.epochs import LeftRightImagery, RecordingLabelParadigm
+    """The dataset's trials under the paradigm the params name (shared with the SuperNode's ClientApp)."""
+    from eegprivacy.federated.cohort import load_trials as load
 
-    dataset = get_dataset(name, **(spec.get("dataset") or {}))
-    common = {"epoch_s": float(spec.get("epoch_s", 4.0)), "resample": spec.get("resample", 128.0)}
-    if spec.get("paradigm", "recording_label") == "recording_label":
-        paradigm = RecordingLabelParadigm(balance=bool(spec.get("balance", False)), **common)
-    else:
-        paradigm = LeftRightImagery(**common)
-    return dataset, paradigm.get_data(dataset)
+    return load(name, spec)
 
 
 class Federation:
     """Per-client member/non-member data after each client's own CSP, for one model input type."""
 
     def __init__(self, trials, member, output: str, n_components: int):
-        from eegprivacy.signal.csp import ClientCSP
+        from eegprivacy.federated.cohort import client_data
 
-        subjects = trials.metadata["subject"].to_numpy()
-        self.clients = []  # (X_members, y_members, X_nonmembers, y_nonmembers); index = partition id
-        for subject in trials.subjects():  # the subject id never leaves this loop: clients are indices
-            rows = subjects == subject
-            mem, non = rows & member, rows & ~member
-            csp = ClientCSP(n_components=n_components, output=output).fit(trials.X[mem], trials.y[mem])
-            self.clients.append((csp.transform(trials.X[mem]), trials.y[mem],
-                                 csp.transform(trials.X[non]), trials.y[non]))
+        # (X_members, y_members, X_nonmembers, y_nonmembers); index = partition id. The subject id never leaves
+        # this loop: clients are indices.
+        self.clients = [client_data(trials, member, subject, output, n_components) for subject in trials.subjects()]
         self.input_shape = self.clients[0][0].shape[1:]
 
     def partitions(self):
@@ -122,16 +109,10 @@ class Federation:
 
 
 def sampling_strategy(per_round: int, seed: int):
-    """FedAvg sampling `per_round` clients per round; Flower samples with the global `random`, seeded here
-    from the cell seed (run_fedavg restores the caller's stream afterwards)."""
-    from flwr.serverapp.strategy import FedAvg
+    """FedAvg sampling `per_round` clients per round, seeded from the cell seed (shared with the ServerApp)."""
+    from eegprivacy.federated.server_app import sampling_strategy as sampling
 
-    def factory(num_clients: int):
-        k = min(int(per_round), num_clients)
-        random.seed(int(seed))
-        return FedAvg(fraction_train=k / num_clients, fraction_evaluate=0.0, min_train_nodes=k,
-                      min_evaluate_nodes=0, min_available_nodes=num_clients)
-    return factory
+    return sampling(per_round, seed)
 
 
 def _attack_rows(scores: dict, attack: str, attacker: str, rnd) -> list[dict]:
@@ -214,11 +195,10 @@ def untrained_control_rows(task, initial, Xm, ym, Xn, yn, params: dict, seed: in
 def seed_split(trials, params: dict, seed: int) -> np.ndarray:
     """The member mask of one seed. Each seed draws its own 80/20 split per subject (from ``split_seed`` and the
     seed), so the spread across seeds covers the split as well as initialisation, client sampling and noise."""
-    from eegprivacy.federated.splits import member_split
-    from eegprivacy.federated.task import derive_seed
+    from eegprivacy.federated.splits import member_split, run_split_seed
 
     return member_split(trials.y, trials.metadata["subject"], float(params["test_size"]),
-                        derive_seed(int(params["split_seed"]), int(seed), 17))
+                        run_split_seed(int(params["split_seed"]), int(seed)))
 
 
 def cell_rows(config: dict, seed: int, trials, params: dict) -> list[dict]:

@@ -6,6 +6,9 @@
   federated StandardScaler, and a log of what the server saw each round.
 - :mod:`simulation` — ``run_fedavg``: Flower's simulation engine (``backend="flower"``) or the same apps
   driven in this process (``backend="inprocess"``, deterministic and fast).
+- :mod:`apps` — study B's module-level ``server_app``/``client_app`` for Flower's deployment engine (``flwr run``,
+  app project ``deploy/flower``), configured by Flower's run and node config; :mod:`cohort` — the per-client
+  data they and the stage share. Imported on use (torch).
 - :mod:`estimator` — ``FedAvgClassifier``, the scikit-learn face of it all.
 - :mod:`torch_task` — ``TorchTask``, a PyTorch model (study B) as a task; imported on first use, so study A's
   stages do not pay for importing torch.

@@ -1,7 +1,7 @@
 """Flower ``ClientApp`` (Message API) around a task and a partition loader.
 
-One ClientApp serves every simulated node; a node finds its data through ``context.node_config
-["partition-id"]``, which both Flower's simulation engine and the in-process driver set. Everything a client
+One ClientApp serves every node; a node finds its data through ``context.node_config["partition-id"]``,
+which Flower's simulation engine, the in-process driver and a SuperNode's ``--node-config`` all set. Everything a client
 does in a round is a pure function of (received weights, config, partition, seed), so the same numbers come
 out whichever process runs it, in whatever order.
 
@@ -29,7 +29,7 @@ from flwr.clientapp import ClientApp
 
 from eegprivacy.federated.task import Task, derive_seed
 
-__all__ = ["make_client_app", "partition_loader", "CLIENT_INFO", "ARRAYS", "METRICS", "CONFIG"]
+__all__ = ["make_client_app", "add_client_handlers", "partition_loader", "CLIENT_INFO", "ARRAYS", "METRICS", "CONFIG"]
 
 ARRAYS = "arrays"
 METRICS = "metrics"
@@ -37,6 +37,7 @@ CONFIG = "config"
 CLIENT_INFO = "client-info"
 
 PartitionLoader = Callable[[int], tuple[np.ndarray, np.ndarray]]
+ContextPartition = Callable[[Context], tuple[int, np.ndarray, np.ndarray]]
 
 
 def partition_loader(partitions: Sequence[tuple[np.ndarray, np.ndarray]]) -> PartitionLoader:
@@ -67,10 +68,9 @@ def make_client_app(task_factory: Callable[[], Task], load_partition: PartitionL
     The task is built lazily, once per process that runs the app (Flower may ship the app to worker
     processes). `train_mods` wrap the train handler only (query/evaluate carry no weights to clip).
     """
-    app = ClientApp()
     cache: dict[str, Task] = {}
 
-    def task() -> Task:
+    def task(context: Context) -> Task:
         if "task" not in cache:
             cache["task"] = task_factory()
         return cache["task"]
@@ -80,14 +80,26 @@ def make_client_app(task_factory: Callable[[], Task], load_partition: PartitionL
         X, y = load_partition(pid)
         return pid, X, y
 
+    return add_client_handlers(ClientApp(), task, partition, train_mods=train_mods)
+
+
+def add_client_handlers(app: ClientApp, task: Callable[[Context], Task], partition: ContextPartition, *,
+                        train_mods: list | None = None) -> ClientApp:
+    """Register the train/query/evaluate handlers on `app`: the one client implementation.
+
+    `task(context)` and `partition(context) -> (partition_id, X, y)` say where the model and the rows come
+    from: closures over in-memory partitions (:func:`make_client_app`) or the node's own data set found through
+    the run and node config (:mod:`eegprivacy.federated.apps`, what a SuperNode runs).
+    """
+
     @app.train(mods=list(train_mods or []))
     def train(msg: Message, context: Context) -> Message:
         pid, X, y = partition(context)
         config = _config(msg)
         weights = next(iter(msg.content.array_records.values())).to_numpy_ndarrays()
         seed = derive_seed(int(config["seed"]), pid, int(config["server-round"]))
-        new_weights, metrics = task().train(weights, _standardise(X, config), y,
-                                            epochs=int(config["local-epochs"]), seed=seed)
+        new_weights, metrics = task(context).train(weights, _standardise(X, config), y,
+                                                   epochs=int(config["local-epochs"]), seed=seed)
         content = RecordDict({
             ARRAYS: ArrayRecord(new_weights),
             METRICS: MetricRecord({"num-examples": int(X.shape[0]), **{k: float(v) for k, v in metrics.items()}}),
@@ -108,7 +120,7 @@ def make_client_app(task_factory: Callable[[], Task], load_partition: PartitionL
         _, X, y = partition(context)
         config = _config(msg)
         weights = next(iter(msg.content.array_records.values())).to_numpy_ndarrays()
-        metrics = task().evaluate(weights, _standardise(X, config), y)
+        metrics = task(context).evaluate(weights, _standardise(X, config), y)
         record = MetricRecord({"num-examples": int(X.shape[0]), **{k: float(v) for k, v in metrics.items()}})
         return Message(RecordDict({METRICS: record}), reply_to=msg)
 

@@ -1,8 +1,9 @@
 """Flower ``ServerApp`` (Message API): plain FedAvg, an optional federated StandardScaler, and a server-side log.
 
-The server's main function is the same whichever backend delivers its messages (Flower's simulation engine or
-the in-process driver): it wraps the grid it is given in a :class:`RecordingGrid`, which files what an
-honest-but-curious server sees each round (who took part, with how many rows, their training loss and, on
+The server loop (:func:`serve_fedavg`) is the same whichever runtime delivers its messages (Flower's
+deployment engine via :mod:`eegprivacy.federated.apps`, its simulation engine, or the in-process driver): it
+wraps the grid it is given in a :class:`RecordingGrid`, which files what an honest-but-curious server sees
+each round (who took part, with how many rows, their training loss and, on
 request, the weights each client returned) — the view study B's attacks on per-round updates start from.
 
 Strategy: ``flwr.serverapp.strategy.FedAvg`` (weighted by each reply's ``num-examples``) drives the rounds
@@ -12,6 +13,7 @@ it (e.g. ``DifferentialPrivacyClientSideFixedClipping``) together with client ``
 
 from __future__ import annotations
 
+import random
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -23,7 +25,8 @@ from flwr.serverapp.strategy import FedAvg, Strategy
 
 from eegprivacy.federated.client_app import CLIENT_INFO
 
-__all__ = ["make_server_app", "fedavg_strategy", "FederationLog", "RecordingGrid", "combine_moments"]
+__all__ = ["make_server_app", "serve_fedavg", "fedavg_strategy", "sampling_strategy", "FederationLog",
+           "RecordingGrid", "combine_moments"]
 
 
 def fedavg_strategy(num_clients: int, federated_evaluation: bool = False) -> FedAvg:
@@ -35,6 +38,20 @@ def fedavg_strategy(num_clients: int, federated_evaluation: bool = False) -> Fed
         min_evaluate_nodes=num_clients if federated_evaluation else 0,
         min_available_nodes=num_clients,
     )
+
+
+def sampling_strategy(per_round: int, seed: int) -> Callable[[int], FedAvg]:
+    """FedAvg sampling `per_round` clients per round (study B). Flower samples with the global `random`, seeded
+    here from the run seed when the strategy is built, so the draws repeat for the same node ids
+    (``run_fedavg`` restores the caller's stream afterwards)."""
+
+    def factory(num_clients: int) -> FedAvg:
+        k = min(int(per_round), num_clients)
+        random.seed(int(seed))
+        return FedAvg(fraction_train=k / num_clients, fraction_evaluate=0.0, min_train_nodes=k,
+                      min_evaluate_nodes=0, min_available_nodes=num_clients)
+
+    return factory
 
 
 @dataclass
@@ -92,6 +109,9 @@ class RecordingGrid(Grid):
         if len(replies) != len(messages):
             raise RuntimeError(f"{len(messages) - len(replies)} client(s) did not reply before the timeout")
         if messages and messages[0].metadata.message_type.split(".")[0] == MessageType.TRAIN:
+            # Partition order, whatever order the transport delivered them in: FedAvg's sums then run in the
+            # same order on every backend (the in-process driver already replies in this order).
+            replies.sort(key=lambda m: int(m.content[CLIENT_INFO]["partition-id"]))
             self._file_train_round(messages, replies)
         elif messages and messages[0].metadata.message_type.split(".")[0] == MessageType.EVALUATE:
             self._file_evaluate_round(messages, replies)
@@ -167,6 +187,40 @@ def _wait_for_nodes(grid: Grid, num_clients: int, timeout: float) -> list[int]:
     return nodes
 
 
+def serve_fedavg(grid: Grid, initial_weights: list[np.ndarray], *, num_rounds: int, num_clients: int,
+                 local_epochs: int, seed: int, log: FederationLog, standardize: bool = False,
+                 federated_evaluation: bool = False, strategy_factory: Callable[[int], Strategy] | None = None,
+                 timeout: float = 3600.0) -> FederationLog:
+    """The server side of a federation, the one implementation every ServerApp runs: wait for `num_clients`
+    nodes, optionally standardise federatedly, run `num_rounds` of FedAvg from `initial_weights`, fill `log`."""
+    grid = RecordingGrid(grid, log)
+    nodes = _wait_for_nodes(grid, num_clients, timeout)
+    config = ConfigRecord({"local-epochs": int(local_epochs), "seed": int(seed)})
+    if standardize:
+        mean, scale = _federated_standardization(grid, nodes, timeout)
+        config["feature-mean"] = mean.tolist()
+        config["feature-scale"] = scale.tolist()
+        log.feature_mean, log.feature_scale = mean, scale
+    evaluate_config = ConfigRecord({k: v for k, v in config.items() if k.startswith("feature-")})
+    if strategy_factory is not None:
+        strategy = strategy_factory(num_clients)
+    else:
+        strategy = fedavg_strategy(num_clients, federated_evaluation)
+    result = strategy.start(
+        grid=grid,
+        initial_arrays=ArrayRecord([np.asarray(w, dtype=float) for w in initial_weights]),
+        num_rounds=int(num_rounds),
+        timeout=timeout,
+        train_config=config,
+        evaluate_config=evaluate_config,
+    )
+    for rnd, metrics in result.train_metrics_clientapp.items():
+        if "train_loss" in metrics:
+            log.rounds.setdefault(rnd, {"round": rnd})["train_loss"] = float(metrics["train_loss"])
+    log.final_weights = result.arrays.to_numpy_ndarrays()
+    return log
+
+
 def make_server_app(initial_weights: list[np.ndarray], *, num_rounds: int, num_clients: int, local_epochs: int,
                     seed: int, log: FederationLog, standardize: bool = False, federated_evaluation: bool = False,
                     strategy_factory: Callable[[int], Strategy] | None = None, timeout: float = 3600.0) -> ServerApp:
@@ -179,30 +233,9 @@ def make_server_app(initial_weights: list[np.ndarray], *, num_rounds: int, num_c
 
     @app.main()
     def main(grid: Grid, context: Context) -> None:
-        grid = RecordingGrid(grid, log)
-        nodes = _wait_for_nodes(grid, num_clients, timeout)
-        config = ConfigRecord({"local-epochs": int(local_epochs), "seed": int(seed)})
-        if standardize:
-            mean, scale = _federated_standardization(grid, nodes, timeout)
-            config["feature-mean"] = mean.tolist()
-            config["feature-scale"] = scale.tolist()
-            log.feature_mean, log.feature_scale = mean, scale
-        evaluate_config = ConfigRecord({k: v for k, v in config.items() if k.startswith("feature-")})
-        if strategy_factory is not None:
-            strategy = strategy_factory(num_clients)
-        else:
-            strategy = fedavg_strategy(num_clients, federated_evaluation)
-        result = strategy.start(
-            grid=grid,
-            initial_arrays=ArrayRecord([np.asarray(w, dtype=float) for w in initial_weights]),
-            num_rounds=int(num_rounds),
-            timeout=timeout,
-            train_config=config,
-            evaluate_config=evaluate_config,
-        )
-        for rnd, metrics in result.train_metrics_clientapp.items():
-            if "train_loss" in metrics:
-                log.rounds.setdefault(rnd, {"round": rnd})["train_loss"] = float(metrics["train_loss"])
-        log.final_weights = result.arrays.to_numpy_ndarrays()
+        serve_fedavg(grid, initial_weights, num_rounds=num_rounds, num_clients=num_clients,
+                     local_epochs=local_epochs, seed=seed, log=log, standardize=standardize,
+                     federated_evaluation=federated_evaluation, strategy_factory=strategy_factory,
+                     timeout=timeout)
 
     return app

@@ -5,15 +5,16 @@
   ``flwr run``, which packages the app as a FAB and submits it to a SuperLink; that route cannot hand
   in-memory partitions to the clients or return the final weights to the caller, so this backend keeps the
   Python entry point. Both apps use the current Message API (``ServerApp`` main + ``Grid`` + ``ArrayRecord``,
-  ``flwr.serverapp.strategy.FedAvg``), so moving to ``flwr run`` later changes only the launcher.
+  ``flwr.serverapp.strategy.FedAvg``); :mod:`eegprivacy.federated.apps` wraps the same handlers and server
+  loop as module-level apps for ``flwr run`` (``deploy/flower``), which read their data from each node's disk.
 - ``backend="inprocess"``: :class:`InProcessGrid`, a Flower ``Grid`` that delivers each message straight to
   the ClientApp in this process. The ServerApp's main function, FedAvg's ``start`` loop and its aggregation
   code all run unchanged; only the transport differs. No threads, no polling, no serialisation beyond
   Flower's own records, replies in node order: deterministic, and fast enough for the thousands of small
   federations study A runs inside leave-one-patient-out loops.
 
-Both backends give the same final weights up to floating-point summation order (Ray returns replies in
-arrival order); ``tests/test_federated.py`` checks it.
+Both backends give the same final weights: the server aggregates train replies in partition order, whatever
+order they arrive in; ``tests/test_federated.py`` checks it.
 
 Flower's INFO chatter is dropped and two expected notices are filtered (that deprecation, and "evaluation
 skipped" for ``fraction_evaluate=0``); every other warning or error still shows.

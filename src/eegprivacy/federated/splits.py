@@ -14,13 +14,20 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 from sklearn.model_selection import train_test_split
 
-__all__ = ["member_split", "SubjectMemberSplit", "subject_seed"]
+__all__ = ["member_split", "SubjectMemberSplit", "subject_seed", "run_split_seed"]
 
 
 def subject_seed(seed: int, subject) -> int:
     """A 32-bit seed for one subject's split: independent streams keyed by the subject's id, not its index."""
     key = zlib.crc32(str(subject).encode("utf-8"))
     return int(np.random.SeedSequence([int(seed), key]).generate_state(1)[0])
+
+
+def run_split_seed(split_seed: int, seed: int) -> int:
+    """The split seed of one run of a repeated-seed sweep: each run seed draws its own member split (so the spread
+    across seeds covers the split too), reproducibly from the base ``split_seed``. A deployment that should
+    reproduce the sweep's run ``seed`` passes this value as its split seed."""
+    return int(np.random.SeedSequence([int(split_seed), int(seed), 17]).generate_state(1)[0])
 
 
 def member_split(y: Sequence, subjects: Sequence, test_size: float = 0.2, seed: int = 0) -> np.ndarray:
