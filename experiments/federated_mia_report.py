@@ -40,6 +40,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--summary", default="metrics/federated_mia.csv")
     parser.add_argument("--tables", default="reports/federated_mia_tables.md")
     parser.add_argument("--figures", default="reports/figures")
+    parser.add_argument("--accounting", default="metrics/federated_accounting.csv",
+                        help="federated-accounting's rows: cumulative ε beside every per-step ε")
 
 
 def across_rounds(tidy: pd.DataFrame) -> pd.DataFrame:
@@ -62,6 +64,44 @@ def across_rounds(tidy: pd.DataFrame) -> pd.DataFrame:
 
 def _eps(e: float) -> str:
     return "inf" if not math.isfinite(float(e)) else f"{float(e):g}"
+
+
+class Cumulative:
+    """Cumulative ε after the run's rounds, read from federated-accounting's rows: per example, worst case (a
+    client may join every round), the tightest of the accountants that gave a number, for both calibrations.
+    Without the rows every lookup says so ("n/a") rather than inventing a number."""
+
+    def __init__(self, path: str | None):
+        self.rows = None
+        if path and Path(path).exists():
+            rows = pd.read_csv(path)
+            rows = rows[(rows["metric"] == "epsilon_cumulative") & (rows["protocol"] == "params")
+                        & (rows["unit"] == "example") & (rows["rounds_basis"] == "worst_case")]
+            self.rows = rows
+            self.delta = float(rows["delta"].iloc[0]) if len(rows) else float("nan")
+
+    def value(self, dataset: str, model: str, eps: float, calibration: str) -> float:
+        if self.rows is None:
+            return float("nan")
+        hit = self.rows[(self.rows["dataset"] == dataset) & (self.rows["model"] == model)
+                        & (self.rows["calibration"] == calibration)
+                        & np.isclose(self.rows["epsilon"].astype(float), float(eps))]
+        if not math.isfinite(float(eps)):
+            return math.inf
+        values = hit["value"].dropna()
+        return float(values.min()) if len(values) else float("nan")
+
+    def text(self, dataset: str, model: str, eps: float, calibration: str = "nominal") -> str:
+        v = self.value(dataset, model, eps, calibration)
+        return "∞" if v == math.inf else "n/a" if not math.isfinite(v) else f"{v:,.0f}" if v >= 100 else f"{v:.3g}"
+
+    def note(self) -> str:
+        if self.rows is None:
+            return "Cumulative ε: n/a (run `eegprivacy federated-accounting` first)."
+        return (f"Σε = cumulative ε after all rounds at δ = {self.delta:g}, per example (one trial), worst case (its "
+                "client joins every round), the tightest of basic/RDP/PLD (reports/federated_accounting.md); "
+                "nominal takes the paper's per-step ε at face value, certified is what the noise guarantees "
+                "(2·√d·ε per step, d = parameter count). Neither covers EEGNet's un-noised BatchNorm statistics.")
 
 
 def _clean(v):
@@ -108,7 +148,13 @@ def _methods(model: str, eps: float) -> str:
     return f"FL-{name}" if not math.isfinite(eps) else f"DP-FL-{name}"
 
 
-def tables_md(summary: pd.DataFrame, regressions: dict) -> str:
+def _eps_cells(cum: Cumulative, dataset: str, model: str, e: float) -> str:
+    per_step = "–" if not math.isfinite(e) else f"{e:g}"
+    return (f"{per_step} | {cum.text(dataset, model, e, 'nominal')} | {cum.text(dataset, model, e, 'certified')}")
+
+
+def tables_md(summary: pd.DataFrame, regressions: dict, cum: Cumulative | None = None) -> str:
+    cum = cum or Cumulative(None)
     lines = ["# Study B: federated membership inference — tables", "",
              "Each cell: mean ± std across federated rounds (the paper's ±: how a score moves during one run, "
              "averaged over seeds) [95 % t-interval across seeds of each seed's mean over rounds: the uncertainty]. "
@@ -121,7 +167,7 @@ def tables_md(summary: pd.DataFrame, regressions: dict) -> str:
              "for updates computed on non-members just as well; under DP the noised updates look more like noise, "
              "so its fall says nothing about membership either. GLA (sound) compares updates of the same global "
              "model on equally many member and non-member trials, split by client, so membership is the only "
-             "difference it can learn.", ""]
+             "difference it can learn.", "", "ε is per step; " + cum.note(), ""]
     for dataset in sorted(summary["dataset"].unique()):
         part = summary[summary["dataset"] == dataset]
         synthetic = bool(part["synthetic"].iloc[0])
@@ -129,30 +175,29 @@ def tables_md(summary: pd.DataFrame, regressions: dict) -> str:
         order = [(m, e) for e in sorted(part["epsilon"].unique(), key=lambda x: (math.isfinite(x), -x))
                  for m in part["model"].unique()]
         lines += [f"## {title}: classification (shape of Tables 4/7)", "",
-                  "| Methods | ε | Acc | Precision | Recall | F1 | AUROC | Avg training loss | Avg testing loss |",
-                  "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+                  "| Methods | ε per step | Σε nominal | Σε certified | Acc | Precision | Recall | F1 | AUROC | "
+                  "Avg training loss | Avg testing loss |",
+                  "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
         for m, e in order:
             cells = [_cell(part, dataset, m, e, f"utility_{k}") for k in ("accuracy", "precision", "recall", "f1",
                                                                         "auroc")]
             cells += [_cell(part, dataset, m, e, k, pct=False) for k in ("train_loss", "test_loss")]
-            lines.append(f"| {_methods(m, e)} | {'–' if not math.isfinite(e) else f'{e:g}'} | " + " | ".join(cells)
-                         + " |")
+            lines.append(f"| {_methods(m, e)} | {_eps_cells(cum, dataset, m, e)} | " + " | ".join(cells) + " |")
         lines.append("")
         for attacker in sorted(a for a in part["attacker"].unique() if a):
             lines += [f"## {title}: attacks, {attacker.upper()} attacker (shape of Tables 5/6, 8/9)", "",
-                      "| Methods | ε | RLA Acc | RLA AUROC | FLA Acc | FLA AUROC | GLA (paper) Acc | GLA (paper) AUROC | "
+                      "| Methods | ε per step | Σε nominal | Σε certified | RLA Acc | RLA AUROC | FLA Acc | FLA AUROC | GLA (paper) Acc | GLA (paper) AUROC | "
                       "GLA (paper) TPR@1%FPR | GLA (sound) Acc | GLA (sound) AUROC | GLA (sound) TPR@1%FPR | "
                       "CLA Acc | CLA AUROC |",
-                      "| --- | --- |" + " --- |" * 12]
+                      "| --- | --- | --- | --- |" + " --- |" * 12]
             spec = [("rla", "accuracy"), ("rla", "auroc"), ("fla", "accuracy"), ("fla", "auroc"),
                     ("gla_paper", "accuracy"), ("gla_paper", "auroc"), ("gla_paper", "tpr_at_fpr_0.01"),
                     ("gla_sound", "accuracy"), ("gla_sound", "auroc"), ("gla_sound", "tpr_at_fpr_0.01"),
                     ("cla", "accuracy"), ("cla", "auroc")]
             for m, e in order:
                 cells = [_cell(part, dataset, m, e, metric, attack, attacker) for attack, metric in spec]
-                lines.append(f"| {_methods(m, e)} | {'–' if not math.isfinite(e) else f'{e:g}'} | "
-                             + " | ".join(cells) + " |")
-            lines.append("| chance | | " + " | ".join(_chance(part, dataset, metric, attack) for attack, metric in spec)
+                lines.append(f"| {_methods(m, e)} | {_eps_cells(cum, dataset, m, e)} | " + " | ".join(cells) + " |")
+            lines.append("| chance | | | | " + " | ".join(_chance(part, dataset, metric, attack) for attack, metric in spec)
                          + " |")
             lines.append("")
             control = [("rla_untrained_control", "auroc"), ("fla_untrained_control", "auroc")]
@@ -160,10 +205,11 @@ def tables_md(summary: pd.DataFrame, regressions: dict) -> str:
                 lines += [f"Negative control, {attacker.upper()} attacker: RLA and FLA on the untrained initial "
                           "model (it has seen no trial; anything above chance comes from each client's "
                           "member-fitted CSP, not from training).", "",
-                          "| Methods | ε | RLA AUROC (untrained) | FLA AUROC (untrained) |", "| --- | --- | --- | --- |"]
+                          "| Methods | ε per step | Σε nominal | Σε certified | RLA AUROC (untrained) | "
+                          "FLA AUROC (untrained) |", "| --- | --- | --- | --- | --- | --- |"]
                 for m, e in order:
                     cells = [_cell(part, dataset, m, e, metric, attack, attacker) for attack, metric in control]
-                    lines.append(f"| {_methods(m, e)} | {'–' if not math.isfinite(e) else f'{e:g}'} | "
+                    lines.append(f"| {_methods(m, e)} | {_eps_cells(cum, dataset, m, e)} | "
                                  + " | ".join(cells) + " |")
                 lines.append("")
         for attacker, metric in REGRESSIONS:
@@ -208,8 +254,13 @@ def _suffix(synthetic: bool) -> str:
     return " (SYNTHETIC)" if synthetic else ""
 
 
-def figures(tidy: pd.DataFrame, regressions: dict, folder: Path) -> list[Path]:
+def figures(tidy: pd.DataFrame, regressions: dict, folder: Path, cum: Cumulative | None = None) -> list[Path]:
     folder.mkdir(parents=True, exist_ok=True)
+    cum = cum or Cumulative(None)
+
+    def eps_label(d, m, e):  # per-step ε with the cumulative (nominal, worst case) beside it
+        return f"ε={_eps(e)}/step, Σε={cum.text(d, m, e)}"
+
     datasets = sorted(tidy["dataset"].unique())
     models = list(dict.fromkeys(tidy["model"]))
     synth = {d: bool(tidy[tidy["dataset"] == d]["synthetic"].iloc[0]) for d in datasets}
@@ -229,12 +280,14 @@ def figures(tidy: pd.DataFrame, regressions: dict, folder: Path) -> list[Path]:
                     line = one.groupby("round")["value"].mean()
                     if len(line):
                         ax.plot(line.index, line.values, style, color=f"C{k}", marker="o", ms=3,
-                                label=f"ε = {_eps(e)}, {attacker.upper()}")
+                                label=f"{eps_label(d, m, e)}, {attacker.upper()}")
             if len(rla):
                 ax.axhline(rla["chance"].mean(), color="grey", ls="--", lw=1, label="chance (majority)")
             ax.set(title=f"{d}{_suffix(synth[d])}: {m}", xlabel="round", ylabel="RLA accuracy")
             ax.legend(fontsize=7)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.04, 1, 1))
+    fig.text(0.01, 0.01, "Σε: cumulative ε after all rounds (nominal, per example, worst case); see "
+             "reports/federated_accounting.md", fontsize=7)
     paths.append(_save(fig, folder / "federated_mia_rla_rounds.png"))
 
     # member vs non-member per-sample gradient norms (last round, quantiles)
@@ -251,7 +304,7 @@ def figures(tidy: pd.DataFrame, regressions: dict, folder: Path) -> list[Path]:
                 if len(p):
                     p = p.assign(q=p["metric"].str[-3:].astype(int) / 100).groupby("q")["value"].mean()
                     ax.plot(p.values, p.index, color=color, label=who)
-            ax.set_title(f"{d}{_suffix(synth[d])}\n{m} ε={_eps(e)} (last round)", fontsize=8)
+            ax.set_title(f"{d}{_suffix(synth[d])}\n{m} {eps_label(d, m, e)} (last round)", fontsize=8)
             ax.set(xlabel="per-sample gradient norm", ylabel="CDF")
             if len(part):
                 ax.legend(fontsize=7)
@@ -265,7 +318,7 @@ def figures(tidy: pd.DataFrame, regressions: dict, folder: Path) -> list[Path]:
         last = part[part["round"] == part["round"].max()]
         groups = [(m, e) for m in models for e in epsilons]
         data = [last[(last["model"] == m) & (last["epsilon"] == e)]["value"].to_numpy() for m, e in groups]
-        axes[0, i].boxplot(data, tick_labels=[f"{m}\nε={_eps(e)}" for m, e in groups])
+        axes[0, i].boxplot(data, tick_labels=[f"{m}\nε={_eps(e)}\nΣε={cum.text(d, m, e)}" for m, e in groups])
         axes[0, i].axhline(0.5, color="grey", ls="--", lw=1)
         axes[0, i].set(title=f"{d}{_suffix(synth[d])}: per-client accuracy (last round)", ylabel="accuracy")
         axes[0, i].tick_params(axis="x", labelsize=7)
@@ -314,9 +367,15 @@ def run(args) -> int:
     with atomic_path(args.summary) as tmp:
         summary.to_csv(tmp, index=False)
     json_regs = {d: {k: v for k, v in r.items() if k != "points"} for d, r in regressions.items()}
-    write_text_atomic(args.json, json.dumps(headline(summary, json_regs), indent=1, sort_keys=True) + "\n")
-    write_text_atomic(args.tables, tables_md(summary, json_regs))
-    paths = figures(tidy, regressions, Path(args.figures))
+    cum = Cumulative(getattr(args, "accounting", None))
+    top = headline(summary, json_regs)
+    top["cumulative_epsilon"] = {
+        f"{d}/{m}/eps_{_eps(e)}": {c: _clean(cum.value(d, m, e, c)) for c in ("nominal", "certified")}
+        for d, m, e in summary[["dataset", "model", "epsilon"]].drop_duplicates().itertuples(index=False)}
+    top["cumulative_epsilon_scope"] = cum.note()
+    write_text_atomic(args.json, json.dumps(top, indent=1, sort_keys=True) + "\n")
+    write_text_atomic(args.tables, tables_md(summary, json_regs, cum))
+    paths = figures(tidy, regressions, Path(args.figures), cum)
     print(f"federated-mia report: {len(summary)} summary rows -> {args.json}, {args.tables}, "
           f"{len(paths)} figures in {args.figures}")
     return 0
