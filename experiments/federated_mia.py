@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 
 from eegprivacy.attacks.membership import (
+    ATTACKERS,
     ClientLevelAttack,
     FeatureLevelAttack,
     GradientLevelAttack,
@@ -75,8 +76,8 @@ def validate(params: dict, source) -> None:
         bad("clip_norm/learning_rate", "positive")
     if not set(params.get("models") or ["?"]) <= {"simplenet", "eegnet"}:
         bad("models", "a non-empty subset of [simplenet, eegnet]")
-    if not set(params.get("attackers") or ["?"]) <= {"lr", "rf"}:
-        bad("attackers", "a non-empty subset of [lr, rf]")
+    if not set(params.get("attackers") or ["?"]) <= set(ATTACKERS):
+        bad("attackers", f"a non-empty subset of [{', '.join(ATTACKERS)}]")
 
 
 def load_trials(name: str, spec: dict):

@@ -1,0 +1,135 @@
+"""Stage federated-lira end to end on a tiny SYNTHETIC motor-imagery cohort (4 subjects, 2 rounds, 1 local
+epoch, 4 shadows, ε ∈ {∞, 1}): the shadow design, tidy rows for LiRA and RLA with chance levels, the pooled and
+shadow-as-target scopes, the outputs, MLflow runs with the required tags, and identical numbers on a rerun."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from argparse import Namespace
+from pathlib import Path
+
+import mlflow
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from eegprivacy.params import ParamsError  # noqa: E402
+from eegprivacy.tracking import tracking_uri  # noqa: E402
+from experiments import federated_lira  # noqa: E402
+
+TRAIN = {"federated_mia": {
+    "datasets": {"synthetic_mi": {"paradigm": "left_right_imagery", "epoch_s": 2.0, "resample": 64.0,
+                                  "dataset": {"n_subjects": 4, "n_sessions": 1, "n_runs": 1,
+                                              "n_trials_per_class": 10, "seed": 0}}},
+    "models": ["simplenet"], "epsilons": [math.inf], "clip_norm": 1.0, "seeds": 1, "test_size": 0.2,
+    "split_seed": 0, "csp_components": 4, "clients_per_round": 8, "num_rounds": 2, "local_epochs": 1,
+    "learning_rate": 0.001, "batch_size": 32, "attackers": ["lr"], "rf_estimators": 20,
+    "attack_test_size": 0.5, "cla_components": 16}}
+LIRA = {"federated_lira": {"model": "simplenet", "epsilons": [math.inf, 1.0], "n_shadows": 4, "shadow_seed": 1000,
+                           "target_seeds": 2, "lira_variance": "global", "attackers": ["lr", "rf", "mlp"],
+                           "attack_folds": 2, "rf_estimators": 10, "bootstrap": 20, "workers": 1}}
+
+
+def _args(tmp_path, lira=LIRA) -> Namespace:
+    (tmp_path / "train.yaml").write_text(yaml.safe_dump(TRAIN))
+    (tmp_path / "lira.yaml").write_text(yaml.safe_dump(lira))
+    return Namespace(dataset="synthetic_mi", params=str(tmp_path / "lira.yaml"),
+                     training_params=str(tmp_path / "train.yaml"), out=str(tmp_path / "lira.csv"),
+                     json=str(tmp_path / "lira.json"), report=str(tmp_path / "lira.md"),
+                     figure=str(tmp_path / "fig" / "roc.png"), cells=str(tmp_path / "cells"), no_progress=True)
+
+
+def test_shadow_membership_is_balanced_per_trial_and_per_class():
+    y = np.repeat([0, 1], 12)
+    subjects = np.tile(["a", "b", "c"], 8)
+    mask = federated_lira.shadow_membership(y, subjects, 6, seed=3)
+    assert mask.shape == (6, 24) and (mask.sum(0) == 3).all()  # every trial IN in exactly half
+    assert (mask[0::2] ^ mask[1::2]).all()  # complementary pairs
+    for s in "abc":
+        for c in (0, 1):
+            rows = (subjects == s) & (y == c)
+            assert set(mask[:, rows].sum(1)) == {2}  # a half of each (subject, class) group of 4
+    np.testing.assert_array_equal(mask, federated_lira.shadow_membership(y, subjects, 6, seed=3))
+    assert not np.array_equal(mask, federated_lira.shadow_membership(y, subjects, 6, seed=4))
+
+
+def test_shadow_as_target_scores_every_shadow_with_its_pair_left_out():
+    rng = np.random.default_rng(0)
+    mask = federated_lira.shadow_membership(np.repeat([0, 1], 200), np.zeros(400), 8, seed=0)
+    phis = {"inf": rng.normal(size=(8, 400)) + 2.0 * mask}
+    loo = federated_lira.shadow_loo(phis, mask, "inf", "global")
+    assert set(loo) == {("lira_online", ""), ("lira_offline", "")} and len(loo[("lira_online", "")]) == 8
+    rows, curves = federated_lira.pooled_rows(loo, 50, 0, "shadow_loo_pooled")
+    auc = {r["attack"]: r for r in rows if r["metric"] == "auroc"}
+    assert auc["lira_online"]["value"] > 0.85 and auc["lira_online"]["ci_low"] <= auc["lira_online"]["value"]
+    assert auc["lira_online"]["n_nonmembers"] == 8 * 200
+    phis["inf"] = rng.normal(size=(8, 400))  # no leak
+    rows, _ = federated_lira.pooled_rows(federated_lira.shadow_loo(phis, mask, "inf", "global"), 0, 0, "x")
+    assert all(abs(r["value"] - 0.5) < 0.05 for r in rows if r["metric"] == "auroc")
+    tpr = [r["value"] for r in rows if r["metric"] == "tpr_at_fpr_0.001"]
+    assert all(t < 0.01 for t in tpr)  # 1600 non-members: resolvable, and near its chance of 0.001
+
+
+def test_federated_lira_stage_end_to_end(tmp_path):
+    args = _args(tmp_path)
+    assert federated_lira.run(args) == 0
+    rows = pd.read_csv(args.out)
+    assert rows["synthetic"].all() and set(rows["epsilon"]) == {math.inf, 1.0}
+    scored = rows[rows["metric"].isin(federated_lira.METRICS)]
+    per_seed = scored[scored["scope"] == "target_seed"]
+    assert set(zip(per_seed["attack"], per_seed["attacker"].fillna(""))) == {
+        ("lira_online", ""), ("lira_offline", ""), ("lira_online_untrained_control", ""),
+        ("rla", "lr"), ("rla", "rf"), ("rla", "mlp")}
+    assert set(per_seed["seed"]) == {0, 1} and scored["chance"].notna().all()
+    auc = scored[scored["metric"] == "auroc"]["value"]
+    assert auc.between(0, 1).all()
+    chance = scored.drop_duplicates("metric").set_index("metric")["chance"]
+    assert chance["auroc"] == 0.5 and chance["tpr_at_fpr_0.01"] == 0.01 and chance["tpr_at_fpr_0.001"] == 0.001
+    # 16 non-members per target: TPR at 1 % and 0.1 % FPR are unresolvable (NaN), not a made-up number.
+    assert per_seed[per_seed["metric"] == "tpr_at_fpr_0.01"]["value"].isna().all()
+    n = rows[rows["metric"].isin(["n_members", "n_nonmembers"])].groupby("metric")["value"].first()
+    assert n["n_members"] == 64 and n["n_nonmembers"] == 16
+    # 4 shadows leave one pair (one IN, one OUT value per trial) once a pair is the target: no shadow-as-target.
+    assert set(rows["scope"].dropna()) == {"target_seed", "target_pooled"}
+    pooled = scored[scored["scope"] == "target_pooled"]
+    assert (pooled["n_nonmembers"] == 32).all() and len(pooled) == 2 * 6 * len(federated_lira.METRICS)
+
+    summary = json.loads(Path(args.json).read_text())
+    assert summary["synthetic"] is True and summary["n_members"] == 64 and summary["n_nonmembers"] == 16
+    entry = summary["synthetic_mi/simplenet/eps_inf/target_seed/lira_online/auroc"]
+    assert entry["chance"] == 0.5 and 0 <= entry["mean"] <= 1
+    assert "not a cumulative guarantee" in summary["epsilon_scope"]
+    report = Path(args.report).read_text()
+    assert "SYNTHETIC synthetic_mi" in report and "64 members and 16 non-members" in report
+    assert "| chance |" in report
+    assert Path(args.figure).stat().st_size > 0
+
+    client = mlflow.MlflowClient(tracking_uri())
+    runs = client.search_runs([client.get_experiment_by_name("study-b-federated-mia").experiment_id])
+    parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
+    assert len(parents) == 2 and len(children) == 4  # one parent per ε, one child per target seed
+    for run in runs:
+        tags = run.data.tags
+        for key in ("study", "stage", "dataset", "dataset_version", "synthetic", "seed", "git_commit",
+                    "dvc_stage", "model", "epsilon", "mechanism", "attack"):
+            assert key in tags, key
+        assert tags["synthetic"] == "true" and tags["stage"] == "federated_lira"
+    assert any(k.startswith("target_pooled/") for p in parents for k in p.data.metrics)
+
+    # Rerun from the caches (shadows, cells, per-trial scores): the same numbers.
+    assert federated_lira.run(args) == 0
+    pd.testing.assert_frame_equal(pd.read_csv(args.out), rows)
+
+
+def test_bad_lira_params_are_a_params_error(tmp_path):
+    bad = {"federated_lira": {**LIRA["federated_lira"], "n_shadows": 5}}
+    with pytest.raises(ParamsError, match="n_shadows"):
+        federated_lira.run(_args(tmp_path, bad))
+    assert not (tmp_path / "lira.csv").exists()
