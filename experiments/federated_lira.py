@@ -8,8 +8,9 @@ Shadow j trains on a random half of every (subject, label) group of trials, in c
 takes a half, 2k+1 the rest), so every trial is IN in exactly half the shadows and OUT in the other half; CSP,
 like the model, sees only the IN trials. One set of shadows per ε serves every target seed.
 
-Targets are the real ``federated_mia`` federations: the per-subject 80/20 member split (``split_seed``), seeds
-0..S-1 (model init, client sampling, local training, DP noise). Every trial is scored through its client's
+Targets are federations built exactly as ``federated_mia``'s, but on ONE per-subject 80/20 member split
+(``split_seed`` as is) for all target seeds 0..S-1 (model init, client sampling, local training, DP noise), so
+that pooling over target models scores the same trials (``federated_mia`` itself draws a new split per seed). Every trial is scored through its client's
 CSP, fitted on that client's members, then the global model. Attacks on each target:
 
 - ``lira_online`` / ``lira_offline``: :class:`~eegprivacy.attacks.lira.LiRA` on φ = logit confidence of the
