@@ -59,7 +59,11 @@ def across_rounds(tidy: pd.DataFrame) -> pd.DataFrame:
     intervals = per_seed.groupby(KEYS, dropna=False)["mean"].apply(
         lambda v: mean_ci(v.dropna())[1:] if v.notna().any() else (np.nan, np.nan))
     bounds = pd.DataFrame(intervals.tolist(), index=intervals.index, columns=["ci_low", "ci_high"]).reset_index()
-    return out.merge(bounds, on=KEYS, how="left")
+    out = out.merge(bounds, on=KEYS, how="left")
+    # A t-interval knows nothing of a score's range: clip scores (not losses, norms or counts) to [0, 1].
+    scores = ~out["metric"].str.contains("loss|grad_norm|noise_scale|n_clients", regex=True)
+    out.loc[scores, ["ci_low", "ci_high"]] = out.loc[scores, ["ci_low", "ci_high"]].clip(0.0, 1.0)
+    return out
 
 
 def _eps(e: float) -> str:
@@ -157,7 +161,8 @@ def tables_md(summary: pd.DataFrame, regressions: dict, cum: Cumulative | None =
     cum = cum or Cumulative(None)
     lines = ["# Study B: federated membership inference — tables", "",
              "Each cell: mean ± std across federated rounds (the paper's ±: how a score moves during one run, "
-             "averaged over seeds) [95 % t-interval across seeds of each seed's mean over rounds: the uncertainty]. "
+             "averaged over seeds) [95 % t-interval across seeds of each seed's mean over rounds: the uncertainty; "
+             "clipped to the score's range]. "
              f"Scores in %, losses as they are. {NOTE} Chance levels in the last row of each attack table "
              "(accuracy chance is the majority share of the attacker-test half: members are 80 % of the trials, "
              "so RLA/FLA accuracy near 80 % is no leakage; read AUROC and TPR at low FPR).", "",
