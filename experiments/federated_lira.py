@@ -76,6 +76,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--figure", default="reports/figures/federated_lira_roc.png", help="log-log ROC")
     parser.add_argument("--cells", default="data/sweeps", help="resumable cache (shadows and target cells)")
     parser.add_argument("--no-progress", action="store_true")
+    parser.add_argument("--accounting", default="metrics/federated_accounting.csv",
+                        help="federated-accounting's rows: cumulative ε beside every per-step ε")
 
 
 def validate(params: dict, source) -> None:
@@ -356,8 +358,9 @@ LABELS = {("lira_online", ""): "LiRA online", ("lira_offline", ""): "LiRA offlin
           ("lira_online_untrained_control", ""): "LiRA online, untrained control"}
 
 
-def roc_figure(curves: dict, path: Path, title: str) -> None:
-    """Log-log ROC, one curve per (ε, attack); left: the targets pooled over seeds, right: shadow-as-target."""
+def roc_figure(curves: dict, path: Path, title: str, eps_label=lambda eps: f"ε={eps}") -> None:
+    """Log-log ROC, one curve per (ε, attack); left: the targets pooled over seeds, right: shadow-as-target.
+    ``eps_label(eps)`` names an ε in the legend (the stage adds the cumulative ε)."""
     colours = {k: f"C{i}" for i, k in enumerate(LABELS)}
     styles = ["-", "--", ":", "-."]
     fig, axes = plt.subplots(1, 2, figsize=(12, 5.5), sharey=True)
@@ -372,7 +375,7 @@ def roc_figure(curves: dict, path: Path, title: str) -> None:
             lowest = min(lowest, fpr[keep].min()) if keep.any() else lowest
             ax.plot(fpr[keep], tpr[keep], color=colours.get((attack, attacker), "k"),
                     ls=styles[eps_list.index(eps) % len(styles)], lw=1.3,
-                    label=f"{LABELS.get((attack, attacker), attack)}, ε={eps}")
+                    label=f"{LABELS.get((attack, attacker), attack)}, {eps_label(eps)}")
         if lowest >= 1.0:
             ax.text(0.5, 0.5, "not run (needs 6 or more shadows)", ha="center", transform=ax.transAxes)
             ax.set_title(name, fontsize=10)
@@ -407,10 +410,13 @@ def _fmt(value, low=np.nan, high=np.nan, pct=True) -> str:
     return text
 
 
-def report_md(summary: pd.DataFrame, meta: dict) -> str:
+def report_md(summary: pd.DataFrame, meta: dict, cum=None) -> str:
+    from experiments.federated_mia_report import Cumulative
+
+    cum = cum or Cumulative(None)
     synthetic = "SYNTHETIC " if meta["synthetic"] else ""
     lines = [f"# Study B: LiRA and RLA against {synthetic}{meta['dataset']} ({meta['model']})", "",
-             f"{NOTE}.", "",
+             f"{NOTE}. {cum.note()}", "",
              f"Targets: the per-subject 80/20 member split of `federated_mia` (split seed {meta['split_seed']}): "
              f"{meta['n_members']} members and {meta['n_nonmembers']} non-members over {meta['n_clients']} clients, "
              f"{meta['target_seeds']} training seeds. Shadows: {meta['n_shadows']} federations through the same "
@@ -427,15 +433,17 @@ def report_md(summary: pd.DataFrame, meta: dict) -> str:
     for scope, heading in (("target", "Targets (80/20)"), ("shadow_loo", "Shadow-as-target")):
         lines += [f"## {heading}", ""]
         if scope == "target":
-            lines += ["| ε | attack | AUROC | TPR@1 %FPR | TPR@0 FP | TPR@0.1 %FPR (pooled) | pooled non-members |",
-                      "| --- | --- | --- | --- | --- | --- | --- |"]
+            lines += ["| ε per step | Σε nominal | Σε certified | attack | AUROC | TPR@1 %FPR | TPR@0 FP | "
+                      "TPR@0.1 %FPR (pooled) | pooled non-members |",
+                      "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
         else:
             lines += [f"Each of the {meta['n_shadows']} shadows in turn is the target of LiRA fitted on the other "
                       f"{meta['n_shadows'] - 2} (its pair partner left out too), a membership game with IN share "
                       f"{100 * meta['shadow_in_fraction']:.0f} %. Per-model columns: mean "
                       "[t-interval over shadow targets]; pooled: bootstrap over shadow targets.", "",
-                      "| ε | attack | AUROC | TPR@1 %FPR | TPR@0 FP | TPR@0.1 %FPR (pooled) | pooled non-members |",
-                      "| --- | --- | --- | --- | --- | --- | --- |"]
+                      "| ε per step | Σε nominal | Σε certified | attack | AUROC | TPR@1 %FPR | TPR@0 FP | "
+                      "TPR@0.1 %FPR (pooled) | pooled non-members |",
+                      "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
         per = summary[summary["scope"] == ("target_seed" if scope == "target" else "shadow_loo")]
         pooled = summary[summary["scope"] == ("target_pooled" if scope == "target" else "shadow_loo_pooled")]
         for eps in meta["epsilons"]:
@@ -451,8 +459,9 @@ def report_md(summary: pd.DataFrame, meta: dict) -> str:
                 p = get(pooled, "tpr_at_fpr_0.001")
                 cells = [_fmt(r["value"], r["ci_low"], r["ci_high"]) if r is not None else "–" for r in (a, t1, t0, p)]
                 n_non = f"{int(p['n_nonmembers'])}" if p is not None else "–"
-                lines.append(f"| {_eps(eps)} | {label} | " + " | ".join(cells) + f" | {n_non} |")
-        lines += ["| | chance | 50.0 | 1.0 | 0.0 | 0.1 | |", ""]
+                sums = " | ".join(cum.text(meta["dataset"], meta["model"], eps, c) for c in ("nominal", "certified"))
+                lines.append(f"| {_eps(eps)} | {sums} | {label} | " + " | ".join(cells) + f" | {n_non} |")
+        lines += ["| | | | chance | 50.0 | 1.0 | 0.0 | 0.1 | |", ""]
     lines += ["Figure: `reports/figures/federated_lira_roc.png` (log-log ROC, diagonal = chance).", ""]
     return "\n".join(lines)
 
@@ -609,8 +618,12 @@ def run(args) -> int:
         path.parent.mkdir(parents=True, exist_ok=True)
     with atomic_path(out) as tmp:
         tidy.to_csv(tmp, index=False)
-    roc_figure(curves, fig, f"{label}{args.dataset}, {model}: membership ROC (log-log), ε per local step")
-    write_text_atomic(md, report_md(summary, meta))
+    from experiments.federated_mia_report import Cumulative
+
+    cum = Cumulative(getattr(args, "accounting", None))
+    roc_figure(curves, fig, f"{label}{args.dataset}, {model}: membership ROC (log-log), ε per local step",
+               eps_label=lambda eps: f"ε={eps}/step, Σε={cum.text(args.dataset, model, float(eps))}")
+    write_text_atomic(md, report_md(summary, meta, cum))
     meta["wall_time_s"] = round(time.perf_counter() - start, 1)
     write_text_atomic(js, json.dumps(headline(summary, meta), indent=2, sort_keys=True) + "\n")
     for name, metrics in parent_metrics.items():
