@@ -4,8 +4,9 @@ ask whether per-step DP still looks protective against it.
 Shadow federations go through exactly the target's pipeline (``federated_mia``'s ``Federation`` and
 ``federate``, training knobs read from ``params/federated_mia.yaml``): one client per subject, each client's
 CSP fitted on its own training trials, FedAvg with the same rounds, epochs, sampling, learning rate and DP.
-Shadow j trains on a random half of every (subject, label) group of trials, in complementary pairs (shadow 2k
-takes a half, 2k+1 the rest), so every trial is IN in exactly half the shadows and OUT in the other half; CSP,
+Shadows train on ``shadow_in_fraction`` of every (subject, label) group of trials (default 0.8, the target's
+member share: at 0.5, Carlini et al.'s complementary halves, each client's member-fitted CSP differs between
+shadows and target and the untrained control fell below chance, AUROC 46 %; at 0.8 it sits at 50 %); CSP,
 like the model, sees only the IN trials. One set of shadows per ε serves every target seed.
 
 Targets are federations built exactly as ``federated_mia``'s, but on ONE per-subject 80/20 member split
@@ -24,7 +25,7 @@ Scores: per target seed AUROC, TPR at 1 % FPR and TPR at zero false positives (t
 per target for 0.1 %); pooled over seeds (the same trials, S target models) the TPR at 0.1 % FPR, with a
 bootstrap interval over seeds. Shadow-as-target (``scope = shadow_loo``): each shadow pair in turn is the target
 of LiRA fitted on the other shadows, which gives many more non-members and a resolved TPR at 0.1 % for the
-50 % membership game (Carlini et al.'s protocol), not for the 80/20 target.
+shadows' own membership game (IN share ``shadow_in_fraction``), not for the 80/20 target.
 """
 
 from __future__ import annotations
@@ -75,6 +76,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--figure", default="reports/figures/federated_lira_roc.png", help="log-log ROC")
     parser.add_argument("--cells", default="data/sweeps", help="resumable cache (shadows and target cells)")
     parser.add_argument("--no-progress", action="store_true")
+    parser.add_argument("--accounting", default="metrics/federated_accounting.csv",
+                        help="federated-accounting's rows: cumulative ε beside every per-step ε")
 
 
 def validate(params: dict, source) -> None:
@@ -87,7 +90,9 @@ def validate(params: dict, source) -> None:
         bad("epsilons", "a non-empty list of ε > 0 (.inf for no DP)")
     n = params.get("n_shadows")
     if not isinstance(n, int) or n < 4 or n % 2:
-        bad("n_shadows", "an even whole number ≥ 4 (shadows come in complementary pairs)")
+        bad("n_shadows", "an even whole number ≥ 4 (the shadow-as-target check leaves pairs out)")
+    if not 0.0 < float(params.get("shadow_in_fraction", 0.5)) < 1.0:
+        bad("shadow_in_fraction", "a fraction strictly between 0 and 1")
     for key in ("target_seeds", "workers"):
         if not isinstance(params.get(key), int) or params[key] < 1:
             bad(key, "a whole number ≥ 1")
@@ -108,22 +113,39 @@ def _eps(e: float) -> str:
     return "inf" if not math.isfinite(float(e)) else f"{float(e):g}"
 
 
-def shadow_membership(y, subjects, n_shadows: int, seed: int) -> np.ndarray:
-    """(n_shadows, n_trials) IN mask: in every (subject, label) group, shadow 2k takes a random half (the odd
-    trial to either side by a coin) and shadow 2k+1 the rest. Every trial is IN in exactly n_shadows/2 shadows
-    and every shadow client keeps about half of each class (its CSP needs both)."""
+def shadow_membership(y, subjects, n_shadows: int, seed: int, in_fraction: float = 0.5) -> np.ndarray:
+    """(n_shadows, n_trials) IN mask, drawn within every (subject, label) group so each shadow client keeps
+    both classes (its CSP needs them).
+
+    ``in_fraction = 0.5``: shadow 2k takes a random half of each group (the odd trial to either side by a coin)
+    and shadow 2k+1 the rest, so every trial is IN in exactly n_shadows/2 shadows (Carlini et al.'s design).
+    Any other fraction: the groups are cut into blocks of the OUT share and shadows take turns leaving one
+    block out (a fresh permutation per cycle), so every shadow trains on about ``in_fraction`` of each client's
+    trials, like the target (1 − test_size), and every trial is OUT in about (1 − in_fraction)·n_shadows."""
     y = np.asarray(y).ravel()
     subjects = np.asarray(subjects).ravel()
     rng = np.random.default_rng(int(seed))
     mask = np.zeros((int(n_shadows), y.size), dtype=bool)
     groups = sorted({(str(s), str(c)) for s, c in zip(subjects, y)})
-    for pair in range(int(n_shadows) // 2):
-        for subject, label in groups:
-            rows = np.flatnonzero((subjects.astype(str) == subject) & (y.astype(str) == label))
-            order = rng.permutation(rows)
-            half = rows.size // 2 + (int(rng.integers(2)) if rows.size % 2 else 0)
-            mask[2 * pair, order[:half]] = True
-            mask[2 * pair + 1, order[half:]] = True
+    if not 0.0 < float(in_fraction) < 1.0:
+        raise ValueError(f"in_fraction must lie strictly between 0 and 1, got {in_fraction!r}")
+    if float(in_fraction) == 0.5:
+        for pair in range(int(n_shadows) // 2):
+            for subject, label in groups:
+                rows = np.flatnonzero((subjects.astype(str) == subject) & (y.astype(str) == label))
+                order = rng.permutation(rows)
+                half = rows.size // 2 + (int(rng.integers(2)) if rows.size % 2 else 0)
+                mask[2 * pair, order[:half]] = True
+                mask[2 * pair + 1, order[half:]] = True
+        return mask
+    n_blocks = max(2, int(round(1.0 / (1.0 - float(in_fraction)))))
+    for subject, label in groups:
+        rows = np.flatnonzero((subjects.astype(str) == subject) & (y.astype(str) == label))
+        for j in range(int(n_shadows)):
+            if j % n_blocks == 0:
+                blocks = np.array_split(rng.permutation(rows), n_blocks)
+            mask[j, rows] = True
+            mask[j, blocks[j % n_blocks]] = False
     return mask
 
 
@@ -336,13 +358,14 @@ LABELS = {("lira_online", ""): "LiRA online", ("lira_offline", ""): "LiRA offlin
           ("lira_online_untrained_control", ""): "LiRA online, untrained control"}
 
 
-def roc_figure(curves: dict, path: Path, title: str) -> None:
-    """Log-log ROC, one curve per (ε, attack); left: the targets pooled over seeds, right: shadow-as-target."""
+def roc_figure(curves: dict, path: Path, title: str, eps_label=lambda eps: f"ε={eps}") -> None:
+    """Log-log ROC, one curve per (ε, attack); left: the targets pooled over seeds, right: shadow-as-target.
+    ``eps_label(eps)`` names an ε in the legend (the stage adds the cumulative ε)."""
     colours = {k: f"C{i}" for i, k in enumerate(LABELS)}
     styles = ["-", "--", ":", "-."]
     fig, axes = plt.subplots(1, 2, figsize=(12, 5.5), sharey=True)
     for ax, scope, name in ((axes[0], "target_pooled", "targets (80/20 split), pooled over seeds"),
-                            (axes[1], "shadow_loo", "shadow-as-target (50/50), leave one pair out")):
+                            (axes[1], "shadow_loo", "shadow-as-target, leave one pair out")):
         lowest = 1.0
         for (sc, eps, attack, attacker), (fpr, tpr) in curves.items():
             if sc != scope:
@@ -352,7 +375,7 @@ def roc_figure(curves: dict, path: Path, title: str) -> None:
             lowest = min(lowest, fpr[keep].min()) if keep.any() else lowest
             ax.plot(fpr[keep], tpr[keep], color=colours.get((attack, attacker), "k"),
                     ls=styles[eps_list.index(eps) % len(styles)], lw=1.3,
-                    label=f"{LABELS.get((attack, attacker), attack)}, ε={eps}")
+                    label=f"{LABELS.get((attack, attacker), attack)}, {eps_label(eps)}")
         if lowest >= 1.0:
             ax.text(0.5, 0.5, "not run (needs 6 or more shadows)", ha="center", transform=ax.transAxes)
             ax.set_title(name, fontsize=10)
@@ -387,14 +410,18 @@ def _fmt(value, low=np.nan, high=np.nan, pct=True) -> str:
     return text
 
 
-def report_md(summary: pd.DataFrame, meta: dict) -> str:
+def report_md(summary: pd.DataFrame, meta: dict, cum=None) -> str:
+    from experiments.federated_mia_report import Cumulative
+
+    cum = cum or Cumulative(None)
     synthetic = "SYNTHETIC " if meta["synthetic"] else ""
     lines = [f"# Study B: LiRA and RLA against {synthetic}{meta['dataset']} ({meta['model']})", "",
-             f"{NOTE}.", "",
+             f"{NOTE}. {cum.note()}", "",
              f"Targets: the per-subject 80/20 member split of `federated_mia` (split seed {meta['split_seed']}): "
              f"{meta['n_members']} members and {meta['n_nonmembers']} non-members over {meta['n_clients']} clients, "
              f"{meta['target_seeds']} training seeds. Shadows: {meta['n_shadows']} federations through the same "
-             f"code and knobs ({meta['training']}), each trial IN in exactly half of them; every shadow client's "
+             f"code and knobs ({meta['training']}), each on {100 * meta['shadow_in_fraction']:.0f} % of every "
+             "client's trials of each class (the target's member share); every shadow client's "
              "CSP is fitted on its IN trials as the target's is on its members. LiRA variance: "
              f"{meta['lira_variance']}. RLA: [p0, p1, loss], {meta['attack_folds']}-fold cross-fitted on the "
              "target's own member labels (a stronger attacker knowledge than LiRA's, which uses none).", "",
@@ -403,17 +430,20 @@ def report_md(summary: pd.DataFrame, meta: dict) -> str:
              f"{meta['target_seeds']} target models (the same trials under each) with a bootstrap interval over "
              "models; TPR@0 FP is the share of members above every non-member. Chance: AUROC 50, TPR@x %FPR = x, "
              "TPR@0 FP = 0. All values in %.", ""]
-    for scope, heading in (("target", "Targets (80/20)"), ("shadow_loo", "Shadow-as-target (50/50)")):
+    for scope, heading in (("target", "Targets (80/20)"), ("shadow_loo", "Shadow-as-target")):
         lines += [f"## {heading}", ""]
         if scope == "target":
-            lines += ["| ε | attack | AUROC | TPR@1 %FPR | TPR@0 FP | TPR@0.1 %FPR (pooled) | pooled non-members |",
-                      "| --- | --- | --- | --- | --- | --- | --- |"]
+            lines += ["| ε per step | Σε nominal | Σε certified | attack | AUROC | TPR@1 %FPR | TPR@0 FP | "
+                      "TPR@0.1 %FPR (pooled) | pooled non-members |",
+                      "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
         else:
             lines += [f"Each of the {meta['n_shadows']} shadows in turn is the target of LiRA fitted on the other "
-                      f"{meta['n_shadows'] - 2} (its complementary partner left out too). Per-model columns: mean "
+                      f"{meta['n_shadows'] - 2} (its pair partner left out too), a membership game with IN share "
+                      f"{100 * meta['shadow_in_fraction']:.0f} %. Per-model columns: mean "
                       "[t-interval over shadow targets]; pooled: bootstrap over shadow targets.", "",
-                      "| ε | attack | AUROC | TPR@1 %FPR | TPR@0 FP | TPR@0.1 %FPR (pooled) | pooled non-members |",
-                      "| --- | --- | --- | --- | --- | --- | --- |"]
+                      "| ε per step | Σε nominal | Σε certified | attack | AUROC | TPR@1 %FPR | TPR@0 FP | "
+                      "TPR@0.1 %FPR (pooled) | pooled non-members |",
+                      "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
         per = summary[summary["scope"] == ("target_seed" if scope == "target" else "shadow_loo")]
         pooled = summary[summary["scope"] == ("target_pooled" if scope == "target" else "shadow_loo_pooled")]
         for eps in meta["epsilons"]:
@@ -429,8 +459,9 @@ def report_md(summary: pd.DataFrame, meta: dict) -> str:
                 p = get(pooled, "tpr_at_fpr_0.001")
                 cells = [_fmt(r["value"], r["ci_low"], r["ci_high"]) if r is not None else "–" for r in (a, t1, t0, p)]
                 n_non = f"{int(p['n_nonmembers'])}" if p is not None else "–"
-                lines.append(f"| {_eps(eps)} | {label} | " + " | ".join(cells) + f" | {n_non} |")
-        lines += ["| | chance | 50.0 | 1.0 | 0.0 | 0.1 | |", ""]
+                sums = " | ".join(cum.text(meta["dataset"], meta["model"], eps, c) for c in ("nominal", "certified"))
+                lines.append(f"| {_eps(eps)} | {sums} | {label} | " + " | ".join(cells) + f" | {n_non} |")
+        lines += ["| | | | chance | 50.0 | 1.0 | 0.0 | 0.1 | |", ""]
     lines += ["Figure: `reports/figures/federated_lira_roc.png` (log-log ROC, diagonal = chance).", ""]
     return "\n".join(lines)
 
@@ -490,15 +521,18 @@ def run(args) -> int:
     epsilons = [float(e) for e in params["epsilons"]]
     subjects = trials.metadata["subject"]
     member = member_split(trials.y, subjects, float(train["test_size"]), int(train["split_seed"]))
-    masks = shadow_membership(trials.y, subjects.to_numpy(), int(params["n_shadows"]), int(params["shadow_seed"]))
+    masks = shadow_membership(trials.y, subjects.to_numpy(), int(params["n_shadows"]), int(params["shadow_seed"]),
+                              float(params.get("shadow_in_fraction", 0.5)))
     knobs = {k: train[k] for k in TRAINING_KNOBS}
     attack_knobs = {k: params[k] for k in ("n_shadows", "shadow_seed", "target_seeds", "rf_estimators",
                                            "attack_folds", "lira_variance", "bootstrap")}
+    attack_knobs["shadow_in_fraction"] = float(params.get("shadow_in_fraction", 0.5))
     code = stage_code_hash()
     cells_root = Path(args.cells) / STAGE / args.dataset / model
     shadow_key = config_key({"dataset_version": version, "code_hash": code, "paradigm": repr(sorted(spec.items())),
                              "model": model, "epsilons": [_eps(e) for e in epsilons], **knobs,
-                             "n_shadows": params["n_shadows"], "shadow_seed": params["shadow_seed"]})
+                             "n_shadows": params["n_shadows"], "shadow_seed": params["shadow_seed"],
+                             "shadow_in_fraction": attack_knobs["shadow_in_fraction"]})
     t0 = time.perf_counter()
     phis = shadow_phis(trials, masks, params, knobs, epsilons, output, cells_root / f"shadows-{shadow_key}.npz")
     print(f"{label}{args.dataset}: {params['n_shadows']} shadow federations x {len(epsilons)} eps in "
@@ -574,6 +608,7 @@ def run(args) -> int:
     meta = {"dataset": args.dataset, "model": model, "synthetic": synthetic, "split_seed": train["split_seed"],
             "n_members": int(member.sum()), "n_nonmembers": int((~member).sum()), "n_clients": len(fed.clients),
             "target_seeds": int(params["target_seeds"]), "n_shadows": int(params["n_shadows"]),
+            "shadow_in_fraction": float(params.get("shadow_in_fraction", 0.5)),
             "lira_variance": params["lira_variance"], "attack_folds": int(params["attack_folds"]),
             "epsilons": epsilons,
             "training": ", ".join(f"{k} {train[k]}" for k in ("num_rounds", "local_epochs", "clients_per_round",
@@ -583,8 +618,12 @@ def run(args) -> int:
         path.parent.mkdir(parents=True, exist_ok=True)
     with atomic_path(out) as tmp:
         tidy.to_csv(tmp, index=False)
-    roc_figure(curves, fig, f"{label}{args.dataset}, {model}: membership ROC (log-log), ε per local step")
-    write_text_atomic(md, report_md(summary, meta))
+    from experiments.federated_mia_report import Cumulative
+
+    cum = Cumulative(getattr(args, "accounting", None))
+    roc_figure(curves, fig, f"{label}{args.dataset}, {model}: membership ROC (log-log), ε per local step",
+               eps_label=lambda eps: f"ε={eps}/step, Σε={cum.text(args.dataset, model, float(eps))}")
+    write_text_atomic(md, report_md(summary, meta, cum))
     meta["wall_time_s"] = round(time.perf_counter() - start, 1)
     write_text_atomic(js, json.dumps(headline(summary, meta), indent=2, sort_keys=True) + "\n")
     for name, metrics in parent_metrics.items():

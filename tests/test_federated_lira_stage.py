@@ -59,6 +59,20 @@ def test_shadow_membership_is_balanced_per_trial_and_per_class():
     assert not np.array_equal(mask, federated_lira.shadow_membership(y, subjects, 6, seed=4))
 
 
+def test_shadows_can_train_on_the_targets_member_share():
+    y = np.repeat([0, 1], 30)
+    subjects = np.tile(["a", "b", "c"], 20)  # 10 trials per (subject, class)
+    mask = federated_lira.shadow_membership(y, subjects, 10, seed=1, in_fraction=0.8)
+    for s in "abc":
+        for c in (0, 1):
+            rows = (subjects == s) & (y == c)
+            assert set(mask[:, rows].sum(1)) == {8}  # every shadow keeps 80 % of every group, like the target
+    assert set((~mask).sum(0)) == {2}  # blocks taken in turn: every trial OUT in exactly 2 of 10 shadows
+    np.testing.assert_array_equal(mask, federated_lira.shadow_membership(y, subjects, 10, seed=1, in_fraction=0.8))
+    with pytest.raises(ValueError, match="in_fraction"):
+        federated_lira.shadow_membership(y, subjects, 10, seed=1, in_fraction=1.0)
+
+
 def test_shadow_as_target_scores_every_shadow_with_its_pair_left_out():
     rng = np.random.default_rng(0)
     mask = federated_lira.shadow_membership(np.repeat([0, 1], 200), np.zeros(400), 8, seed=0)
