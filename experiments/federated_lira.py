@@ -417,7 +417,8 @@ def report_md(summary: pd.DataFrame, meta: dict, cum=None) -> str:
     synthetic = "SYNTHETIC " if meta["synthetic"] else ""
     lines = [f"# Study B: LiRA and RLA against {synthetic}{meta['dataset']} ({meta['model']})", "",
              f"{NOTE}. {cum.note()}", "",
-             f"Targets: the per-subject 80/20 member split of `federated_mia` (split seed {meta['split_seed']}): "
+             "Targets: federations built as `federated_mia`'s on one per-subject 80/20 member split for all "
+             f"target seeds (split seed {meta['split_seed']}; `federated_mia` draws a new split per seed): "
              f"{meta['n_members']} members and {meta['n_nonmembers']} non-members over {meta['n_clients']} clients, "
              f"{meta['target_seeds']} training seeds. Shadows: {meta['n_shadows']} federations through the same "
              f"code and knobs ({meta['training']}), each on {100 * meta['shadow_in_fraction']:.0f} % of every "
