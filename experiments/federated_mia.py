@@ -15,6 +15,7 @@ import functools
 import hashlib
 import math
 import os
+import shutil
 import warnings
 from pathlib import Path
 
@@ -34,7 +35,7 @@ from eegprivacy.attacks.metrics import auroc
 from eegprivacy.evaluation.metrics import classification_metrics, confusion_counts
 from eegprivacy.params import ParamsError, load_params
 from eegprivacy.tracking import required_tags
-from eegprivacy.tracking.sweep import PrefetchedCells, SweepRunner, expand_grid
+from eegprivacy.tracking.sweep import PrefetchedCells, SweepRunner, config_key, expand_grid
 
 NAME = "federated-mia"
 HELP = ("Study B: per-subject FedAvg (SimpleNet/EEGNet on per-client CSP) with per-step Laplace gradient DP, "
@@ -53,6 +54,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--params", default="params/federated_mia.yaml")
     parser.add_argument("--out", help="tidy rows (default metrics/federated_mia_<dataset>.csv)")
     parser.add_argument("--cells", default="data/sweeps", help="resumable per-cell cache folder")
+    parser.add_argument("--arrays", help="folder for every cell's raw per-round arrays: client update vectors and "
+                                         "per-trial gradient norms (default data/federated_mia/<dataset>)")
     parser.add_argument("--no-progress", action="store_true")
     parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1),
                         help="worker processes computing cells ahead (default: min(2, CPUs)); the numbers do not "
@@ -202,8 +205,10 @@ def seed_split(trials, params: dict, seed: int) -> np.ndarray:
                         run_split_seed(int(params["split_seed"]), int(seed)))
 
 
-def cell_rows(config: dict, seed: int, trials, params: dict) -> list[dict]:
-    """Everything one (model, ε, seed) federation yields, as tidy rows."""
+def cell_rows(config: dict, seed: int, trials, params: dict, arrays_dir: str | Path | None = None) -> list[dict]:
+    """Everything one (model, ε, seed) federation yields, as tidy rows; with ``arrays_dir``, also the raw
+    per-round arrays (every sampled client's update vector, every trial's gradient norm) as
+    ``<arrays_dir>/<cell key>.npz``."""
     import torch
 
     from eegprivacy.federated.task import derive_seed
@@ -223,7 +228,7 @@ def cell_rows(config: dict, seed: int, trials, params: dict) -> list[dict]:
     half = float(params["attack_test_size"])
     rounds = sorted(result.sent)
     history = {h["round"]: h for h in result.history}
-    rows, cla_X, cla_y = [], [], []
+    rows, cla_X, cla_y, norms_m, norms_n = [], [], [], [], []
     ce = torch.nn.CrossEntropyLoss()
     rows += untrained_control_rows(task, result.sent[rounds[0]], Xm, ym, Xn, yn, params, seed)
     for i, rnd in enumerate(rounds):
@@ -273,6 +278,8 @@ def cell_rows(config: dict, seed: int, trials, params: dict) -> list[dict]:
         net = task.model(after)
         gm = per_sample_grad_norms(net, task._inputs(flat(Xm)), torch.from_numpy(ym_i), ce)
         gn = per_sample_grad_norms(net, task._inputs(flat(Xn)), torch.from_numpy(yn_i), ce)
+        norms_m.append(gm)
+        norms_n.append(gn)
         for who, g in (("member", gm), ("nonmember", gn)):
             rows += [{"metric": f"grad_norm_{who}_mean", "value": float(g.mean()), "round": rnd},
                      {"metric": f"grad_norm_{who}_median", "value": float(np.median(g)), "round": rnd}]
@@ -291,9 +298,24 @@ def cell_rows(config: dict, seed: int, trials, params: dict) -> list[dict]:
                 warnings.filterwarnings("ignore", message="The number of unique classes is greater than 50%")
                 scores = cla.evaluate(X_all[keep], y_all[keep], test_size=half)
             rows += _attack_rows(scores, "cla", attacker, float("nan"))
+    if arrays_dir is not None:
+        save_arrays(Path(arrays_dir) / f"{config_key({**config, 'seed': seed})}.npz", rounds=np.repeat(rounds, [len(c) for c in cla_y]), clients=y_all,
+                    updates=X_all.astype(np.float32), grad_norm_member=np.stack(norms_m).astype(np.float32),
+                    grad_norm_nonmember=np.stack(norms_n).astype(np.float32))
     rows.append({"metric": "noise_scale", "value": dp.noise_scale if dp else 0.0})
     rows.append({"metric": "n_clients", "value": float(len(fed.clients))})
     return rows
+
+
+def save_arrays(path: str | Path, **arrays) -> None:
+    """Atomically write a cell's raw arrays: client indices (never subject ids), rounds, update vectors (new −
+    previous global weights, the rows the server saw) and per-trial gradient norms of the global model after
+    each round (members and non-members, in the federation's order)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_path(path) as tmp:
+        with open(tmp, "wb") as handle:
+            np.savez_compressed(handle, **arrays)
 
 
 def stage_code_hash() -> str:
@@ -346,8 +368,14 @@ def run(args) -> int:
                                                            "epsilon_scope": NOTE}, "synthetic": synthetic},
                                  progress=not args.no_progress)
             plan.append((model, eps, runner, cells))
+    arrays_dir = Path(args.cells) / STAGE / args.dataset / "arrays"
+    for _, _, runner, cells in plan:  # rows without their arrays (an older cache): compute the cell again
+        for cell in cells:
+            if runner.cell_path(cell).exists() and not (arrays_dir / f"{cell.key}.npz").exists():
+                runner.cell_path(cell).unlink()
     jobs = [(cell.config, cell.seed) for _, _, runner, cells in plan for cell in runner.pending(cells)]
-    compute = PrefetchedCells(functools.partial(cell_rows, trials=trials, params=params), jobs, n_jobs=args.jobs)
+    compute = PrefetchedCells(functools.partial(cell_rows, trials=trials, params=params, arrays_dir=arrays_dir),
+                              jobs, n_jobs=args.jobs)
     frames = []
     for model, eps, runner, cells in plan:
         frame = runner.run(cells, compute)
@@ -355,9 +383,17 @@ def run(args) -> int:
         frames.append(frame)
         print(f"{label}{args.dataset}: {model} eps={eps:g} done")
     tidy = pd.concat(frames, ignore_index=True)
+    export = Path(getattr(args, "arrays", None) or f"data/federated_mia/{args.dataset}")
+    export.mkdir(parents=True, exist_ok=True)
+    for model, eps, _, cells in plan:
+        for cell in cells:
+            target = export / f"{model}-eps{eps:g}-seed{cell.seed}.npz"
+            with atomic_path(target) as tmp:
+                shutil.copyfile(arrays_dir / f"{cell.key}.npz", tmp)
     out = Path(args.out or f"metrics/federated_mia_{args.dataset}.csv")
     out.parent.mkdir(parents=True, exist_ok=True)
     with atomic_path(out) as tmp:
         tidy.to_csv(tmp, index=False)
-    print(f"{label}{args.dataset}: {len(tidy)} rows -> {out} ({NOTE})")
+    print(f"{label}{args.dataset}: {len(tidy)} rows -> {out}; per-round update vectors and gradient norms -> "
+          f"{export}/ ({NOTE})")
     return 0

@@ -45,8 +45,15 @@ def tiny_params(tmp_path_factory) -> Path:
 def test_federated_mia_stage_end_to_end(tmp_path, tiny_params):
     out = tmp_path / "federated_mia_synthetic_mi.csv"
     args = Namespace(dataset="synthetic_mi", params=str(tiny_params), out=str(out), cells=str(tmp_path / "cells"),
-                     no_progress=True, jobs=2)  # two worker processes: the stage's default on 2 cores
+                     no_progress=True, jobs=2,  # two worker processes: the stage's default on 2 cores
+                     arrays=str(tmp_path / "arrays"))
     assert federated_mia.run(args) == 0
+    saved = sorted(p.name for p in (tmp_path / "arrays").glob("*.npz"))
+    assert saved == ["simplenet-eps1-seed0.npz", "simplenet-epsinf-seed0.npz"]
+    with np.load(tmp_path / "arrays" / "simplenet-eps1-seed0.npz") as arrays:
+        assert set(arrays["rounds"]) == {1, 2} and len(arrays["clients"]) == len(arrays["updates"])
+        assert arrays["updates"].ndim == 2 and np.isfinite(arrays["updates"]).all()
+        assert arrays["grad_norm_member"].shape[0] == 2 and (arrays["grad_norm_nonmember"] >= 0).all()
     rows = pd.read_csv(out)
     assert set(rows["epsilon"]) == {math.inf, 1.0} and set(rows["model"]) == {"simplenet"}
     assert set(rows["mechanism"]) == {"none", "laplace_gradient"} and rows["synthetic"].all()
