@@ -134,7 +134,9 @@ def test_stage_log_and_wall_record(tmp_path, monkeypatch, capsys):
                                  "peak_rss_mb": 900.0, "peak_child_rss_mb": 0.0}) + "\n")
     doc = reproduce_times.record(1000.0, 1100.0, 0, log, tmp_path / "wall.json")
     assert json.loads((tmp_path / "wall.json").read_text()) == doc
-    assert doc["total_s"] == 100.0 and doc["rc"] == 0 and doc["max_stage_peak_rss_mb"] == 900.0
+    # the in-process `datasets` entry carries pytest's own peak, which can exceed the made-up 900 MB stage
+    assert doc["total_s"] == 100.0 and doc["rc"] == 0
+    assert doc["max_stage_peak_rss_mb"] == max(900.0, entry["peak_rss_mb"])
     assert [s["stage"] for s in doc["stages"]] == ["datasets", "dp_release@eegmat"]
     assert reproduce_times.stage_label("version", "eegmat") == "dataset_version@eegmat"
 
