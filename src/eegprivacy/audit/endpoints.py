@@ -1,0 +1,569 @@
+"""Study C audit endpoints on embedding matrices, each with the control that could falsify it.
+
+Encoder-agnostic: every function takes embeddings ``Z`` (n_windows, dim) plus the per-window metadata it
+needs (subject ``groups``, attribute ``A``), never the encoder. Operational choices the protocol leaves open
+are marked **(ours)** and restated where they are implemented:
+
+- attribute leakage is scored on the pooled out-of-fold predictions (all test windows of all folds), each
+  fold's predictions and truths centred on that fold's test means: the mean over attribute dimensions of the
+  Pearson r between predicted and true attribute (centring removes the between-fold intercept artefact that
+  otherwise drives the controls far below 0);
+- the subject-level bootstrap resamples subjects with replacement and recomputes the real and both control
+  scores on the same resample, so L_A's interval carries the controls' uncertainty too;
+- the split-local permutation control uses one seeded permutation; the permutation p-value compares the real
+  score with ``n_permutations`` further split-local permutations, p = (1 + #null >= real) / (1 + n).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+from sklearn.base import BaseEstimator, RegressorMixin, clone
+from sklearn.model_selection import GroupKFold, KFold
+from sklearn.utils import check_random_state
+
+from eegprivacy.attacks.metrics import auroc
+from eegprivacy.evaluation.intervals import wilson_interval
+
+__all__ = [
+    "AttributeDecoder",
+    "LeakageResult",
+    "attribute_leakage",
+    "raw_copy_fraction",
+    "BPIDResult",
+    "bpid_at_1",
+    "MembershipResult",
+    "membership_auc",
+    "membership_residual",
+    "identity_residual",
+    "ReconstructionResult",
+    "reconstruction_r2",
+    "AEDSResult",
+    "aeds",
+    "DEFAULT_ALPHAS",
+]
+
+DEFAULT_ALPHAS = np.logspace(-3, 5, 17)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# ridge with standardised inputs and an inner-CV alpha
+
+
+def _standardise_fit(Z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    mean = Z.mean(axis=0)
+    scale = Z.std(axis=0)
+    scale[scale < 1e-12] = 1.0  # constant coordinates carry nothing; keep them finite
+    return mean, scale
+
+
+def _ridge_coef_path(Xtr: np.ndarray, Ytr: np.ndarray, alphas) -> np.ndarray:
+    """Centred ridge coefficients (n_alphas, dim, n_targets) for every alpha from one eigendecomposition.
+
+    Uses the smaller of the two Gram matrices (X^T X when n >= dim, X X^T otherwise): an eigh of it is far
+    cheaper than an SVD of X and gives every alpha for free.
+    """
+    alphas = np.asarray(alphas, float)
+    n, d = Xtr.shape
+    if n >= d:
+        lam, V = np.linalg.eigh(Xtr.T @ Xtr)
+        VtXtY = V.T @ (Xtr.T @ Ytr)  # (d, k)
+        inv = 1.0 / (np.clip(lam, 0.0, None)[None, :] + alphas[:, None])  # (a, d)
+        return np.einsum("dr,ar,rk->adk", V, inv, VtXtY, optimize=True)
+    lam, U = np.linalg.eigh(Xtr @ Xtr.T)
+    XtU = Xtr.T @ U  # (d, n)
+    UtY = U.T @ Ytr
+    inv = 1.0 / (np.clip(lam, 0.0, None)[None, :] + alphas[:, None])
+    return np.einsum("dr,ar,rk->adk", XtU, inv, UtY, optimize=True)
+
+
+def _ridge_path_predict(Xtr: np.ndarray, Ytr: np.ndarray, Xte: np.ndarray, alphas) -> np.ndarray:
+    """Predictions (n_alphas, n_test, n_targets) of centred ridge for every alpha."""
+    return np.einsum("td,adk->atk", Xte, _ridge_coef_path(Xtr, Ytr, alphas), optimize=True)
+
+
+class AttributeDecoder(RegressorMixin, BaseEstimator):
+    """Ridge from standardised embeddings to the attribute; alpha by inner CV on the training subjects only.
+
+    The inner CV is grouped by subject (``GroupKFold``) whenever ``fit`` receives ``groups`` with at least two
+    subjects, so alpha is never tuned on windows of a subject it is later tested on; without groups it falls
+    back to a seeded ``KFold``. The criterion is the mean squared error summed over attribute dimensions.
+    All alphas are solved from one eigendecomposition per fold, which keeps the permutation null affordable.
+    """
+
+    def __init__(self, alphas=None, inner_splits: int = 3, random_state=None):
+        self.alphas = alphas
+        self.inner_splits = inner_splits
+        self.random_state = random_state
+
+    def _alphas(self) -> np.ndarray:
+        return np.asarray(DEFAULT_ALPHAS if self.alphas is None else self.alphas, float)
+
+    def fit(self, Z, A, groups=None):
+        Z = np.asarray(Z, float)
+        A = np.asarray(A, float)
+        self._single_output = A.ndim == 1
+        A2 = A[:, None] if self._single_output else A
+        if Z.ndim != 2 or Z.shape[0] != A2.shape[0]:
+            raise ValueError(f"Z must be (n, dim) with one row per attribute row: {Z.shape} vs {A.shape}")
+        alphas = self._alphas()
+        if alphas.size == 1:
+            self.alpha_ = float(alphas[0])
+            self.cv_mse_ = np.array([np.nan])
+        else:
+            if groups is not None and np.unique(groups).size >= 2:
+                inner = GroupKFold(n_splits=min(self.inner_splits, np.unique(groups).size))
+                folds = inner.split(Z, A2, groups)
+            else:
+                inner = KFold(n_splits=self.inner_splits, shuffle=True,
+                              random_state=check_random_state(self.random_state).randint(2**31 - 1))
+                folds = inner.split(Z)
+            sse = np.zeros(alphas.size)
+            for tr, va in folds:
+                m, sc = _standardise_fit(Z[tr])
+                ybar = A2[tr].mean(axis=0)
+                pred = _ridge_path_predict((Z[tr] - m) / sc, A2[tr] - ybar, (Z[va] - m) / sc, alphas) + ybar
+                sse += ((pred - A2[va][None]) ** 2).sum(axis=(1, 2))
+            self.cv_mse_ = sse / Z.shape[0]
+            self.alpha_ = float(alphas[int(np.argmin(self.cv_mse_))])
+        self.mean_, self.scale_ = _standardise_fit(Z)
+        Xs = (Z - self.mean_) / self.scale_
+        self.intercept_ = A2.mean(axis=0)
+        self.coef_ = _ridge_coef_path(Xs, A2 - self.intercept_, [self.alpha_])[0]  # (dim, n_targets)
+        self.n_features_in_ = Z.shape[1]
+        return self
+
+    def predict(self, Z):
+        Z = np.asarray(Z, float)
+        out = ((Z - self.mean_) / self.scale_) @ self.coef_ + self.intercept_
+        return out[:, 0] if self._single_output else out
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# attribute leakage with negative controls
+
+
+def _fit_predict(decoder, Z_fit, Z_test, A, groups, folds) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Pooled out-of-fold predictions: (test row indices, predictions, chosen alpha per fold)."""
+    rows, preds, alphas = [], [], []
+    for train, test in folds:
+        model = clone(decoder)
+        model.fit(Z_fit[train], A[train], groups[train])
+        rows.append(test)
+        preds.append(np.asarray(model.predict(Z_test[test]), float).reshape(len(test), -1))
+        alphas.append(getattr(model, "alpha_", np.nan))
+    return np.concatenate(rows), np.concatenate(preds), np.asarray(alphas, float)
+
+
+def _subject_moments(pred: np.ndarray, true: np.ndarray, subj: np.ndarray, subjects: np.ndarray) -> np.ndarray:
+    """Per-subject sufficient statistics of Pearson r: (n_subjects, 6, n_dims) of n, Sp, St, Spp, Stt, Spt."""
+    index = np.searchsorted(subjects, subj)
+    stats = np.stack([np.ones_like(pred), pred, true, pred * pred, true * true, pred * true], axis=1)
+    out = np.zeros((subjects.size,) + stats.shape[1:])
+    np.add.at(out, index, stats)
+    return out
+
+
+def _pearson_from_moments(m: np.ndarray) -> np.ndarray:
+    """Mean-over-dims Pearson r from summed moments (..., 6, n_dims); NaN dims (no variance) are ignored."""
+    n, sp, st, spp, stt, spt = (m[..., k, :] for k in range(6))
+    cov = spt - sp * st / n
+    vp = spp - sp * sp / n
+    vt = stt - st * st / n
+    with np.errstate(invalid="ignore", divide="ignore"):
+        r = cov / np.sqrt(vp * vt)
+    r = np.where((vp > 1e-12 * np.maximum(spp, 1)) & (vt > 1e-12 * np.maximum(stt, 1)), r, np.nan)
+    with np.errstate(all="ignore"):
+        return np.nanmean(r, axis=-1) if np.isfinite(r).any() else np.full(r.shape[:-1], np.nan)
+
+
+def _fold_centred(pred: np.ndarray, true: np.ndarray, fold_sizes) -> tuple[np.ndarray, np.ndarray]:
+    """Subtract each fold's test means from predictions and truths before pooling the folds.
+
+    Without this, pooled out-of-fold r is biased far below 0 for a decoder that has learned nothing: it
+    predicts its training mean, which is anti-correlated with the held-out fold's mean (on 12 subjects in 4
+    folds a Gaussian control reads about -0.57). Centring per fold keeps only within-fold covariation, so
+    the controls read about 0 **(ours)**.
+    """
+    pred, true = pred.copy(), true.copy()
+    start = 0
+    for size in fold_sizes:
+        sl = slice(start, start + size)
+        pred[sl] -= pred[sl].mean(axis=0)
+        true[sl] -= true[sl].mean(axis=0)
+        start += size
+    return pred, true
+
+
+def _per_dim_r(pred: np.ndarray, true: np.ndarray) -> np.ndarray:
+    out = np.full(true.shape[1], np.nan)
+    for j in range(true.shape[1]):
+        if pred[:, j].std() > 1e-12 and true[:, j].std() > 1e-12:
+            out[j] = np.corrcoef(pred[:, j], true[:, j])[0, 1]
+    return out
+
+
+def _permuted_scores(decoder, Z_fit, Z, A, groups, folds, rng):
+    """Split-local permutation: train rows shuffled among train rows, test rows among test rows, per fold."""
+    rows, preds = [], []
+    for train, test in folds:
+        model = clone(decoder)
+        model.fit(Z_fit[rng.permutation(train)], A[train], groups[train])
+        rows.append(test)
+        preds.append(np.asarray(model.predict(Z[rng.permutation(test)]), float).reshape(len(test), -1))
+    return np.concatenate(rows), np.concatenate(preds)
+
+
+@dataclass
+class LeakageResult:
+    """Attribute leakage of one (embedding, split) cell with its negative controls.
+
+    ``gain`` is L_A = score - max(control_gaussian, control_permuted); ``ci`` its subject-level bootstrap
+    interval; ``draws`` the bootstrap draws of L_A (kept so AEDS can combine them).
+    """
+
+    score: float
+    control_gaussian: float
+    control_permuted: float
+    gain: float
+    ci: tuple[float, float]
+    p_value: float
+    per_dim_r: np.ndarray
+    alphas: np.ndarray
+    n_test_windows: int
+    n_subjects: int
+    draws: np.ndarray = field(repr=False)
+    null_scores: np.ndarray = field(repr=False)
+
+    def as_dict(self) -> dict:
+        return {"score": self.score, "control_gaussian": self.control_gaussian,
+                "control_permuted": self.control_permuted, "gain": self.gain, "ci_low": self.ci[0],
+                "ci_high": self.ci[1], "p_value": self.p_value, "n_test_windows": self.n_test_windows,
+                "n_subjects": self.n_subjects}
+
+
+def attribute_leakage(Z, A, groups, splitter, decoder=None, Z_fit=None, n_bootstrap: int = 1000,
+                      n_permutations: int = 100, confidence: float = 0.95, random_state=0) -> LeakageResult:
+    """Leakage gain L_A of the attribute ``A`` from embeddings ``Z`` under ``splitter``, with its controls.
+
+    ``decoder`` is any regressor with ``fit(Z, A, groups)`` / ``predict``; default ``AttributeDecoder``.
+    ``Z_fit`` (same rows as ``Z``) optionally gives the embeddings the decoder is *trained* on while ``Z`` is
+    what it is *tested* on -- e.g. clean shadow embeddings for training and released (noised) embeddings for
+    testing in the adaptive-attacker setting. The controls replace the embeddings by (i) i.i.d. Gaussian noise
+    of the same shape (fit and test on it) and (ii) the same embeddings permuted across windows within each
+    split (train rows among train rows, test rows among test rows); both use the same splits and decoder.
+    """
+    Z = np.asarray(Z, float)
+    Z_fit = Z if Z_fit is None else np.asarray(Z_fit, float)
+    A = np.asarray(A, float)
+    A = A[:, None] if A.ndim == 1 else A
+    groups = np.asarray(groups)
+    if not (Z.shape[0] == A.shape[0] == groups.shape[0] == Z_fit.shape[0]):
+        raise ValueError(f"row counts differ: Z {Z.shape[0]}, Z_fit {Z_fit.shape[0]}, A {A.shape[0]}, "
+                         f"groups {groups.shape[0]}")
+    if int(n_bootstrap) < 1000:
+        raise ValueError(f"the protocol asks for >= 1000 bootstrap resamples, got {n_bootstrap}")
+    rng = check_random_state(random_state)
+    if decoder is None:
+        decoder = AttributeDecoder(random_state=rng.randint(2**31 - 1))
+
+    folds = list(splitter.split(Z, A, groups))  # materialised once: real and controls share the folds
+    rows, pred, alphas = _fit_predict(decoder, Z_fit, Z, A, groups, folds)
+    G = rng.standard_normal(Z.shape)
+    rows_g, pred_g, _ = _fit_predict(decoder, G, G, A, groups, folds)
+    rows_p, pred_p = _permuted_scores(decoder, Z_fit, Z, A, groups, folds, rng)
+
+    subjects = np.unique(groups[rows])
+    fold_sizes = [len(test) for _, test in folds]
+    moments = np.stack([
+        _subject_moments(*_fold_centred(p, A[r], fold_sizes), groups[r], subjects)
+        for r, p in ((rows, pred), (rows_g, pred_g), (rows_p, pred_p))
+    ])  # (3 models, n_subjects, 6, n_dims)
+    real, ctrl_g, ctrl_p = _pearson_from_moments(moments.sum(axis=1))
+    gain = real - max(ctrl_g, ctrl_p)
+
+    counts = rng.multinomial(subjects.size, np.full(subjects.size, 1.0 / subjects.size), size=int(n_bootstrap))
+    boot = _pearson_from_moments(np.einsum("bs,msij->bmij", counts.astype(float), moments))  # (B, 3)
+    draws = boot[:, 0] - np.maximum(boot[:, 1], boot[:, 2])
+    a = 1.0 - confidence
+    finite = draws[np.isfinite(draws)]
+    ci = tuple(float(q) for q in np.quantile(finite, [a / 2, 1 - a / 2])) if finite.size else (np.nan, np.nan)
+
+    null = np.empty(int(n_permutations))
+    for k in range(null.size):
+        r_k, p_k = _permuted_scores(decoder, Z_fit, Z, A, groups, folds, rng)
+        null[k] = _pearson_from_moments(
+            _subject_moments(*_fold_centred(p_k, A[r_k], fold_sizes), groups[r_k], subjects).sum(axis=0))
+    p_value = float((1 + np.sum(null >= real)) / (1 + null.size)) if null.size else float("nan")
+
+    per_dim = _per_dim_r(*_fold_centred(pred, A[rows], fold_sizes))
+    return LeakageResult(score=float(real), control_gaussian=float(ctrl_g), control_permuted=float(ctrl_p),
+                         gain=float(gain), ci=ci, p_value=p_value, per_dim_r=per_dim,
+                         alphas=alphas, n_test_windows=int(rows.size), n_subjects=int(subjects.size),
+                         draws=draws, null_scores=null)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# raw-copy check
+
+
+def _cosine_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    na = np.linalg.norm(a, axis=1)
+    nb = np.linalg.norm(b, axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        c = np.einsum("ij,ij->i", a, b) / (na * nb)
+    return np.where((na > 0) & (nb > 0), c, 0.0)
+
+
+def raw_copy_fraction(Z, groups=None, order=None, threshold: float = 0.99) -> float:
+    """Fraction of adjacent-window pairs whose embeddings have cosine similarity >= ``threshold``.
+
+    Adjacency is within a subject or recording (``groups``; all rows form one sequence without it), in
+    ``order`` (row order without it); pairs never straddle two groups. A high fraction means windows are
+    near copies in embedding space and window-level splits are invalid for that encoder.
+    """
+    Z = np.asarray(Z, float)
+    n = Z.shape[0]
+    groups = np.zeros(n, int) if groups is None else np.asarray(groups)
+    t = np.arange(n) if order is None else np.asarray(order)
+    hits = pairs = 0
+    for g in np.unique(groups):
+        idx = np.flatnonzero(groups == g)
+        idx = idx[np.argsort(t[idx], kind="stable")]
+        if idx.size < 2:
+            continue
+        c = _cosine_rows(Z[idx[:-1]], Z[idx[1:]])
+        hits += int(np.sum(c >= threshold))
+        pairs += c.size
+    return float(hits / pairs) if pairs else float("nan")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# reference-set identity
+
+
+@dataclass
+class BPIDResult:
+    """Top-1 reference-set identification: accuracy, chance 1/K, Wilson interval, per-query hits."""
+
+    accuracy: float
+    chance: float
+    ci: tuple[float, float]
+    n_queries: int
+    n_candidates: int
+    correct: np.ndarray = field(repr=False)
+
+    @property
+    def residual(self) -> float:
+        return identity_residual(self.accuracy, self.n_candidates)
+
+
+def _unit(Z: np.ndarray) -> np.ndarray:
+    n = np.linalg.norm(Z, axis=1, keepdims=True)
+    return Z / np.where(n > 0, n, 1.0)
+
+
+def bpid_at_1(Z_ref, subj_ref, Z_query, subj_query, center: bool = False,
+              confidence: float = 0.95) -> BPIDResult:
+    """BPID@1: assign each query to the candidate whose reference centroid has the highest cosine similarity.
+
+    Candidates are the subjects of the reference set (K of them, chance 1/K). Every query subject must be a
+    candidate -- the protocol only defines BPID@1 in that setting, so a missing one is an error, not a miss.
+    ``center=True`` **(ours, off by default)** subtracts the reference-set mean first, which the attacker can
+    compute; it removes a common offset that otherwise pushes every cosine towards 1.
+    """
+    Z_ref = np.asarray(Z_ref, float)
+    Z_query = np.asarray(Z_query, float)
+    subj_ref = np.asarray(subj_ref)
+    subj_query = np.asarray(subj_query)
+    candidates = np.unique(subj_ref)
+    missing = np.setdiff1d(np.unique(subj_query), candidates)
+    if missing.size:
+        raise ValueError(f"{missing.size} query subject(s) have no reference windows: BPID@1 undefined")
+    if center:
+        mu = Z_ref.mean(axis=0)
+        Z_ref, Z_query = Z_ref - mu, Z_query - mu
+    centroids = np.stack([Z_ref[subj_ref == c].mean(axis=0) for c in candidates])
+    sims = _unit(Z_query) @ _unit(centroids).T
+    guess = candidates[np.argmax(sims, axis=1)]
+    correct = guess == subj_query
+    k = candidates.size
+    return BPIDResult(accuracy=float(correct.mean()), chance=1.0 / k,
+                      ci=wilson_interval(int(correct.sum()), correct.size, confidence),
+                      n_queries=int(correct.size), n_candidates=int(k), correct=correct)
+
+
+def identity_residual(bpid, n_candidates: int):
+    """R_I = max(0, (BPID@1 - 1/K) / (1 - 1/K)); works elementwise on bootstrap draws. K < 2 gives 0."""
+    k = int(n_candidates)
+    if k < 2:
+        return np.zeros_like(np.asarray(bpid, float)) if np.ndim(bpid) else 0.0
+    out = np.maximum(0.0, (np.asarray(bpid, float) - 1.0 / k) / (1.0 - 1.0 / k))
+    return out if np.ndim(out) else float(out)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# membership
+
+
+@dataclass
+class MembershipResult:
+    """Loss-threshold membership attack: AUC, its bootstrap interval and draws, and R_M."""
+
+    auc: float
+    ci: tuple[float, float]
+    n_members: int
+    n_nonmembers: int
+    draws: np.ndarray = field(repr=False)
+
+    @property
+    def residual(self) -> float:
+        return membership_residual(self.auc)
+
+
+def membership_auc(losses_members, losses_nonmembers, n_bootstrap: int = 1000, confidence: float = 0.95,
+                   random_state=0) -> MembershipResult:
+    """AUC of the loss-threshold attack (lower loss => member), with a stratified bootstrap interval.
+
+    Members and non-members are resampled separately so every resample keeps both classes.
+    """
+    m = np.asarray(losses_members, float).ravel()
+    nm = np.asarray(losses_nonmembers, float).ravel()
+    if m.size == 0 or nm.size == 0:
+        raise ValueError("need at least one member and one non-member loss")
+    y = np.r_[np.ones(m.size, int), np.zeros(nm.size, int)]
+    auc = auroc(y, -np.r_[m, nm])
+    rng = check_random_state(random_state)
+    draws = np.empty(int(n_bootstrap))
+    for b in range(draws.size):
+        mb = m[rng.randint(0, m.size, m.size)]
+        nb = nm[rng.randint(0, nm.size, nm.size)]
+        draws[b] = _auc_mann_whitney(-mb, -nb)
+    a = 1.0 - confidence
+    ci = tuple(float(q) for q in np.quantile(draws, [a / 2, 1 - a / 2]))
+    return MembershipResult(auc=float(auc), ci=ci, n_members=int(m.size), n_nonmembers=int(nm.size),
+                            draws=draws)
+
+
+def _auc_mann_whitney(pos: np.ndarray, neg: np.ndarray) -> float:
+    """AUC as P(pos > neg) + 0.5 P(tie), by ranks (fast enough for every bootstrap resample)."""
+    from scipy.stats import rankdata
+
+    ranks = rankdata(np.r_[pos, neg])
+    return float((ranks[: pos.size].sum() - pos.size * (pos.size + 1) / 2) / (pos.size * neg.size))
+
+
+def membership_residual(auc):
+    """R_M = max(0, 2 AUC - 1); an attack worse than chance is no residual. Elementwise on draws."""
+    out = np.maximum(0.0, 2.0 * np.asarray(auc, float) - 1.0)
+    return out if np.ndim(out) else float(out)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# reconstruction
+
+
+@dataclass
+class ReconstructionResult:
+    """Held-out R^2 of ridge reconstruction of the downsampled waveform from embeddings."""
+
+    r2: float
+    per_fold_r2: np.ndarray
+    alphas: np.ndarray
+
+
+def reconstruction_r2(Z, X_down, groups, splitter, decoder=None, random_state=0) -> ReconstructionResult:
+    """Ridge from embeddings to the flattened downsampled waveform; R^2 on held-out (test-fold) windows.
+
+    **(ours)** R^2 = 1 - SSE / SST over all test windows and all waveform samples pooled, with SST around the
+    *training* fold's mean waveform, so predicting the training mean scores 0 and anything worse is negative.
+    Use a subject-disjoint splitter for the protocol's held-out-subject R^2. Negative or ~0 R^2 means
+    reconstruction fails (the single-endpoint false pass the audit exposes).
+    """
+    Z = np.asarray(Z, float)
+    Y = np.asarray(X_down, float).reshape(len(Z), -1)
+    groups = np.asarray(groups)
+    if decoder is None:
+        decoder = AttributeDecoder(random_state=random_state)
+    sse_all = sst_all = 0.0
+    per_fold, alphas = [], []
+    for train, test in splitter.split(Z, Y, groups):
+        model = clone(decoder).fit(Z[train], Y[train], groups[train])
+        pred = np.asarray(model.predict(Z[test]), float).reshape(len(test), -1)
+        sse = float(((Y[test] - pred) ** 2).sum())
+        sst = float(((Y[test] - Y[train].mean(axis=0)) ** 2).sum())
+        per_fold.append(1.0 - sse / sst if sst > 0 else np.nan)
+        alphas.append(getattr(model, "alpha_", np.nan))
+        sse_all += sse
+        sst_all += sst
+    r2 = 1.0 - sse_all / sst_all if sst_all > 0 else float("nan")
+    return ReconstructionResult(r2=float(r2), per_fold_r2=np.asarray(per_fold), alphas=np.asarray(alphas))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# AEDS
+
+
+@dataclass
+class AEDSResult:
+    """AEDS = L_A - max(R_M, R_I) with its bootstrap interval and draws."""
+
+    value: float
+    ci: tuple[float, float]
+    draws: np.ndarray = field(repr=False)
+
+
+def _value_and_draws(part, name: str, residual: bool) -> tuple[float, np.ndarray | None]:
+    """Point value and bootstrap draws of one AEDS part (a float, or a result object carrying draws)."""
+    if isinstance(part, LeakageResult):
+        return part.gain, part.draws
+    if isinstance(part, MembershipResult):
+        return part.residual, membership_residual(part.draws)
+    if isinstance(part, BPIDResult):
+        return part.residual, None
+    if isinstance(part, tuple) and len(part) == 2:
+        return float(part[0]), np.asarray(part[1], float)
+    value = float(part)
+    if residual and value < 0:
+        raise ValueError(f"{name} is a residual and cannot be negative, got {value}")
+    return value, None
+
+
+def _bpid_draws(part: BPIDResult, n: int, rng) -> np.ndarray:
+    """Bootstrap draws of R_I by resampling queries (the binomial counterpart of the Wilson interval)."""
+    idx = rng.randint(0, part.correct.size, size=(n, part.correct.size))
+    return identity_residual(part.correct[idx].mean(axis=1), part.n_candidates)
+
+
+def aeds(leakage, membership=0.0, identity=0.0, n_bootstrap: int = 1000, confidence: float = 0.95,
+         random_state=0) -> AEDSResult:
+    """AEDS = L_A - max(R_M, R_I) with a bootstrap CI that combines the parts' bootstrap draws.
+
+    Each part is a float, a ``(value, draws)`` pair, or the result object of its endpoint
+    (``LeakageResult``, ``MembershipResult``, ``BPIDResult``), whose draws are used. The parts come from
+    independent resamplings of independent data, so draw i of each part is combined into AEDS draw i; a part
+    without draws enters as a constant. Draw arrays of different lengths are resampled to ``n_bootstrap``.
+    Use ``identity=0`` where the split has no candidates (subject-disjoint), as the protocol says.
+    """
+    rng = check_random_state(random_state)
+    parts = []
+    for part, name, residual in ((leakage, "L_A", False), (membership, "R_M", True), (identity, "R_I", True)):
+        value, draws = _value_and_draws(part, name, residual)
+        if isinstance(part, BPIDResult):
+            draws = _bpid_draws(part, int(n_bootstrap), rng)
+        if draws is not None:
+            draws = draws[np.isfinite(draws)]
+            if draws.size != n_bootstrap:
+                draws = draws[rng.randint(0, draws.size, int(n_bootstrap))] if draws.size else None
+        parts.append((value, draws))
+    (la, la_d), (rm, rm_d), (ri, ri_d) = parts
+    value = la - max(rm, ri)
+
+    def _d(v, d):
+        return np.full(int(n_bootstrap), v) if d is None else d
+
+    draws = _d(la, la_d) - np.maximum(_d(rm, rm_d), _d(ri, ri_d))
+    a = 1.0 - confidence
+    ci = tuple(float(q) for q in np.quantile(draws, [a / 2, 1 - a / 2]))
+    return AEDSResult(value=float(value), ci=ci, draws=draws)

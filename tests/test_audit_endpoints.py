@@ -1,0 +1,222 @@
+"""Study C endpoints on constructed embeddings: real leakage is found, and with none the controls and the gain
+read about 0."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from _audit_synth import single_thread_blas, synth  # noqa: F401
+
+from eegprivacy.audit.endpoints import (
+    AttributeDecoder,
+    aeds,
+    attribute_leakage,
+    bpid_at_1,
+    identity_residual,
+    membership_auc,
+    membership_residual,
+    raw_copy_fraction,
+    reconstruction_r2,
+)
+from eegprivacy.audit.splits import ReferenceSetSplit, SubjectDisjointSplit, TemporalGapSplit
+
+SPLITS = [SubjectDisjointSplit(4, random_state=0), TemporalGapSplit(4, gap=2)]
+
+
+# --- attribute decoder ------------------------------------------------------------------------------------------
+
+def test_decoder_contract_and_alpha_tracks_noise():
+    Z, A, groups, _ = synth(leak=1.0, noise=0.3)
+    dec = AttributeDecoder(random_state=0)
+    assert dec.fit(Z, A, groups) is dec
+    assert dec.coef_.shape == (Z.shape[1], 5) and dec.predict(Z).shape == A.shape
+    Zn, An, gn, _ = synth(leak=0.0)
+    noisy = AttributeDecoder(random_state=0).fit(Zn, An, gn)
+    assert noisy.alpha_ > dec.alpha_  # nothing to learn -> heavy shrinkage
+    assert AttributeDecoder().fit(Z, A[:, 0]).predict(Z).shape == (Z.shape[0],)
+
+
+def test_decoder_inner_cv_never_sees_validation_subject(monkeypatch):
+    """Alpha is tuned by GroupKFold on training subjects: every inner validation fold is whole subjects."""
+    import eegprivacy.audit.endpoints as ep
+
+    seen = []
+    real = ep._ridge_path_predict
+
+    def spy(Xtr, Ytr, Xte, alphas):
+        seen.append((Xtr.shape[0], Xte.shape[0]))
+        return real(Xtr, Ytr, Xte, alphas)
+
+    monkeypatch.setattr(ep, "_ridge_path_predict", spy)
+    Z, A, groups, _ = synth(n_subjects=6, n_windows=10)
+    AttributeDecoder(inner_splits=3).fit(Z, A, groups)
+    assert seen and all(te % 10 == 0 for _, te in seen)
+
+
+# --- attribute leakage ------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("splitter", SPLITS, ids=["subject", "temporal"])
+def test_leakage_found_when_present(splitter):
+    Z, A, groups, _ = synth(leak=1.0, noise=1.0)
+    res = attribute_leakage(Z, A, groups, splitter, n_permutations=19, random_state=0)
+    assert res.score > 0.8
+    assert abs(res.control_gaussian) < 0.1 and abs(res.control_permuted) < 0.1
+    assert res.gain > 0.7 and res.ci[0] > 0.5
+    assert res.p_value == pytest.approx(1 / 20)
+    assert res.n_test_windows == Z.shape[0] and res.draws.size == 1000
+
+
+@pytest.mark.parametrize("splitter", SPLITS, ids=["subject", "temporal"])
+def test_no_leakage_reads_zero(splitter):
+    Z, A, groups, _ = synth(leak=0.0, seed=3)
+    res = attribute_leakage(Z, A, groups, splitter, n_permutations=19, random_state=0)
+    for v in (res.score, res.control_gaussian, res.control_permuted, res.gain):
+        assert abs(v) < 0.12
+    assert res.ci[0] <= 0.0 <= res.ci[1] + 0.05
+    assert res.p_value > 0.05
+
+
+def test_adjacent_overlap_leak_is_caught_by_temporal_gap_not_by_naive_split():
+    """Windows overlap: window i spans segments i and i+1, both in its embedding (random codes) and in its
+    attribute. Nothing about the attribute is decodable from a new segment, but a high-dimensional ridge
+    decoder memorises neighbours: a window-level split leaks through adjacency, the temporal-gap split must
+    not."""
+    rng = np.random.default_rng(1)
+    n_s, n_w, dim = 4, 30, 150
+    groups = np.repeat(np.arange(n_s), n_w)
+    codes = rng.standard_normal((n_s, n_w + 1, dim))
+    attr = rng.standard_normal((n_s, n_w + 1, 5))
+    Z = (codes[:, :-1] + codes[:, 1:]).reshape(-1, dim)
+    A = (attr[:, :-1] + attr[:, 1:]).reshape(-1, 5)
+
+    class WindowKFold:  # interleaved folds: adjacent windows on opposite sides
+        def split(self, X, y=None, groups=None):
+            idx = np.arange(len(X))
+            for k in range(2):
+                yield idx[idx % 2 != k], idx[idx % 2 == k]
+
+    dec = AttributeDecoder(alphas=[1e-2, 1.0, 1e2, 1e4], random_state=0)
+    naive = attribute_leakage(Z, A, groups, WindowKFold(), decoder=dec, n_permutations=0)
+    gapped = attribute_leakage(Z, A, groups, TemporalGapSplit(4, gap=2), decoder=dec, n_permutations=0)
+    assert naive.gain > 0.3
+    assert abs(gapped.gain) < 0.1
+
+
+def test_leakage_input_checks():
+    Z, A, groups, _ = synth()
+    with pytest.raises(ValueError):
+        attribute_leakage(Z, A[:-1], groups, SPLITS[0])
+    with pytest.raises(ValueError):
+        attribute_leakage(Z, A, groups, SPLITS[0], n_bootstrap=100)
+
+
+# --- raw copy ---------------------------------------------------------------------------------------------------
+
+def test_raw_copy_fraction():
+    rng = np.random.default_rng(0)
+    base = rng.standard_normal((5, 8))
+    Z = np.repeat(base, 4, axis=0) + 1e-4 * rng.standard_normal((20, 8))
+    groups = np.repeat(np.arange(5), 4)
+    assert raw_copy_fraction(Z, groups) == pytest.approx(1.0)
+    # without groups the 4 subject boundaries become (non-copy) pairs: 15 of 19
+    assert raw_copy_fraction(Z) == pytest.approx(15 / 19)
+    assert raw_copy_fraction(rng.standard_normal((200, 8)), np.zeros(200)) == 0.0
+    order = np.tile([3, 1, 0, 2], 5)  # order does not change copies within a subject
+    assert raw_copy_fraction(Z, groups, order=order) == pytest.approx(1.0)
+
+
+# --- identity ---------------------------------------------------------------------------------------------------
+
+def test_bpid_identifiable_and_chance():
+    Z, _, groups, t = synth(n_subjects=10, leak=0.0, subject_offset=2.0)
+    (ref, qry), = ReferenceSetSplit(times=t).split(Z, groups=groups)
+    res = bpid_at_1(Z[ref], groups[ref], Z[qry], groups[qry])
+    assert res.accuracy > 0.9 and res.chance == pytest.approx(0.1)
+    assert res.ci[0] > 0.8 and res.residual > 0.85
+
+    Zn, _, gn, tn = synth(n_subjects=10, leak=0.0, subject_offset=0.0, seed=5)
+    (ref, qry), = ReferenceSetSplit(times=tn).split(Zn, groups=gn)
+    null = bpid_at_1(Zn[ref], gn[ref], Zn[qry], gn[qry])
+    assert null.ci[0] <= 0.1 <= null.ci[1]
+    assert null.residual < 0.1
+
+
+def test_bpid_center_removes_common_offset():
+    Z, _, groups, t = synth(n_subjects=10, leak=0.0, subject_offset=0.5, noise=1.0)
+    (ref, qry), = ReferenceSetSplit(times=t).split(Z, groups=groups)
+    shifted = Z + 20.0 * np.random.default_rng(0).standard_normal(Z.shape[1])  # shared offset
+    base = bpid_at_1(Z[ref], groups[ref], Z[qry], groups[qry], center=True)
+    centred = bpid_at_1(shifted[ref], groups[ref], shifted[qry], groups[qry], center=True)
+    plain = bpid_at_1(shifted[ref], groups[ref], shifted[qry], groups[qry])
+    assert np.array_equal(centred.correct, base.correct)  # centring makes the offset irrelevant
+    assert centred.accuracy > plain.accuracy
+
+
+def test_bpid_requires_every_query_subject_to_be_a_candidate():
+    Z = np.eye(4)
+    with pytest.raises(ValueError):
+        bpid_at_1(Z[:2], [0, 1], Z[2:], [1, 2])
+
+
+def test_identity_residual():
+    assert identity_residual(0.1, 10) == 0.0
+    assert identity_residual(0.05, 10) == 0.0
+    assert identity_residual(1.0, 10) == pytest.approx(1.0)
+    assert identity_residual(0.55, 10) == pytest.approx(0.5)
+    assert identity_residual(0.9, 1) == 0.0
+    np.testing.assert_allclose(identity_residual(np.array([0.1, 1.0]), 10), [0.0, 1.0])
+
+
+# --- membership -------------------------------------------------------------------------------------------------
+
+def test_membership_auc_and_residual():
+    rng = np.random.default_rng(0)
+    leaky = membership_auc(rng.exponential(0.2, 300), rng.exponential(1.0, 300))
+    assert leaky.auc > 0.75 and leaky.ci[0] > 0.7 and leaky.residual > 0.5
+    none = membership_auc(rng.exponential(1.0, 300), rng.exponential(1.0, 300), random_state=1)
+    assert none.ci[0] < 0.5 < none.ci[1] and none.residual < 0.1
+    assert np.mean(leaky.draws) == pytest.approx(leaky.auc, abs=0.02)
+    assert membership_residual(0.3) == 0.0 and membership_residual(0.75) == pytest.approx(0.5)
+
+
+# --- reconstruction ---------------------------------------------------------------------------------------------
+
+def test_reconstruction_r2_linear_vs_unrelated():
+    rng = np.random.default_rng(0)
+    groups = np.repeat(np.arange(8), 25)
+    X_down = rng.standard_normal((groups.size, 2, 10))
+    W = rng.standard_normal((20, 24))
+    Z = X_down.reshape(groups.size, -1) @ W + 0.1 * rng.standard_normal((groups.size, 24))
+    good = reconstruction_r2(Z, X_down, groups, SubjectDisjointSplit(4, random_state=0))
+    assert good.r2 > 0.9
+    bad = reconstruction_r2(rng.standard_normal((groups.size, 24)), X_down, groups,
+                            SubjectDisjointSplit(4, random_state=0))
+    assert -0.1 < bad.r2 < 0.02 and bad.per_fold_r2.size == 4
+
+
+# --- AEDS -------------------------------------------------------------------------------------------------------
+
+def test_aeds_point_value_and_combined_draws():
+    assert aeds(0.4, 0.1, 0.2).value == pytest.approx(0.2)
+    assert aeds(0.4, 0.1, 0.2).ci == pytest.approx((0.2, 0.2))  # constants: zero-width
+    rng = np.random.default_rng(0)
+    la = (0.4, 0.4 + 0.05 * rng.standard_normal(1000))
+    rm = (0.1, np.abs(0.1 + 0.02 * rng.standard_normal(1000)))
+    res = aeds(la, rm, 0.0)
+    assert res.value == pytest.approx(0.3)
+    assert res.ci[0] < 0.3 < res.ci[1] and res.ci[1] - res.ci[0] > 0.15
+    with pytest.raises(ValueError):
+        aeds(0.4, -0.1, 0.0)
+
+
+def test_aeds_from_endpoint_results():
+    Z, A, groups, _ = synth(leak=1.0)
+    la = attribute_leakage(Z, A, groups, SPLITS[0], n_permutations=0)
+    rng = np.random.default_rng(0)
+    mem = membership_auc(rng.exponential(1.0, 200), rng.exponential(1.0, 200))
+    res = aeds(la, mem, 0.0)
+    assert res.value == pytest.approx(la.gain - mem.residual)
+    assert res.ci[0] > 0.5  # attribute leakage is the deciding risk
+    Zn, An, gn, _ = synth(leak=0.0, seed=2)
+    null = aeds(attribute_leakage(Zn, An, gn, SPLITS[0], n_permutations=0), mem, 0.0)
+    assert null.ci[0] < 0.0
