@@ -434,17 +434,19 @@ def report_md(summary: pd.DataFrame, meta: dict, cum=None) -> str:
     for scope, heading in (("target", "Targets (80/20)"), ("shadow_loo", "Shadow-as-target")):
         lines += [f"## {heading}", ""]
         if scope == "target":
-            lines += ["| ε per step | Σε nominal | Σε certified | attack | AUROC | TPR@1 %FPR | TPR@0 FP | "
+            lines += ["| ε per step | ε per round | Σε nominal | Σε certified | attack | AUROC | TPR@1 %FPR | "
+                      "TPR@0 FP | "
                       "TPR@0.1 %FPR (pooled) | pooled non-members |",
-                      "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+                      "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
         else:
             lines += [f"Each of the {meta['n_shadows']} shadows in turn is the target of LiRA fitted on the other "
                       f"{meta['n_shadows'] - 2} (its pair partner left out too), a membership game with IN share "
                       f"{100 * meta['shadow_in_fraction']:.0f} %. Per-model columns: mean "
                       "[t-interval over shadow targets]; pooled: bootstrap over shadow targets.", "",
-                      "| ε per step | Σε nominal | Σε certified | attack | AUROC | TPR@1 %FPR | TPR@0 FP | "
+                      "| ε per step | ε per round | Σε nominal | Σε certified | attack | AUROC | TPR@1 %FPR | "
+                      "TPR@0 FP | "
                       "TPR@0.1 %FPR (pooled) | pooled non-members |",
-                      "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+                      "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
         per = summary[summary["scope"] == ("target_seed" if scope == "target" else "shadow_loo")]
         pooled = summary[summary["scope"] == ("target_pooled" if scope == "target" else "shadow_loo_pooled")]
         for eps in meta["epsilons"]:
@@ -460,9 +462,11 @@ def report_md(summary: pd.DataFrame, meta: dict, cum=None) -> str:
                 p = get(pooled, "tpr_at_fpr_0.001")
                 cells = [_fmt(r["value"], r["ci_low"], r["ci_high"]) if r is not None else "–" for r in (a, t1, t0, p)]
                 n_non = f"{int(p['n_nonmembers'])}" if p is not None else "–"
-                sums = " | ".join(cum.text(meta["dataset"], meta["model"], eps, c) for c in ("nominal", "certified"))
+                where = (meta["dataset"], meta["model"], eps)
+                sums = " | ".join([cum.text(*where, "nominal", "epsilon_per_round"),
+                                   *(cum.text(*where, c) for c in ("nominal", "certified"))])
                 lines.append(f"| {_eps(eps)} | {sums} | {label} | " + " | ".join(cells) + f" | {n_non} |")
-        lines += ["| | | | chance | 50.0 | 1.0 | 0.0 | 0.1 | |", ""]
+        lines += ["| | | | | chance | 50.0 | 1.0 | 0.0 | 0.1 | |", ""]
     lines += ["Figure: `reports/figures/federated_lira_roc.png` (log-log ROC, diagonal = chance).", ""]
     return "\n".join(lines)
 
@@ -623,7 +627,9 @@ def run(args) -> int:
 
     cum = Cumulative(getattr(args, "accounting", None))
     roc_figure(curves, fig, f"{label}{args.dataset}, {model}: membership ROC (log-log), ε per local step",
-               eps_label=lambda eps: f"ε={eps}/step, Σε={cum.text(args.dataset, model, float(eps))}")
+               eps_label=lambda eps: (f"ε={eps}/step, "
+                                      f"{cum.text(args.dataset, model, float(eps), 'nominal', 'epsilon_per_round')}"
+                                      f"/round, Σε={cum.text(args.dataset, model, float(eps))}"))
     write_text_atomic(md, report_md(summary, meta, cum))
     meta["wall_time_s"] = round(time.perf_counter() - start, 1)
     write_text_atomic(js, json.dumps(headline(summary, meta), indent=2, sort_keys=True) + "\n")

@@ -79,15 +79,19 @@ class Cumulative:
         self.rows = None
         if path and Path(path).exists():
             rows = pd.read_csv(path)
-            rows = rows[(rows["metric"] == "epsilon_cumulative") & (rows["protocol"] == "params")
+            rows = rows[rows["metric"].isin(["epsilon_cumulative", "epsilon_per_round"])
+                        & (rows["protocol"] == "params")
                         & (rows["unit"] == "example") & (rows["rounds_basis"] == "worst_case")]
             self.rows = rows
             self.delta = float(rows["delta"].iloc[0]) if len(rows) else float("nan")
 
-    def value(self, dataset: str, model: str, eps: float, calibration: str) -> float:
+    def value(self, dataset: str, model: str, eps: float, calibration: str,
+              metric: str = "epsilon_cumulative") -> float:
+        """``metric``: "epsilon_cumulative" (after all rounds) or "epsilon_per_round" (one round's steps)."""
         if self.rows is None:
             return float("nan")
-        hit = self.rows[(self.rows["dataset"] == dataset) & (self.rows["model"] == model)
+        hit = self.rows[(self.rows["metric"] == metric) & (self.rows["dataset"] == dataset)
+                        & (self.rows["model"] == model)
                         & (self.rows["calibration"] == calibration)
                         & np.isclose(self.rows["epsilon"].astype(float), float(eps))]
         if not math.isfinite(float(eps)):
@@ -95,14 +99,17 @@ class Cumulative:
         values = hit["value"].dropna()
         return float(values.min()) if len(values) else float("nan")
 
-    def text(self, dataset: str, model: str, eps: float, calibration: str = "nominal") -> str:
-        v = self.value(dataset, model, eps, calibration)
+    def text(self, dataset: str, model: str, eps: float, calibration: str = "nominal",
+             metric: str = "epsilon_cumulative") -> str:
+        v = self.value(dataset, model, eps, calibration, metric)
         return "∞" if v == math.inf else "n/a" if not math.isfinite(v) else f"{v:,.0f}" if v >= 100 else f"{v:.3g}"
 
     def note(self) -> str:
         if self.rows is None:
             return "Cumulative ε: n/a (run `eegprivacy federated-accounting` first)."
-        return (f"Σε = cumulative ε after all rounds at δ = {self.delta:g}, per example (one trial), worst case (its "
+        return ("ε per round = one round's local steps composed (nominal); "
+                f"Σε = cumulative ε after all rounds at δ = {self.delta:g}, per example (one trial), worst case "
+                "(its "
                 "client joins every round), the tightest of basic/RDP/PLD (reports/federated_accounting.md); "
                 "nominal takes the paper's per-step ε at face value, certified is what the noise guarantees "
                 "(2·√d·ε per step, d = parameter count). Neither covers EEGNet's un-noised BatchNorm statistics.")
@@ -154,7 +161,8 @@ def _methods(model: str, eps: float) -> str:
 
 def _eps_cells(cum: Cumulative, dataset: str, model: str, e: float) -> str:
     per_step = "–" if not math.isfinite(e) else f"{e:g}"
-    return (f"{per_step} | {cum.text(dataset, model, e, 'nominal')} | {cum.text(dataset, model, e, 'certified')}")
+    return (f"{per_step} | {cum.text(dataset, model, e, 'nominal', 'epsilon_per_round')} | "
+            f"{cum.text(dataset, model, e, 'nominal')} | {cum.text(dataset, model, e, 'certified')}")
 
 
 def tables_md(summary: pd.DataFrame, regressions: dict, cum: Cumulative | None = None) -> str:
@@ -180,9 +188,10 @@ def tables_md(summary: pd.DataFrame, regressions: dict, cum: Cumulative | None =
         order = [(m, e) for e in sorted(part["epsilon"].unique(), key=lambda x: (math.isfinite(x), -x))
                  for m in part["model"].unique()]
         lines += [f"## {title}: classification (shape of Tables 4/7)", "",
-                  "| Methods | ε per step | Σε nominal | Σε certified | Acc | Precision | Recall | F1 | AUROC | "
+                  "| Methods | ε per step | ε per round | Σε nominal | Σε certified | Acc | Precision | Recall | F1 | "
+                  "AUROC | "
                   "Avg training loss | Avg testing loss |",
-                  "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+                  "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
         for m, e in order:
             cells = [_cell(part, dataset, m, e, f"utility_{k}") for k in ("accuracy", "precision", "recall", "f1",
                                                                         "auroc")]
@@ -191,10 +200,10 @@ def tables_md(summary: pd.DataFrame, regressions: dict, cum: Cumulative | None =
         lines.append("")
         for attacker in sorted(a for a in part["attacker"].unique() if a):
             lines += [f"## {title}: attacks, {attacker.upper()} attacker (shape of Tables 5/6, 8/9)", "",
-                      "| Methods | ε per step | Σε nominal | Σε certified | RLA Acc | RLA AUROC | FLA Acc | FLA AUROC | GLA (paper) Acc | GLA (paper) AUROC | "
+                      "| Methods | ε per step | ε per round | Σε nominal | Σε certified | RLA Acc | RLA AUROC | FLA Acc | FLA AUROC | GLA (paper) Acc | GLA (paper) AUROC | "
                       "GLA (paper) TPR@1%FPR | GLA (sound) Acc | GLA (sound) AUROC | GLA (sound) TPR@1%FPR | "
                       "CLA Acc | CLA AUROC |",
-                      "| --- | --- | --- | --- |" + " --- |" * 12]
+                      "| --- | --- | --- | --- | --- |" + " --- |" * 12]
             spec = [("rla", "accuracy"), ("rla", "auroc"), ("fla", "accuracy"), ("fla", "auroc"),
                     ("gla_paper", "accuracy"), ("gla_paper", "auroc"), ("gla_paper", "tpr_at_fpr_0.01"),
                     ("gla_sound", "accuracy"), ("gla_sound", "auroc"), ("gla_sound", "tpr_at_fpr_0.01"),
@@ -202,7 +211,7 @@ def tables_md(summary: pd.DataFrame, regressions: dict, cum: Cumulative | None =
             for m, e in order:
                 cells = [_cell(part, dataset, m, e, metric, attack, attacker) for attack, metric in spec]
                 lines.append(f"| {_methods(m, e)} | {_eps_cells(cum, dataset, m, e)} | " + " | ".join(cells) + " |")
-            lines.append("| chance | | | | " + " | ".join(_chance(part, dataset, metric, attack) for attack, metric in spec)
+            lines.append("| chance | | | | | " + " | ".join(_chance(part, dataset, metric, attack) for attack, metric in spec)
                          + " |")
             lines.append("")
             control = [("rla_untrained_control", "auroc"), ("fla_untrained_control", "auroc")]
@@ -210,8 +219,9 @@ def tables_md(summary: pd.DataFrame, regressions: dict, cum: Cumulative | None =
                 lines += [f"Negative control, {attacker.upper()} attacker: RLA and FLA on the untrained initial "
                           "model (it has seen no trial; anything above chance comes from each client's "
                           "member-fitted CSP, not from training).", "",
-                          "| Methods | ε per step | Σε nominal | Σε certified | RLA AUROC (untrained) | "
-                          "FLA AUROC (untrained) |", "| --- | --- | --- | --- | --- | --- |"]
+                          "| Methods | ε per step | ε per round | Σε nominal | Σε certified | "
+                          "RLA AUROC (untrained) | "
+                          "FLA AUROC (untrained) |", "| --- | --- | --- | --- | --- | --- | --- |"]
                 for m, e in order:
                     cells = [_cell(part, dataset, m, e, metric, attack, attacker) for attack, metric in control]
                     lines.append(f"| {_methods(m, e)} | {_eps_cells(cum, dataset, m, e)} | "
@@ -263,8 +273,8 @@ def figures(tidy: pd.DataFrame, regressions: dict, folder: Path, cum: Cumulative
     folder.mkdir(parents=True, exist_ok=True)
     cum = cum or Cumulative(None)
 
-    def eps_label(d, m, e):  # per-step ε with the cumulative (nominal, worst case) beside it
-        return f"ε={_eps(e)}/step, Σε={cum.text(d, m, e)}"
+    def eps_label(d, m, e):  # per-step ε with the per-round and cumulative (nominal, worst case) beside it
+        return f"ε={_eps(e)}/step, {cum.text(d, m, e, 'nominal', 'epsilon_per_round')}/round, Σε={cum.text(d, m, e)}"
 
     datasets = sorted(tidy["dataset"].unique())
     models = list(dict.fromkeys(tidy["model"]))
@@ -291,7 +301,8 @@ def figures(tidy: pd.DataFrame, regressions: dict, folder: Path, cum: Cumulative
             ax.set(title=f"{d}{_suffix(synth[d])}: {m}", xlabel="round", ylabel="RLA accuracy")
             ax.legend(fontsize=7)
     fig.tight_layout(rect=(0, 0.04, 1, 1))
-    fig.text(0.01, 0.01, "Σε: cumulative ε after all rounds (nominal, per example, worst case); see "
+    fig.text(0.01, 0.01, "per round: one round's local steps composed; Σε: cumulative ε after all rounds (nominal, "
+             "per example, worst case); see "
              "reports/federated_accounting.md", fontsize=7)
     paths.append(_save(fig, folder / "federated_mia_rla_rounds.png"))
 
