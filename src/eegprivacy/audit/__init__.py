@@ -3,7 +3,10 @@
 Encoder-agnostic core (works on embedding matrices; see docs in each module and
 shared/spec/study-c-protocol.md): ``splits`` (temporal-gap, subject-disjoint, reference-set splitters),
 ``attributes`` (centered PSD), ``endpoints`` (attribute leakage with negative controls, raw-copy check,
-BPID@1, membership, reconstruction, AEDS) and ``defenses`` (noise, PCA bottleneck, dropout, Wiener attacker).
+BPID@1, membership, reconstruction, AEDS), ``bridge`` (cross-encoder bridge D_s(B(z_t)) with its lower bound),
+``defenses`` (noise, PCA bottleneck, dropout, Wiener attacker) and ``dp_head`` (DP-SGD-trained downstream head,
+Opacus; its hidden layer is the released representation). The stage that runs them all on real data is
+``experiments/embedding_audit.py``; the encoders and their pretraining are in ``encoders`` and ``pretrain``.
 Submodules are imported explicitly (``from eegprivacy.audit.endpoints import attribute_leakage``) so that
 importing the package stays cheap and independent of the encoders.
 """

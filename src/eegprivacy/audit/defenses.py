@@ -2,10 +2,13 @@
 
 Defenses are scikit-learn transformers fitted on the *release* side (the provider's own embeddings) and
 applied to what is released. Randomness is seeded through ``random_state`` so a defense sweep is
-reproducible. DP-SGD fine-tuning of the downstream head is not here (it trains a model, not a transform).
+reproducible. DP-SGD fine-tuning of the downstream head is not here (it trains a model, not a transform): see
+``eegprivacy.audit.dp_head.DPSGDHead``.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 from sklearn.base import BaseEstimator, RegressorMixin, TransformerMixin, clone
@@ -25,6 +28,10 @@ __all__ = [
     "CoordinateDropout",
     "WienerAttacker",
     "utility_balanced_accuracy",
+    "UtilityResult",
+    "utility_with_controls",
+    "weighted_balanced_accuracy",
+    "balanced_accuracy_ci",
     "closes_channel",
 ]
 
@@ -163,6 +170,90 @@ def utility_balanced_accuracy(Z, y, groups, splitter, estimator=None) -> float:
         truth.append(y[test])
         pred.append(model.predict(Z[test]))
     return float(balanced_accuracy_score(np.concatenate(truth), np.concatenate(pred)))
+
+
+@dataclass
+class UtilityResult:
+    """Held-out balanced accuracy of the downstream task, its subject-bootstrap interval and its two controls."""
+
+    balanced_accuracy: float
+    ci: tuple[float, float]
+    control_gaussian: float
+    control_permuted: float
+    n_windows: int
+    n_subjects: int
+
+    def as_dict(self) -> dict:
+        return {"balanced_accuracy": self.balanced_accuracy, "ci_low": self.ci[0], "ci_high": self.ci[1],
+                "control_gaussian": self.control_gaussian, "control_permuted": self.control_permuted,
+                "n_windows": self.n_windows, "n_subjects": self.n_subjects}
+
+
+def _oof_predictions(Z, y, groups, folds, estimator, permute=None):
+    rows, pred = [], []
+    for train, test in folds:
+        fit_rows = train if permute is None else permute.permutation(train)
+        model = clone(estimator).fit(Z[fit_rows], y[train])  # permuted: rows no longer match their labels
+        rows.append(test)
+        pred.append(model.predict(Z[test]))
+    return np.concatenate(rows), np.concatenate(pred)
+
+
+def weighted_balanced_accuracy(truth, pred, weights=None) -> float:
+    """Balanced accuracy with per-window weights (a subject bootstrap's multiplicities); a missing class gives
+    NaN."""
+    truth, pred = np.asarray(truth), np.asarray(pred)
+    w = np.ones(truth.size) if weights is None else np.asarray(weights, float)
+    recalls = []
+    for label in np.unique(truth):
+        mask = truth == label
+        total = w[mask].sum()
+        if total <= 0:
+            return float("nan")
+        recalls.append(float((w[mask] * (pred[mask] == label)).sum() / total))
+    return float(np.mean(recalls))
+
+
+def balanced_accuracy_ci(truth, pred, groups, n_bootstrap: int = 1000, confidence: float = 0.95,
+                         random_state=0) -> tuple[float, tuple[float, float]]:
+    """Balanced accuracy and its subject-level bootstrap interval (subjects resampled with replacement, so
+    windows of one subject never count as independent evidence)."""
+    truth, pred, groups = np.asarray(truth), np.asarray(pred), np.asarray(groups)
+    rng = check_random_state(random_state)
+    subjects = np.unique(groups)
+    index = np.searchsorted(subjects, groups)
+    draws = np.empty(int(n_bootstrap))
+    for b in range(draws.size):
+        counts = np.bincount(rng.randint(0, subjects.size, subjects.size), minlength=subjects.size)
+        draws[b] = weighted_balanced_accuracy(truth, pred, counts[index].astype(float))
+    a = 1.0 - confidence
+    finite = draws[np.isfinite(draws)]
+    ci = tuple(float(q) for q in np.quantile(finite, [a / 2, 1 - a / 2])) if finite.size else (np.nan, np.nan)
+    return weighted_balanced_accuracy(truth, pred), ci
+
+
+def utility_with_controls(Z, y, groups, splitter, estimator=None, n_bootstrap: int = 1000,
+                          confidence: float = 0.95, random_state=0) -> UtilityResult:
+    """What the released embeddings are good for, judged like a leakage result: the held-out balanced accuracy
+    of the task (e.g. rest vs arithmetic of unseen subjects) with a subject-level bootstrap interval, next to the
+    same head on i.i.d. Gaussian embeddings and on embeddings permuted among the training rows of each fold
+    (both should read about 0.5). Deployment relevance: a release that still tells the state of a held-out
+    subject is useful to the attacker too."""
+    Z = np.asarray(Z, float)
+    y = np.asarray(y)
+    groups = np.asarray(groups)
+    rng = check_random_state(random_state)
+    est = make_pipeline(StandardScaler(), LogisticRegression(max_iter=1000)) if estimator is None else estimator
+    folds = list(splitter.split(Z, y, groups))
+    rows, pred = _oof_predictions(Z, y, groups, folds, est)
+    G = rng.standard_normal(Z.shape)
+    rows_g, pred_g = _oof_predictions(G, y, groups, folds, est)
+    rows_p, pred_p = _oof_predictions(Z, y, groups, folds, est, permute=rng)
+    value, ci = balanced_accuracy_ci(y[rows], pred, groups[rows], n_bootstrap, confidence, rng)
+    return UtilityResult(balanced_accuracy=value, ci=ci,
+                         control_gaussian=weighted_balanced_accuracy(y[rows_g], pred_g),
+                         control_permuted=weighted_balanced_accuracy(y[rows_p], pred_p),
+                         n_windows=int(rows.size), n_subjects=int(np.unique(groups[rows]).size))
 
 
 def closes_channel(leakage: LeakageResult | tuple[float, float], balanced_accuracy: float,

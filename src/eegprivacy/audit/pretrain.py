@@ -59,6 +59,9 @@ class PretrainRecord:
     checkpoint_sha256: str
     n_audit_subjects_excluded: int
     encoder_description: dict[str, Any] = field(default_factory=dict)
+    # The masked-patch decoder head, kept in memory (not serialised) so the encoder-membership endpoint can score
+    # the pretraining loss of any window (:func:`masked_losses`).
+    decoder: Any = field(default=None, repr=False, compare=False)
 
     @property
     def loss_first(self) -> float:
@@ -70,6 +73,7 @@ class PretrainRecord:
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
+        out.pop("decoder", None)
         out.update(loss_first=self.loss_first, loss_last=self.loss_last)
         return out
 
@@ -193,11 +197,38 @@ def pretrain(encoder: FrozenEncoder, windows: np.ndarray, subjects: Sequence[str
         wall_s=wall, budget_s=float(budget_s), n_windows=len(windows), n_subjects=len(set(subjects)),
         subject_hashes=sorted(subject_hash(s) for s in set(subjects)), data_sha256=data_hash, losses=losses,
         param_change=change, checkpoint_path=str(checkpoint_path), checkpoint_sha256=digest,
-        n_audit_subjects_excluded=len(audit), encoder_description=encoder.describe())
+        n_audit_subjects_excluded=len(audit), encoder_description=encoder.describe(), decoder=decoder.eval())
     log.info("%s: self-supervised pretraining, %d steps in %.1f s on %d windows of %d subjects; loss %.4f -> %.4f; "
              "checkpoint sha256 %s", encoder.name, record.steps, wall, len(windows), record.n_subjects,
              record.loss_first if losses else float("nan"), record.loss_last if losses else float("nan"), digest)
     return record
+
+
+def masked_losses(encoder: FrozenEncoder, record: PretrainRecord, windows: np.ndarray, *, seed: int = 0,
+                  batch_size: int = 32) -> np.ndarray:
+    """Per-window pretraining loss (masked-patch MSE) of the pretrained encoder and its decoder head.
+
+    The score of the loss-threshold membership attack on the encoder itself (members = its pretraining windows).
+    Masks are drawn from ``seed`` in window order, so every window gets the same mask whatever its group.
+    """
+    import torch
+
+    if record.decoder is None:
+        raise ValueError("the record holds no decoder head (records read back from JSON do not): score the losses "
+                         "in the run that pretrained the encoder")
+    cfg = record.config
+    patch_len = max(1, int(round(cfg["patch_s"] * encoder.expected_sfreq)))
+    gen = torch.Generator().manual_seed(int(seed))
+    out = []
+    encoder.model.eval()
+    with torch.no_grad():
+        for start in range(0, len(windows), batch_size):
+            x = encoder.prepare(windows[start:start + batch_size])
+            x_masked, target, weight = _mask_and_target(x, patch_len, cfg["mask_ratio"], cfg["target_points"], gen)
+            pred = record.decoder(encoder.trainable_forward(x_masked)).view_as(target)
+            w = weight[:, None, :].expand_as(target)
+            out.append((((pred - target) ** 2 * w).sum(dim=(1, 2)) / w.sum(dim=(1, 2)).clamp_min(1e-8)).numpy())
+    return np.concatenate(out).astype(float) if out else np.zeros(0)
 
 
 def dataset_windows(dataset, subjects: Sequence[str] | None = None, window_s: float = 4.0, overlap: float = 0.0,
@@ -226,4 +257,5 @@ def dataset_windows(dataset, subjects: Sequence[str] | None = None, window_s: fl
     return np.concatenate(out), subj, recs, sfreq, names
 
 
-__all__ = ["DEFAULT_BUDGET_S", "PretrainRecord", "dataset_windows", "pretrain", "subject_hash"]
+__all__ = ["DEFAULT_BUDGET_S", "PretrainRecord", "dataset_windows", "masked_losses", "pretrain",
+           "subject_hash"]

@@ -1,0 +1,154 @@
+"""Stage embedding-audit (study C) end to end on real eegmat windows with small settings (band power + a tiny
+BIOT, 6 windows per recording, 2 permutations, 1 noise seed): subject roles never leak into the audit, every
+endpoint has its rows and controls, the outputs and MLflow runs exist, and a rerun resumes with identical rows."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from argparse import Namespace
+from pathlib import Path
+
+import mlflow
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from eegprivacy.params import ParamsError  # noqa: E402
+from eegprivacy.tracking import tracking_uri  # noqa: E402
+from experiments import embedding_audit  # noqa: E402
+
+
+def _small_params() -> dict:
+    params = yaml.safe_load((REPO / "params" / "embedding_audit.yaml").read_text())
+    cfg = params["embedding_audit"]
+    cfg.update(windows_per_recording=6, pretrain_subjects=4, encoders=["bandpower", "biot"], permutations=2,
+               lira_shadows=8, bridge_permutations=2, defense_seeds=[0])
+    cfg["defenses"].update(noise_sigmas=[1.0], pca_components=[4], dropout_rates=[0.5])
+    cfg["defenses"]["dp_head"].update(epsilons=[1.0, math.inf], epochs=2)
+    cfg["profiles"]["default"]["configs"]["biot"] = {"embed_dim": 32, "num_heads": 2, "num_layers": 1}
+    cfg["profiles"]["default"]["pretrain"]["max_steps"] = {"biot": 2, "labram": 1, "eegpt": 1}
+    return params
+
+
+def _args(tmp_path, params) -> Namespace:
+    path = tmp_path / "audit.yaml"
+    path.write_text(yaml.safe_dump(params))
+    return Namespace(params=str(path), out=str(tmp_path / "audit.csv"), json=str(tmp_path / "audit.json"),
+                     report=str(tmp_path / "audit.md"), figures=str(tmp_path / "fig"), work=str(tmp_path / "work"),
+                     cells=str(tmp_path / "cells"), no_progress=True)
+
+
+def test_roles_keep_pretraining_subjects_out_of_the_audit():
+    subjects = [f"S{i:02d}" for i in range(20)]
+    roles = embedding_audit.assign_roles(subjects, 6, seed=0)
+    assert sum(r == "pretrain" for r in roles.values()) == 6 and len(roles) == 20
+    assert roles == embedding_audit.assign_roles(subjects, 6, seed=0)
+    assert roles != embedding_audit.assign_roles(subjects, 6, seed=1)
+    with pytest.raises(ParamsError, match="fewer than 8"):
+        embedding_audit.assign_roles(subjects[:10], 6, seed=0)
+
+    # two pretraining recordings of 10 windows and one audited one
+    subject_role = np.array(["pretrain"] * 20 + ["audit"] * 10)
+    recording = np.repeat(["a1", "a2", "b1"], 10)
+    order = np.tile(np.arange(10), 3)
+    w = embedding_audit.window_roles(subject_role, recording, order, gap=2)
+    for rec in ("a1", "a2"):
+        r = w[recording == rec]
+        assert list(r[:5]) == ["pretrain_member"] * 5 and list(r[5:7]) == ["pretrain_gap"] * 2
+        assert list(r[7:]) == ["pretrain_nonmember"] * 3
+    assert (w[recording == "b1"] == "audit").all()
+
+
+def test_units_and_tags_name_every_split_and_defense():
+    params = _small_params()["embedding_audit"]
+    pre = [u for u, _ in embedding_audit.units(params, "self_pretrained", "biot")]
+    base = [u for u, _ in embedding_audit.units(params, "random_init", "biot")]
+    assert set(base) < set(pre) and not any(u.startswith("defense/") for u in base)
+    assert {"defense/noise/1", "defense/pca/4", "defense/dropout/0.5", "defense/dp_head/1",
+            "defense/dp_head/inf"} <= set(pre)
+    assert embedding_audit.unit_tags("defense/dp_head/1")["mechanism"] == "dp_sgd_gaussian"
+    assert embedding_audit.unit_tags("defense/dp_head/inf")["mechanism"] == "none"
+    assert embedding_audit.unit_tags("attribute/temporal_gap")["split"] == "temporal_gap"
+    assert embedding_audit.unit_tags("deployment/1")["defense"] == "noise_1"
+
+
+def test_bad_params_stop_before_any_work(tmp_path):
+    params = _small_params()
+    params["embedding_audit"]["profile"] = "nope"
+    with pytest.raises(ParamsError, match="profile"):
+        embedding_audit.run(_args(tmp_path, params))
+    params = _small_params()
+    params["embedding_audit"]["bootstrap"] = 100
+    with pytest.raises(ParamsError, match="bootstrap"):
+        embedding_audit.run(_args(tmp_path, params))
+    assert not (tmp_path / "audit.csv").exists() and not (tmp_path / "work").exists()
+
+
+def test_stage_end_to_end_on_eegmat(tmp_path, data_root):
+    args = _args(tmp_path, _small_params())
+    assert embedding_audit.run(args) == 0
+    tidy = pd.read_csv(args.out)
+    cells = {("bandpower", "none"), ("biot", "self_pretrained"), ("biot", "random_init")}
+    assert set(map(tuple, tidy[tidy["unit"] != "bridge"][["encoder", "weights"]].drop_duplicates().values)) == cells
+    for e, w in cells:
+        part = tidy[(tidy["encoder"] == e) & (tidy["weights"] == w)]
+        for endpoint in ("raw_copy", "attribute", "identity", "membership_head", "reconstruction", "aeds",
+                         "deployment_state"):
+            assert endpoint in set(part["endpoint"]), (e, w, endpoint)
+        # every leakage result sits next to both controls, and the controls read about 0
+        for split in ("temporal_gap", "subject_disjoint"):
+            rows = part[(part["unit"] == f"attribute/{split}")].set_index("metric")["value"]
+            assert {"gain", "score", "control_gaussian", "control_permuted", "p_value"} <= set(rows.index)
+            assert abs(rows["control_gaussian"]) < 0.25 and abs(rows["control_permuted"]) < 0.25
+            assert rows["gain"] == pytest.approx(rows["score"] - max(rows["control_gaussian"],
+                                                                     rows["control_permuted"]))
+        bpid = part[part["metric"] == "bpid_at_1"].iloc[0]
+        assert 0 < bpid["chance"] < 0.2 and bpid["ci_low"] <= bpid["value"] <= bpid["ci_high"]
+    # the band-power reference carries the spectral attribute by construction: leakage must show, with its CI
+    bp = tidy[(tidy["encoder"] == "bandpower") & (tidy["unit"] == "attribute/subject_disjoint")
+              & (tidy["metric"] == "gain")].iloc[0]
+    assert bp["ci_low"] > 0.3
+    assert "membership_encoder" in set(tidy[tidy["weights"] == "self_pretrained"]["endpoint"])
+    head = tidy[(tidy["endpoint"] == "membership_head") & (tidy["metric"] == "auc")]
+    assert set(head["attacker"]) == {"loss_threshold", "lira_online"}
+    assert head["value"].between(0, 1).all() and (head["ci_low"] <= head["value"]).all()
+    assert "membership_encoder" not in set(tidy[tidy["weights"] == "random_init"]["endpoint"])
+    dp = tidy[tidy["unit"] == "defense/dp_head/1"]
+    spent = dp[dp["metric"] == "epsilon_spent"]["value"].iloc[0]
+    assert 0 < spent <= 1.0 + 1e-6
+    assert set(dp["metric"]) >= {"gain", "balanced_accuracy", "auc", "closes_channel"}
+    bridge = tidy[tidy["unit"] == "bridge"]
+    assert set(map(tuple, bridge[["encoder", "weights"]].drop_duplicates().values)) == {("bandpower", "biot"),
+                                                                                       ("biot", "bandpower")}
+    assert {"gain", "beta", "bound", "rho0"} <= set(bridge["metric"])
+
+    headline = json.loads(Path(args.json).read_text())  # strict JSON: no NaN
+    assert set(headline["encoders"]) == {"bandpower/none", "biot/self_pretrained", "biot/random_init"}
+    assert headline["encoders"]["bandpower/none"]["l_a_ci_lower_bound"] == pytest.approx(bp["ci_low"])
+    report = Path(args.report).read_text()
+    assert "BIOT (random init)" in report and "AEDS" in report and "bound" in report
+    for name in ("leakage", "aeds", "bridge", "defenses"):
+        assert (tmp_path / "fig" / f"embedding_audit_{name}.png").stat().st_size > 10_000
+    record = json.loads((tmp_path / "work" / "checkpoints" / "biot.json").read_text())
+    assert record["steps"] == 2 and len(record["checkpoint_sha256"]) == 64
+    assert not any(s.startswith("Subject") for s in json.dumps(record).split('"'))  # subjects only as hashes
+
+    client = mlflow.MlflowClient(tracking_uri())
+    experiment = client.get_experiment_by_name("study-c-embedding-audit")
+    runs = client.search_runs([experiment.experiment_id], max_results=500)
+    parents = {r.info.run_name for r in runs if "mlflow.parentRunId" not in r.data.tags}
+    assert {"embedding_audit-eegmat-bandpower-none", "embedding_audit-eegmat-biot-self_pretrained",
+            "embedding_audit-eegmat-biot-random_init", "embedding_audit-eegmat-bridge"} <= parents
+    child = next(r for r in runs if r.data.tags.get("defense") == "dp_head_eps1")
+    assert child.data.tags["epsilon"] == "1" and child.data.tags["encoder"] in ("bandpower", "biot")
+    assert child.data.tags["dataset_version"] and child.data.tags["seed"] == "0"
+
+    first = tidy
+    assert embedding_audit.run(args) == 0  # resumed from the cell cache
+    pd.testing.assert_frame_equal(first, pd.read_csv(args.out))
