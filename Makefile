@@ -64,8 +64,16 @@ reproduce: $(STAMP)  ## run the DVC pipeline on the default profile (real public
 		--stage-log $(STAGE_LOG) --out $(REPRODUCE_WALL) || true; \
 	exit $$rc
 
-ui: $(STAMP)  ## MLflow UI on the project's tracking store, bound to 127.0.0.1
-	$(BIN)/mlflow ui --backend-store-uri sqlite:///mlflow.db --host 127.0.0.1 --port 5000 --workers 1
+# The UI serves the store the runs went to: $MLFLOW_TRACKING_URI when set, else the repo's sqlite:///mlflow.db. A
+# tracking server (http://...) already serves its own UI, so then only its address is printed.
+UI_STORE := $(or $(MLFLOW_TRACKING_URI),sqlite:///mlflow.db)
+UI_PORT ?= 5000
+
+ui: $(STAMP)  ## MLflow UI on the project's tracking store ($MLFLOW_TRACKING_URI or mlflow.db), bound to 127.0.0.1
+	@case "$(UI_STORE)" in http://*|https://*) \
+	  echo "MLFLOW_TRACKING_URI is a tracking server; its UI is at $(UI_STORE)"; exit 0;; esac; \
+	echo "MLflow UI: http://127.0.0.1:$(UI_PORT)  (store: $(UI_STORE); Ctrl-C stops it)"; \
+	exec $(BIN)/mlflow ui --backend-store-uri "$(UI_STORE)" --host 127.0.0.1 --port $(UI_PORT) --workers 1
 
 datasets: $(STAMP)  ## list datasets, local presence, versions and subject counts
 	$(BIN)/eegprivacy datasets

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import mlflow
 import pytest
 
@@ -15,6 +17,7 @@ from eegprivacy.tracking import (
     start_run,
     tracking_uri,
 )
+from eegprivacy.tracking.runs import DATASET_DIGEST_CHARS
 
 
 def _tags(**extra):
@@ -46,6 +49,36 @@ def test_parent_and_child_runs(tmp_path):
             pass
     stored = mlflow.MlflowClient(tracking_uri()).get_run(child.info.run_id)
     assert stored.data.tags["mlflow.parentRunId"] == parent.info.run_id
+
+
+def test_dataset_is_logged_as_run_input(tmp_path):
+    """name = dataset, digest = the version's first 36 characters (MLflow's cap), source without a path."""
+    tags = _tags()
+    with start_run(study="a", tags=tags) as run:
+        pass
+    inputs = mlflow.MlflowClient(tracking_uri()).get_run(run.info.run_id).inputs.dataset_inputs
+    assert len(inputs) == 1
+    dataset, input_tags = inputs[0].dataset, {t.key: t.value for t in inputs[0].tags}
+    assert dataset.name == "synthetic_clinical"
+    assert dataset.digest == tags["dataset_version"][:DATASET_DIGEST_CHARS] == "ab" * 18
+    assert dataset.source_type == "eegprivacy"
+    assert json.loads(dataset.source) == {"uri": "eegprivacy:synthetic_clinical", "synthetic": True}
+    assert str(tmp_path) not in dataset.source and "/" not in dataset.source
+    assert input_tags == {"dataset_version": tags["dataset_version"], "synthetic": "true",
+                          "mlflow.data.context": "release"}
+
+
+def test_dataset_input_failure_never_fails_the_run(monkeypatch, caplog):
+    import mlflow.tracking.client
+
+    def refuse(*args, **kwargs):
+        raise RuntimeError("store down")
+
+    monkeypatch.setattr(mlflow.tracking.client.MlflowClient, "log_inputs", refuse)
+    with start_run(study="a", tags=_tags()) as run:
+        pass
+    assert mlflow.MlflowClient(tracking_uri()).get_run(run.info.run_id).info.status == "FINISHED"
+    assert "could not log dataset" in caplog.text
 
 
 def test_missing_tag_is_refused():

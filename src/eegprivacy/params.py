@@ -59,6 +59,11 @@ def _seeds(value) -> bool:
     return _count(1)(value) or _non_empty_list(_integer)(value)
 
 
+def _range(value) -> bool:
+    """A search range [low, high] of positive finite numbers, low < high (sampled log-uniformly)."""
+    return isinstance(value, list) and len(value) == 2 and all(_positive(v) for v in value) and value[0] < value[1]
+
+
 EPSILONS = (_non_empty_list(_positive), "a non-empty list of positive finite ε values (ε > 0)")
 EPSILON = (_positive, "a positive finite ε (ε > 0)")
 DELTA = (_open_unit, "a δ strictly between 0 and 1")
@@ -112,6 +117,15 @@ RULES: dict[str, dict[str, tuple[Callable[[Any], bool], str]]] = {
                              "paper_protocol.num_rounds": (_count(1), "a whole number of rounds, at least 1"),
                              "paper_protocol.local_epochs": (_count(1), "a whole number of epochs, at least 1"),
                              "paper_protocol.epsilons": EPSILONS},
+    "optuna_study_a": {"delta": DELTA, "noise_seeds": SEED_COUNT,
+                       "n_trials": (_count(1), "a whole number of trials, at least 1"),
+                       "n_jobs": (_count(1), "a whole number of processes, at least 1"),
+                       "search_space.mechanisms": MECHANISM_LIST,
+                       "search_space.epsilon": (_range, "a [low, high] range of ε with 0 < low < high"),
+                       "search_space.clip_norm": (_range, "a [low, high] range of C with 0 < low < high"),
+                       "protocol": (lambda v: v in ("optimistic", "nested"), "optimistic or nested"),
+                       "sampler": (lambda v: v in ("tpe", "nsga2"), "tpe or nsga2"),
+                       "heartbeat_interval": (_count(1), "a whole number of seconds, at least 1")},
     "linkage": {"n_records": (_count(1), "a whole number of records, at least 1"), "overlap": FRACTION,
                 "household_rate": FRACTION, "format_rate": FRACTION,
                 "typo_rates": (_non_empty_list(_closed_unit), "a non-empty list of rates in [0, 1]"),

@@ -11,6 +11,7 @@ still working: :func:`fail_orphaned_runs` marks the former FAILED, and every top
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import logging
 import os
@@ -52,12 +53,17 @@ def tracking_uri() -> str:
     return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{repo_root() / 'mlflow.db'}"
 
 
-def artifact_root() -> Path:
-    """Artifacts live next to the sqlite store, one folder per experiment."""
+def artifact_root() -> Path | None:
+    """Artifacts live next to the sqlite store, one folder per experiment.
+
+    None for any other store (an ``http(s)://`` tracking server above all): a server keeps artifacts where its
+    ``--artifacts-destination`` says and hands out ``mlflow-artifacts:/`` locations; a path on this machine would
+    make clients write beside themselves instead and the server could not serve them.
+    """
     uri = tracking_uri()
     if uri.startswith("sqlite:///"):
         return Path(uri.removeprefix("sqlite:///")).resolve().parent / "mlartifacts"
-    return repo_root() / "mlartifacts"
+    return None
 
 
 def git_commit() -> str:
@@ -101,8 +107,8 @@ def _experiment_id(client, name: str) -> str:
     experiment = client.get_experiment_by_name(name)
     if experiment is not None:
         return experiment.experiment_id
-    location = (artifact_root() / name).as_uri()
-    return client.create_experiment(name, artifact_location=location)
+    root = artifact_root()
+    return client.create_experiment(name, artifact_location=(root / name).as_uri() if root else None)
 
 
 def required_tags(*, study: str, stage: str, dataset: str, dataset_version: str, synthetic: bool, seed: int | None,
@@ -208,13 +214,79 @@ def fail_orphaned_runs(study: str, client=None) -> list[str]:
     return failed
 
 
+# MLflow stores a dataset digest in a 36-character column (mlflow.utils.validation.MAX_DATASET_DIGEST_SIZE) and
+# refuses longer ones; a dataset version is a 64-hex sha256, so the input keeps its first 36 characters (144 bits)
+# and carries the full version as the input tag ``dataset_version`` (the run's tag of that name has it too).
+DATASET_DIGEST_CHARS = 36
+
+
+@functools.cache
+def _project_source():
+    """The dataset source class, built on first use so importing this module does not import MLflow."""
+    from mlflow.data.dataset_source import DatasetSource
+
+    class ProjectDatasetSource(DatasetSource):
+        """Where a dataset comes from, named by the project's registry (``eegprivacy:<dataset>``) rather than by
+        a path: a path on this machine can name a user or a hospital share, and means nothing elsewhere. The
+        data are never loaded through MLflow, so ``load`` is not offered."""
+
+        def __init__(self, uri: str, synthetic: bool):
+            self.uri, self.synthetic = uri, synthetic
+
+        @staticmethod
+        def _get_source_type() -> str:
+            return "eegprivacy"
+
+        def load(self, **kwargs):
+            raise NotImplementedError("load datasets with eegprivacy.data.get_dataset, not through MLflow")
+
+        @staticmethod
+        def _can_resolve(raw_source: Any) -> bool:
+            return False
+
+        @classmethod
+        def _resolve(cls, raw_source: Any):
+            raise NotImplementedError
+
+        def to_dict(self) -> dict[str, Any]:
+            return {"uri": self.uri, "synthetic": self.synthetic}
+
+        @classmethod
+        def from_dict(cls, source_dict: dict[Any, Any]):
+            return cls(source_dict["uri"], bool(source_dict.get("synthetic")))
+
+    return ProjectDatasetSource
+
+
+def _log_dataset_input(client, run_id: str, tags: Mapping[str, str]) -> None:
+    """Record the run's dataset as an MLflow input (name, digest, source), so the UI's dataset column and the
+    dataset filters show what each run read. One store call; a failure only warns, never fails the run."""
+    from mlflow.data.meta_dataset import MetaDataset
+    from mlflow.entities import DatasetInput, InputTag
+    from mlflow.utils.mlflow_tags import MLFLOW_DATASET_CONTEXT
+
+    name, version = tags.get("dataset"), tags.get("dataset_version")
+    if not name or not version:
+        return
+    synthetic = tags.get("synthetic") == "true"
+    try:
+        source = _project_source()(f"eegprivacy:{name}", synthetic)
+        dataset = MetaDataset(source, name=name, digest=version[:DATASET_DIGEST_CHARS])
+        input_tags = [InputTag("dataset_version", version), InputTag("synthetic", str(synthetic).lower()),
+                      InputTag(MLFLOW_DATASET_CONTEXT, tags.get("stage") or "training")]
+        client.log_inputs(run_id, datasets=[DatasetInput(dataset._to_mlflow_entity(), input_tags)])
+    except Exception as err:  # noqa: BLE001 - the dataset is already in the run's tags; this is a convenience
+        log.warning("could not log dataset %s as an MLflow input (%s: %s)", name, type(err).__name__, err)
+
+
 @contextlib.contextmanager
 def start_run(*, study: str, tags: Mapping[str, str], params: Mapping[str, Any] | None = None,
               run_name: str | None = None, parent_run_id: str | None = None) -> Iterator[Any]:
     """Open a run in the study's experiment with validated tags and flattened params.
 
     ``study`` is a key of EXPERIMENTS. Nested (child) runs pass ``parent_run_id``. A top-level run first marks
-    the experiment's orphaned runs FAILED (:func:`fail_orphaned_runs`).
+    the experiment's orphaned runs FAILED (:func:`fail_orphaned_runs`). The tags' dataset is also logged as the
+    run's MLflow dataset input (:func:`_log_dataset_input`).
     """
     import mlflow
 
@@ -235,6 +307,7 @@ def start_run(*, study: str, tags: Mapping[str, str], params: Mapping[str, Any] 
         run_tags["mlflow.parentRunId"] = parent_run_id
     with mlflow.start_run(experiment_id=experiment_id, run_name=run_name, tags=run_tags,
                           nested=mlflow.active_run() is not None) as run:
+        _log_dataset_input(client, run.info.run_id, tags)
         if flat:
             # MLflow caps one batch at 100 params and a value at 6000 characters.
             items = [(k, str(v)[:6000]) for k, v in flat.items()]
