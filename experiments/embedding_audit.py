@@ -477,7 +477,7 @@ def defense_rows(unit: str, seed: int, ctx: Context) -> list[dict]:
     return rows
 
 
-def units(params: dict, weights: str, name: str) -> list[tuple[str, list[int]]]:
+def units(params: dict, weights: str) -> list[tuple[str, list[int]]]:
     """(unit, seeds) of one (encoder, weights) cell: the core endpoints once, the defenses per noise seed."""
     seeds = [int(s) for s in params["defense_seeds"]]
     out = [("raw_copy", [0]), ("attribute/temporal_gap", [0]), ("attribute/subject_disjoint", [0]),
@@ -544,8 +544,9 @@ def bridge_rows(config: dict, seed: int, embeddings: dict, A, groups, params: di
 
 # ----------------------------------------------------------------------------------------------- outputs
 
-def _log_to_parent(run_name: str, artifacts) -> None:
-    """Attach the stage's tables and figures to a parent run after the fact (found by name, newest first)."""
+def _log_to_parent(run_name: str, artifacts, metrics=None) -> None:
+    """Attach the stage's tables and figures (and metrics) to a parent run after the fact (found by name, newest
+    first)."""
     import mlflow
 
     from eegprivacy.tracking.runs import EXPERIMENTS, tracking_uri
@@ -557,6 +558,24 @@ def _log_to_parent(run_name: str, artifacts) -> None:
     for path in artifacts if runs else ():
         if Path(path).exists():
             client.log_artifact(runs[0].info.run_id, str(path))
+    for key, value in (metrics or {}).items() if runs else ():
+        client.log_metric(runs[0].info.run_id, key, float(value))
+
+
+def bootstrap_ci_metrics(summary: pd.DataFrame, encoder: str, weights: str) -> dict[str, float]:
+    """The subject-bootstrap CIs of the rows computed once, under the names of the sweep's own aggregates
+    (``<unit/endpoint/...>/<metric>_ci_low``): the parent's t-interval over one seed is empty, so these replace it
+    and the parent run carries every headline number with its interval."""
+    from eegprivacy.tracking.sweep import metric_name
+
+    keys = ["unit", "endpoint", "split", "defense", "attacker"]
+    part = summary[(summary["encoder"] == encoder) & (summary["weights"] == weights) & (summary["seeds"] == 1)]
+    out = {}
+    for record in part.to_dict("records"):
+        for stat in ("ci_low", "ci_high"):
+            if np.isfinite(record[stat]):
+                out[metric_name(record, keys, stat)] = record[stat]
+    return out
 
 
 def _label(encoder: str, weights: str) -> str:
@@ -911,7 +930,7 @@ def run(args) -> int:
                              parent_tags=tags(None, None),
                              tags_fn=lambda cell, t=tags: t(cell.config["unit"], cell.seed),
                              params=run_params, progress=not args.no_progress)
-        jobs = [Cell({**base, "unit": u}, s) for u, seeds in units(params, w, e) for s in seeds]
+        jobs = [Cell({**base, "unit": u}, s) for u, seeds in units(params, w) for s in seeds]
         frame = runner.run(jobs, _cell_fn(ctx))
         frames.append(frame)
         print(f"{_label(e, w)}: {len(jobs)} cells done ({time.perf_counter() - t0:.0f} s)")
@@ -977,6 +996,7 @@ def run(args) -> int:
     write_text_atomic(js, json.dumps(headline(summary, cells, meta), indent=2, sort_keys=True, allow_nan=False,
                                      default=float) + "\n")
     for e, w in cells:
-        _log_to_parent(f"{STAGE}-{params['dataset']}-{e}-{w}", [out, js, md, *paths])
+        _log_to_parent(f"{STAGE}-{params['dataset']}-{e}-{w}", [out, js, md, *paths],
+                       bootstrap_ci_metrics(summary, e, w))
     print(f"{title}: {len(tidy)} rows -> {out}; {md}; {len(paths)} figures ({meta['wall_time_s']} s)")
     return 0

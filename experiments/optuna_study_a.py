@@ -39,26 +39,22 @@ summary and the JSON, CSV and figure as artifacts, computed over all trials in t
 from __future__ import annotations
 
 import json
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
-import matplotlib
+import numpy as np
+import pandas as pd
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
+from eegprivacy.evaluation import DP_GRID, LOSOEvaluation
+from eegprivacy.evaluation.figures import titled
+from eegprivacy.params import load_params
+from eegprivacy.privacy import release_table
+from eegprivacy.tracking import log_artifact, log_metrics, required_tags, search, start_run
+from eegprivacy.tracking.search import MLflowChildRuns
+from eegprivacy.tracking.sweep import config_key
 
-from eegprivacy.evaluation import DP_GRID, LOSOEvaluation, mean_ci  # noqa: E402
-from eegprivacy.evaluation.figures import titled  # noqa: E402
-from eegprivacy.params import load_params  # noqa: E402
-from eegprivacy.privacy import release_table  # noqa: E402
-from eegprivacy.tracking import log_artifact, log_metrics, required_tags, start_run  # noqa: E402
-from eegprivacy.tracking.sweep import config_key  # noqa: E402
-
-from experiments._study_a import WindowTable, code_hash, labelled_windows, load_window_table  # noqa: E402
-from experiments.table_attacks import reidentification_rows, stage_code_hash, two_condition_tables  # noqa: E402
+from experiments._study_a import WindowTable, code_hash, labelled_windows, load_window_table
+from experiments.table_attacks import reidentification_rows, stage_code_hash, two_condition_tables
 
 NAME = "optuna-study-a"
 HELP = ("Study A: Optuna multi-objective search (mechanism, ε, clip norm) maximising LOSO balanced accuracy and "
@@ -146,54 +142,7 @@ class Objective:
         p, delta, protocol = self.problem, float(self.cfg["delta"]), self.cfg["protocol"]
         per_seed = self.parallel(delayed(score_seed)(p.X, p.y, p.auxiliary, mechanism, epsilon, delta, clip_norm,
                                                      protocol, seed) for seed in range(self.cfg["noise_seeds"]))
-        means = []
-        for name in OBJECTIVES:
-            values = [s[name] for s in per_seed]
-            mean, low, high = mean_ci(values)
-            trial.set_user_attr(f"{name}_per_seed", values)
-            trial.set_user_attr(f"{name}_ci_low", low)
-            trial.set_user_attr(f"{name}_ci_high", high)
-            means.append(mean)
-        return tuple(means)
-
-
-# ---- MLflow ----------------------------------------------------------------------------------------------------
-class MLflowChildRuns:
-    """Optuna callback: one MLflow child run per COMPLETE trial under ``parent_run_id`` (what
-    optuna-integration's MLflowCallback does, but through ``start_run`` so the project's tag and no-identifier
-    policy applies). Optuna calls it in the process that ran ``optimize``, after the trial is stored."""
-
-    def __init__(self, parent_run_id: str, tags_fn, params: dict):
-        self.parent_run_id, self.tags_fn, self.params = parent_run_id, tags_fn, params
-        self.logged = 0
-
-    def __call__(self, study, trial) -> None:
-        import optuna
-
-        if trial.state != optuna.trial.TrialState.COMPLETE:
-            return
-        params = {**self.params, **trial.params, "trial_number": trial.number, "study_name": study.study_name}
-        with start_run(study="a", tags=self.tags_fn(trial), params=params, run_name=f"trial-{trial.number}",
-                       parent_run_id=self.parent_run_id):
-            metrics = dict(zip(OBJECTIVES, trial.values))
-            for name in OBJECTIVES:
-                for bound in ("ci_low", "ci_high"):
-                    value = trial.user_attrs.get(f"{name}_{bound}")
-                    if value is not None and np.isfinite(value):
-                        metrics[f"{name}_{bound}"] = value
-            metrics["duration_s"] = trial.duration.total_seconds()
-            log_metrics(metrics)
-            for name in OBJECTIVES:  # per-seed values as a metric history, step = noise seed
-                for seed, value in enumerate(trial.user_attrs.get(f"{name}_per_seed", [])):
-                    log_metrics({f"{name}_per_seed": value}, step=seed)
-        self.logged += 1
-
-
-def _public_url(url: str) -> str:
-    """The storage URL without its password: a PostgreSQL URL must not put a credential into MLflow."""
-    from sqlalchemy.engine import make_url
-
-    return make_url(url).render_as_string(hide_password=True)
+        return tuple(search.set_seed_attrs(trial, name, [s[name] for s in per_seed]) for name in OBJECTIVES)
 
 
 # ---- the study -------------------------------------------------------------------------------------------------
@@ -207,123 +156,41 @@ def study_fingerprint(problem: ReleaseProblem, cfg: dict) -> str:
                        "code_hash": code_hash("optuna_study_a.py") + stage_code_hash()})[:12]
 
 
-def make_sampler(cfg: dict):
-    import optuna
-
-    if cfg["sampler"] == "tpe":
-        return optuna.samplers.TPESampler(seed=cfg["seed"])
-    if cfg["sampler"] == "nsga2":
-        return optuna.samplers.NSGAIISampler(seed=cfg["seed"], population_size=cfg["population_size"])
-    raise ValueError(f"sampler must be 'tpe' or 'nsga2', got {cfg['sampler']!r}")
-
-
-def open_study(url: str, name: str, cfg: dict):
-    """Create the study or load it (``load_if_exists``); heartbeats let a later worker fail trials left RUNNING
-    by a killed process instead of counting them forever."""
-    import optuna
-
-    if url.startswith("sqlite:///"):
-        Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        storage = optuna.storages.RDBStorage(url, heartbeat_interval=cfg["heartbeat_interval"],
-                                             grace_period=2 * cfg["heartbeat_interval"])
-    return optuna.create_study(study_name=name, storage=storage, sampler=make_sampler(cfg),
-                               directions=list(DIRECTIONS), load_if_exists=True)
-
-
-def n_complete(study) -> int:
-    import optuna
-
-    return len(study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)))
-
-
 # ---- outputs ---------------------------------------------------------------------------------------------------
 def hypervolume(front: list[tuple[float, float]], reference=(0.5, 1.0)) -> float:
     """Area dominated by the front (balanced accuracy up, re-identification down) inside the box between the
-    reference (chance utility, certain re-identification) and the ideal (1, 0). Exact in 2-D: sweep the
-    re-identification axis and take the best utility reached so far."""
-    ba_ref, reid_ref = reference
-    points = sorted((min(r, reid_ref), b) for b, r in front)
-    area, best = 0.0, ba_ref
-    for (reid, ba), nxt in zip(points, [p[0] for p in points[1:]] + [reid_ref]):
-        best = max(best, ba)
-        area += (nxt - reid) * (best - ba_ref)
-    return float(area)
+    reference (chance utility, certain re-identification) and the ideal (1, 0)."""
+    return search.hypervolume(front, reference)
 
 
 def trial_rows(study, front_numbers: set[int], problem: ReleaseProblem, cfg: dict) -> pd.DataFrame:
     """One row per (trial, objective): mean over noise seeds, t-interval, per-seed values, chance; trials that
     did not complete keep their row with empty values, so failures stay visible."""
-    chance = {"balanced_accuracy": 0.5, "top1_accuracy": 1.0 / len(problem.auxiliary)}
-    rows = []
-    for trial in study.get_trials(deepcopy=False):
-        values = trial.values or [np.nan] * len(OBJECTIVES)
-        for name, value in zip(OBJECTIVES, values):
-            attrs = trial.user_attrs
-            rows.append({
-                "study": "a", "dataset": problem.windows.dataset, "study_name": study.study_name,
-                "trial": trial.number, "state": trial.state.name, **{k: trial.params.get(k) for k in
-                                                                     ("mechanism", "epsilon", "clip_norm")},
-                "metric": name, "value": value, "ci_low": attrs.get(f"{name}_ci_low"),
-                "ci_high": attrs.get(f"{name}_ci_high"), "n": cfg["noise_seeds"], "chance": chance[name],
-                "per_seed": json.dumps(attrs.get(f"{name}_per_seed")), "pareto": trial.number in front_numbers,
-                "duration_s": trial.duration.total_seconds() if trial.duration else np.nan})
-    return pd.DataFrame(rows)
+    return search.trial_rows(study, OBJECTIVES, ("mechanism", "epsilon", "clip_norm"), chance(problem),
+                             front_numbers, cfg["noise_seeds"], {"study": "a", "dataset": problem.windows.dataset})
 
 
-def _json_number(value):
-    """NaN (an interval from a single seed) as null: JSON has no NaN and DVC's metrics reader rejects it."""
-    return None if isinstance(value, float) and not np.isfinite(value) else value
+def chance(problem: ReleaseProblem) -> dict:
+    return {"balanced_accuracy": 0.5, "top1_accuracy": 1.0 / len(problem.auxiliary)}
 
 
 def front_summary(study, problem: ReleaseProblem, cfg: dict) -> dict:
-    front = sorted(study.best_trials, key=lambda t: t.values[1])
-    chance_reid = 1.0 / len(problem.auxiliary)
-    entries = [{"trial": t.number, **t.params,
-                **{name: t.values[i] for i, name in enumerate(OBJECTIVES)},
-                **{f"{name}_{b}": t.user_attrs.get(f"{name}_{b}") for name in OBJECTIVES for b in ("ci_low", "ci_high")}}
-               for t in front]
-    return {
-        "dataset": problem.windows.dataset, "synthetic": problem.windows.synthetic, "study_name": study.study_name,
-        "objectives": dict(zip(OBJECTIVES, DIRECTIONS)), "protocol": cfg["protocol"],
-        "noise_seeds": cfg["noise_seeds"], "n_subjects": problem.n_subjects, "n_trials": n_complete(study),
-        "n_trials_all_states": len(study.get_trials(deepcopy=False)), "front_size": len(front),
-        # configurations with equal objective values are all non-dominated: count the distinct points too
-        "front_distinct_points": len({tuple(t.values) for t in front}),
-        "hypervolume": hypervolume([tuple(t.values) for t in front]),
-        "hypervolume_reference": {"balanced_accuracy": 0.5, "top1_accuracy": 1.0},
-        "chance": {"balanced_accuracy": 0.5, "top1_accuracy": chance_reid},
-        "front": [{k: _json_number(v) for k, v in entry.items()} for entry in entries],
-    }
+    head = {"dataset": problem.windows.dataset, "synthetic": problem.windows.synthetic,
+            "study_name": study.study_name, "objectives": dict(zip(OBJECTIVES, DIRECTIONS)),
+            "protocol": cfg["protocol"], "noise_seeds": cfg["noise_seeds"], "n_subjects": problem.n_subjects}
+    return search.front_summary(study, OBJECTIVES, (0.5, 1.0), chance(problem), head)
 
 
 def pareto_figure(tidy: pd.DataFrame, summary: dict, path) -> None:
     """All complete trials by mechanism, the front as a step line, chance levels and the no-release point."""
-    wide = tidy[tidy["state"] == "COMPLETE"].pivot_table(index=["trial", "mechanism", "pareto"], columns="metric",
-                                                         values="value").reset_index()
-    fig, ax = plt.subplots(figsize=(7, 5))
-    for mechanism, rows in wide.groupby("mechanism"):
-        ax.scatter(rows["top1_accuracy"], rows["balanced_accuracy"], s=22, alpha=0.6, label=mechanism)
-    front = wide[wide["pareto"]].sort_values("top1_accuracy")
-    ax.step(front["top1_accuracy"], front["balanced_accuracy"], where="post", color="black", lw=1)
-    ax.scatter(front["top1_accuracy"], front["balanced_accuracy"], s=70, facecolors="none", edgecolors="black",
-               label=f"Pareto front ({len(front)})")
-    chance = summary["chance"]
-    ax.axhline(chance["balanced_accuracy"], color="grey", ls="--", lw=1, label="chance balanced accuracy (0.5)")
-    ax.axvline(chance["top1_accuracy"], color="grey", ls=":", lw=1,
-               label=f"re-identification chance (1/K = 1/{summary['n_subjects']})")
-    ax.scatter([chance["top1_accuracy"]], [chance["balanced_accuracy"]], marker="*", s=160, color="grey",
-               zorder=3, label="no release")
-    ax.set_xlabel("re-identification top-1 accuracy (nearest neighbour) ↓")
-    ax.set_ylabel(f"LOSO balanced accuracy ({summary['protocol']} threshold) ↑")
-    ax.set_title(titled(f"{summary['dataset']}: privacy–utility search, {summary['n_trials']} trials, "
-                        f"mean of {summary['noise_seeds']} noise seeds", summary["synthetic"]), fontsize=10)
-    ax.legend(fontsize=7, loc="best")
-    fig.tight_layout()
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    search.pareto_figure(
+        tidy, OBJECTIVES, "mechanism", path, xlabel="re-identification top-1 accuracy (nearest neighbour) ↓",
+        ylabel=f"LOSO balanced accuracy ({summary['protocol']} threshold) ↑",
+        title=titled(f"{summary['dataset']}: privacy–utility search, {summary['n_trials']} trials, "
+                     f"mean of {summary['noise_seeds']} noise seeds", summary["synthetic"]),
+        chance=summary["chance"], chance_point="no release",
+        chance_labels={"balanced_accuracy": "chance balanced accuracy (0.5)",
+                       "top1_accuracy": f"re-identification chance (1/K = 1/{summary['n_subjects']})"})
 
 
 # ---- the stage -------------------------------------------------------------------------------------------------
@@ -336,8 +203,7 @@ def run(args) -> int:
     url = args.storage or cfg["storage"]
     name = args.study_name or f"study_a-{problem.windows.dataset}-{study_fingerprint(problem, cfg)}"
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    study = open_study(url, name, cfg)
-    todo = max(0, int(cfg["n_trials"]) - n_complete(study))
+    study = search.open_study(url, name, cfg, DIRECTIONS)
 
     windows = problem.windows
 
@@ -352,17 +218,15 @@ def run(args) -> int:
         return tags(cfg["seed"], epsilon=trial.params["epsilon"], mechanism=mechanism,
                     delta=cfg["delta"] if gaussian else 0.0)
 
-    parent_params = {"optuna_study_a": {**cfg, "storage": _public_url(url)}, "study_name": name,
+    parent_params = {"optuna_study_a": {**cfg, "storage": search.public_url(url)}, "study_name": name,
                      "n_subjects": problem.n_subjects, "features_hash": windows.features_hash}
     child_params = {"noise_seeds": cfg["noise_seeds"], "protocol": cfg["protocol"], "sampler": cfg["sampler"]}
     with start_run(study="a", tags=tags(cfg["seed"]), params=parent_params, run_name=f"{STAGE}-{windows.dataset}") \
             as parent:
-        children = MLflowChildRuns(parent.info.run_id, child_tags, child_params)
-        if todo:
-            with Parallel(n_jobs=min(cfg["n_jobs"], cfg["noise_seeds"])) as parallel, warnings.catch_warnings():
-                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-                study.optimize(Objective(problem, cfg, parallel), n_trials=todo, show_progress_bar=not args.no_progress,
-                               callbacks=[children, optuna.study.MaxTrialsCallback(cfg["n_trials"])])
+        children = MLflowChildRuns("a", parent.info.run_id, child_tags, child_params, OBJECTIVES)
+        with Parallel(n_jobs=min(cfg["n_jobs"], cfg["noise_seeds"])) as parallel:
+            search.optimize_to_target(study, Objective(problem, cfg, parallel), cfg["n_trials"], [children],
+                                      progress=not args.no_progress)
         summary = front_summary(study, problem, cfg)
         front_numbers = {entry["trial"] for entry in summary["front"]}
         tidy = trial_rows(study, front_numbers, problem, cfg)

@@ -67,8 +67,8 @@ def test_roles_keep_pretraining_subjects_out_of_the_audit():
 
 def test_units_and_tags_name_every_split_and_defense():
     params = _small_params()["embedding_audit"]
-    pre = [u for u, _ in embedding_audit.units(params, "self_pretrained", "biot")]
-    base = [u for u, _ in embedding_audit.units(params, "random_init", "biot")]
+    pre = [u for u, _ in embedding_audit.units(params, "self_pretrained")]
+    base = [u for u, _ in embedding_audit.units(params, "random_init")]
     assert set(base) < set(pre) and not any(u.startswith("defense/") for u in base)
     assert {"defense/noise/1", "defense/pca/4", "defense/dropout/0.5", "defense/dp_head/1",
             "defense/dp_head/inf"} <= set(pre)
@@ -145,6 +145,9 @@ def test_stage_end_to_end_on_eegmat(tmp_path, data_root):
     parents = {r.info.run_name for r in runs if "mlflow.parentRunId" not in r.data.tags}
     assert {"embedding_audit-eegmat-bandpower-none", "embedding_audit-eegmat-biot-self_pretrained",
             "embedding_audit-eegmat-biot-random_init", "embedding_audit-eegmat-bridge"} <= parents
+    parent = next(r for r in runs if r.info.run_name == "embedding_audit-eegmat-bandpower-none")
+    key = "unit_attribute/subject_disjoint/endpoint_attribute/split_subject_disjoint/defense_none/attacker_ridge/gain"
+    assert parent.data.metrics[f"{key}_ci_low"] == pytest.approx(bp["ci_low"])  # the bootstrap CI, not NaN
     child = next(r for r in runs if r.data.tags.get("defense") == "dp_head_eps1")
     assert child.data.tags["epsilon"] == "1" and child.data.tags["encoder"] in ("bandpower", "biot")
     assert child.data.tags["dataset_version"] and child.data.tags["seed"] == "0"

@@ -81,6 +81,26 @@ def cmd_datasets(args) -> int:
     return 0
 
 
+def cmd_report(args) -> int:
+    """Write reports/study-<a|b|c>.md with a figure each from the MLflow runs alone (no stage is rerun). A study
+    with no runs gets a report that says so and a warning here; that is not an error."""
+    from eegprivacy.tracking.report import STUDIES, write_report
+    from eegprivacy.tracking.runs import tracking_uri
+
+    studies = [s.strip().lower() for s in args.study.split(",") if s.strip()]
+    unknown = sorted(set(studies) - set(STUDIES))
+    if unknown:
+        print(f"eegprivacy report: unknown study {unknown}; choose from {','.join(STUDIES)}", file=sys.stderr)
+        return 2
+    uri = args.tracking_uri or tracking_uri()
+    for study in studies:
+        path, has_runs = write_report(study, args.out_dir, uri)
+        print(f"wrote {path}")
+        if not has_runs:
+            print(f"eegprivacy report: warning: study {study} has no runs in {uri}; {path} says so", file=sys.stderr)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="eegprivacy",
@@ -93,6 +113,13 @@ def build_parser() -> argparse.ArgumentParser:
                               description=cmd_datasets.__doc__)
     datasets.add_argument("--json", action="store_true", help="machine-readable output")
     datasets.set_defaults(func=cmd_datasets)
+    report = sub.add_parser("report", help="write reports/study-{a,b,c}.md and figures from the MLflow runs",
+                            description=cmd_report.__doc__)
+    report.add_argument("--tracking-uri", default=None,
+                        help="MLflow store to read (default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db)")
+    report.add_argument("--out-dir", default=str(repo_root() / "reports"), help="folder for the reports and figures")
+    report.add_argument("--study", default="a,b,c", help="comma-separated studies to report (default: a,b,c)")
+    report.set_defaults(func=cmd_report)
     for module in stage_modules():
         stage = sub.add_parser(module.NAME, help=module.HELP, description=module.HELP)
         module.add_arguments(stage)

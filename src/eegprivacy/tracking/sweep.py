@@ -203,7 +203,7 @@ class SweepRunner:
             aggregates = {"cells": len(cells), "cells_resumed": resumed}
             for _, record in summary.iterrows():
                 for stat, column in (("mean", "value"), ("ci_low", "ci_low"), ("ci_high", "ci_high")):
-                    aggregates[_metric_name(record, varying + extra, stat)] = record[column]
+                    aggregates[metric_name(record, varying + extra, stat)] = record[column]
             log_metrics(aggregates)
         return tidy
 
@@ -249,11 +249,11 @@ def _child_metrics(rows: pd.DataFrame, grid_keys: list[str]) -> dict[str, float]
     out = {}
     for record in rows.to_dict("records"):
         keys = [k for k in extra if pd.notna(record.get(k))]
-        out[_metric_name(record, keys, "").removesuffix("_")] = float(record["value"])
+        out[metric_name(record, keys, "").removesuffix("_")] = float(record["value"])
     return out
 
 
-def _metric_name(record: Mapping[str, Any], keys: list[str], stat: str) -> str:
+def metric_name(record: Mapping[str, Any], keys: list[str], stat: str) -> str:
     """MLflow-safe aggregate name, e.g. ``epsilon_10/balanced_accuracy_mean``."""
     prefix = "/".join(f"{k}_{record[k]}" for k in keys)
     name = f"{prefix}/{record['metric']}_{stat}" if prefix else f"{record['metric']}_{stat}"

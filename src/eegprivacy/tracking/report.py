@@ -1,0 +1,376 @@
+"""Per-study Markdown reports and figures drawn from MLflow runs only (``eegprivacy report``).
+
+It lives in the tracking layer, the top of data → signal → privacy/models → attacks/evaluation → tracking: it
+reads the tracking store and needs ``tracking.runs`` (experiment names, the store's URI), which no lower layer may
+import.
+Every number in a report is a metric of a finished parent run (the sweep's aggregates ``*_mean``, ``*_ci_low``,
+``*_ci_high``) and its row cites that run, so a report can be checked against the store and rebuilt at any time
+without rerunning a stage. The notebooks in ``notebooks/`` reuse the parsing and drawing below, so a notebook and
+the report never disagree.
+
+Figures are drawn on a ``matplotlib.figure.Figure`` passed in (no pyplot, no backend switch), so the same code
+renders a PNG here and an inline figure in a notebook.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from eegprivacy.atomic import atomic_path, write_text_atomic
+from eegprivacy.tracking.runs import EXPERIMENTS, tracking_uri
+
+STUDIES = ("a", "b", "c")
+TITLES = {"a": "Study A — DP feature release", "b": "Study B — federated membership inference",
+          "c": "Study C — embedding audit"}
+# The stage whose parent runs hold each study's headline aggregates.
+HEADLINE_STAGE = {"a": "dp_utility", "b": "federated_mia", "c": "embedding_audit"}
+# Parents carry seed 'none' (children one seed each): the filter keeps the store from sending thousands of children.
+SEARCH_FILTER = {s: f"tags.stage = '{stage}' and tags.seed = 'none' and attributes.status = 'FINISHED'"
+                 for s, stage in HEADLINE_STAGE.items()}
+LABELS = ("dataset", "dataset version", "mechanism", "ε", "model", "encoder", "weights", "run")  # non-number columns
+
+
+def no_runs_message(study: str, uri: str) -> str:
+    return (f"No finished `{HEADLINE_STAGE[study]}` parent runs in experiment `{EXPERIMENTS[study]}` of the "
+            f"tracking store {uri}. Run the pipeline (`make reproduce`) or point MLFLOW_TRACKING_URI at a store "
+            "that holds them.")
+
+
+def latest_parents(runs: pd.DataFrame) -> pd.DataFrame:
+    """The newest run per run name among ``mlflow.search_runs`` rows (sorted newest first), children dropped:
+    a re-run sweep leaves older parents with the same name, and the newest is what the pipeline's outputs show."""
+    if runs.empty:
+        return runs
+    if "tags.mlflow.parentRunId" in runs:
+        runs = runs[runs["tags.mlflow.parentRunId"].isna()]
+    runs = runs.sort_values("start_time", ascending=False)
+    return runs.drop_duplicates("tags.mlflow.runName").reset_index(drop=True)
+
+
+def parent_runs(study: str, uri: str | None = None) -> pd.DataFrame:
+    """``latest_parents`` of the study's headline stage, read with ``mlflow.search_runs`` from ``uri``."""
+    import mlflow
+
+    previous = mlflow.get_tracking_uri()
+    mlflow.set_tracking_uri(uri or tracking_uri())
+    try:
+        runs = mlflow.search_runs(experiment_names=[EXPERIMENTS[study]], filter_string=SEARCH_FILTER[study])
+    finally:
+        mlflow.set_tracking_uri(previous)
+    return latest_parents(runs)
+
+
+def _tag(run: pd.Series, name: str):
+    value = run.get(f"tags.{name}")
+    return None if pd.isna(value) else value
+
+
+def _extract(runs: pd.DataFrame, pattern: str) -> pd.DataFrame:
+    """One row per (run, metric column matching ``metrics.<pattern>_mean``) with the pattern's named groups, the
+    run's identity tags and the mean with its CI (NaN where the run logs none)."""
+    regex = re.compile(rf"metrics\.{pattern}_mean")
+    matches = [(c, m.groupdict()) for c in runs.columns if (m := regex.fullmatch(c))]
+    rows = []
+    for _, run in runs.iterrows():
+        for column, groups in matches:
+            if pd.isna(run[column]):
+                continue
+            base = column.removesuffix("_mean")
+            rows.append({"run_id": run["run_id"], "run_name": _tag(run, "mlflow.runName"),
+                         "dataset": _tag(run, "dataset"), "dataset_version": _tag(run, "dataset_version") or "",
+                         "synthetic": _tag(run, "synthetic") == "true", "mechanism": _tag(run, "mechanism"),
+                         "model": _tag(run, "model"), "encoder": _tag(run, "encoder"),
+                         "run_epsilon": _tag(run, "epsilon"),
+                         "run_attack": _tag(run, "attack"), **groups, "mean": run[column],
+                         "ci_low": run.get(f"{base}_ci_low", np.nan), "ci_high": run.get(f"{base}_ci_high", np.nan)})
+    return pd.DataFrame(rows)
+
+
+def _epsilon_order(value) -> float:
+    """ε as a number for sorting and plotting; 'inf' (no DP) sorts last."""
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return np.nan
+
+
+# --- tidy results per study -----------------------------------------------------------------------------------
+
+def tidy_a(runs: pd.DataFrame) -> pd.DataFrame:
+    """Balanced accuracy (LOSO MLP) per dataset, mechanism, ε and threshold protocol. ``none`` is the non-private
+    baseline; the permuted-labels run is the negative control."""
+    # config segments between ε and the protocol vary by mechanism (noise_scale_*, formal_guarantee_*)
+    rows = _extract(runs, r"(?:epsilon_(?P<epsilon>[^/]+)/(?:[^/]+/)*?)?protocol_(?P<protocol>[^/]+)"
+                          r"/balanced_accuracy")
+    if rows.empty:
+        return rows
+    control = rows["run_attack"] == "permuted_labels"
+    rows.loc[control, "mechanism"] = "permuted labels (control)"
+    rows["epsilon"] = rows["epsilon"].fillna("—")
+    rows["metric"] = "balanced_accuracy"
+    return rows
+
+
+def tidy_b(runs: pd.DataFrame) -> pd.DataFrame:
+    """Per federated run (dataset, model, ε): utility accuracy at the last round and, per attack, the AUROC of its
+    strongest attacker at the last round the attack is scored (``*_untrained_control`` attacks are the controls)."""
+    utility = _extract(runs, r"attack_nan/attacker_nan/round_(?P<round>[^/]+)/client_nan/utility_accuracy")
+    attacks = _extract(runs, r"attack_(?P<attack>(?!nan/)[^/]+)/attacker_(?P<attacker>[^/]+)/round_(?P<round>[^/]+)"
+                             r"/client_nan/auroc")
+    if utility.empty and attacks.empty:
+        return pd.DataFrame()
+    utility = utility.assign(attack="utility", attacker="", metric="utility_accuracy")
+    rows = pd.concat([utility, attacks.assign(metric="auroc")], ignore_index=True)
+    rows["round_number"] = pd.to_numeric(rows["round"], errors="coerce").fillna(-1)
+    last = rows.groupby(["run_id", "attack"])["round_number"].transform("max")
+    rows = rows[rows["round_number"] == last]
+    strongest = rows.groupby(["run_id", "attack"])["mean"].idxmax()
+    rows = rows.loc[strongest].reset_index(drop=True)
+    rows["epsilon"] = rows["run_epsilon"]
+    return rows
+
+
+C_METRICS = {  # label -> metric pattern (first match wins), from the embedding_audit parents' aggregates
+    "L_A": r"unit_aeds/.*/l_a",
+    "L_A control (permuted)": r"unit_attribute/subject_disjoint/.*/attacker_ridge/control_permuted",
+    "AEDS": r"unit_aeds/.*/aeds",
+    "BPID@1": r"unit_identity/.*/bpid_at_1",
+    "MIA AUC (head, LiRA)": r"unit_membership/endpoint_membership_head/.*/attacker_lira_online/auc",
+    "MIA AUC (encoder)": r"unit_membership/endpoint_membership_encoder/.*/auc",
+}
+
+
+def tidy_c(runs: pd.DataFrame) -> pd.DataFrame:
+    """Per encoder run (encoder × weights; the cross-encoder bridge run is left out): the audit's headline
+    endpoints, each with its CI over seeds."""
+    if runs.empty:
+        return pd.DataFrame()
+    runs = runs[runs.get("tags.encoder", pd.Series(index=runs.index, dtype=object)) != "all"]
+    frames = []
+    for label, pattern in C_METRICS.items():
+        rows = _extract(runs, pattern)
+        if not rows.empty:
+            frames.append(rows.drop_duplicates("run_id").assign(metric=label))  # first match per run
+    if not frames:
+        return pd.DataFrame()
+    rows = pd.concat(frames, ignore_index=True)
+    prefix = "embedding_audit-" + rows["dataset"] + "-" + rows["encoder"] + "-"
+    rows["weights"] = [name.removeprefix(p) for name, p in zip(rows["run_name"], prefix)]
+    return rows
+
+
+TIDY = {"a": tidy_a, "b": tidy_b, "c": tidy_c}
+
+
+# --- headline tables --------------------------------------------------------------------------------------------
+
+def cell(mean: float, low: float = np.nan, high: float = np.nan) -> str:
+    """``mean [low, high]`` with three decimals (the CI only where the run logs one)."""
+    if pd.isna(mean):
+        return "—"
+    if pd.isna(low) or pd.isna(high):
+        return f"{mean:.3f}"
+    return f"{mean:.3f} [{low:.3f}, {high:.3f}]"
+
+
+def _dataset_label(row) -> str:
+    return f"{row['dataset']} **SYNTHETIC**" if row["synthetic"] else row["dataset"]
+
+
+def _wide(rows: pd.DataFrame, keys: list[str], column: str, text) -> pd.DataFrame:
+    """One table row per ``keys``, one column per value of ``column``, cells from ``text(row)``."""
+    rows = rows.assign(_cell=[text(r) for _, r in rows.iterrows()])
+    table = rows.pivot_table(index=keys, columns=column, values="_cell", aggfunc="first", fill_value="—", sort=False)
+    return table.reset_index().rename_axis(columns=None)
+
+
+def headline_table(study: str, rows: pd.DataFrame) -> pd.DataFrame:
+    """The study's headline table: label columns (dataset, version, configuration) then values, then the run."""
+    rows = rows.assign(dataset=[_dataset_label(r) for _, r in rows.iterrows()],
+                       version=rows["dataset_version"].str.slice(0, 12), run=rows["run_id"].str.slice(0, 8),
+                       eps=rows["epsilon"] if "epsilon" in rows else "")
+    rows = rows.assign(_eps=rows["eps"].map(_epsilon_order).fillna(np.inf))
+    if study == "a":
+        kind = rows["mechanism"].map(lambda m: 0 if m == "none" else 2 if "control" in m else 1)
+        rows = rows.assign(_kind=kind).sort_values(["dataset", "_kind", "mechanism", "_eps", "protocol"])
+        table = _wide(rows, ["dataset", "version", "mechanism", "eps", "run"], "protocol",
+                      lambda r: cell(r["mean"], r["ci_low"], r["ci_high"]))
+        table = table.rename(columns={p: f"balanced accuracy ({p})" for p in rows["protocol"].unique()})
+        names = {"eps": "ε"}
+    elif study == "b":
+        order = rows["attack"].map(lambda a: (a != "utility", a.removesuffix("_untrained_control"), a))
+        rows = rows.assign(_order=order).sort_values(["dataset", "model", "_eps", "_order"])
+        table = _wide(rows, ["dataset", "version", "model", "eps", "run"], "attack",
+                      lambda r: cell(r["mean"], r["ci_low"], r["ci_high"])
+                      + (f" ({r['attacker']})" if r["attacker"] else ""))
+        table = table.rename(columns={a: ("utility accuracy" if a == "utility" else f"AUROC {a}")
+                                      for a in rows["attack"].unique()})
+        names = {"eps": "ε"}
+    else:
+        rows = rows.sort_values(["dataset", "encoder", "weights"])
+        table = _wide(rows, ["dataset", "version", "encoder", "weights", "run"], "metric",
+                      lambda r: cell(r["mean"], r["ci_low"], r["ci_high"]))
+        table = table[[c for c in table.columns if c not in C_METRICS] + [m for m in C_METRICS if m in table]]
+        names = {}
+    table = table.rename(columns={"version": "dataset version", **names})
+    return table[[c for c in table.columns if c != "run"] + ["run"]]
+
+
+# --- figures ------------------------------------------------------------------------------------------------------
+
+def _title(text: str, synthetic: bool) -> str:
+    return f"[SYNTHETIC DATA] {text}" if synthetic else text
+
+
+def _yerr(part: pd.DataFrame) -> np.ndarray:
+    low = (part["mean"] - part["ci_low"]).clip(lower=0).fillna(0)
+    high = (part["ci_high"] - part["mean"]).clip(lower=0).fillna(0)
+    return np.vstack([low.to_numpy(), high.to_numpy()])
+
+
+def draw_a(rows: pd.DataFrame, fig) -> None:
+    """Balanced accuracy vs ε per mechanism, one panel per (dataset, threshold protocol), 95 % CI bars; the
+    non-private baseline (black) and the permuted-labels control (grey) as lines with their CI bands."""
+    datasets, protocols = sorted(rows["dataset"].unique()), sorted(rows["protocol"].unique())
+    fig.set_size_inches(5.5 * len(protocols), 3.8 * len(datasets))
+    axes = fig.subplots(len(datasets), len(protocols), squeeze=False)
+    mechanisms = sorted(m for m in rows["mechanism"].unique() if m != "none" and "control" not in m)
+    colors = {m: f"C{i}" for i, m in enumerate(mechanisms)}
+    for row_axes, dataset in zip(axes, datasets):
+        for ax, protocol in zip(row_axes, protocols):
+            part = rows[(rows["dataset"] == dataset) & (rows["protocol"] == protocol)]
+            for mechanism, line in part.groupby("mechanism"):
+                if mechanism not in colors:  # baseline or control: a level, not a curve
+                    color = "black" if mechanism == "none" else "grey"
+                    ax.axhline(line["mean"].iloc[0], color=color, lw=1, ls="-" if color == "black" else ":",
+                               label=mechanism)
+                    ax.axhspan(line["ci_low"].iloc[0], line["ci_high"].iloc[0], color=color, alpha=0.1)
+                    continue
+                line = line.assign(x=line["epsilon"].map(_epsilon_order)).sort_values("x")
+                ax.errorbar(line["x"], line["mean"], yerr=_yerr(line), marker="o", capsize=3, color=colors[mechanism],
+                            label=mechanism)
+            ax.set_xscale("log")
+            ax.set(xlabel="ε", ylabel="balanced accuracy",
+                   title=_title(f"{dataset} ({protocol} threshold)", part["synthetic"].any()))
+            ax.legend(fontsize=6)
+    fig.tight_layout()
+
+
+def draw_b(rows: pd.DataFrame, fig) -> None:
+    """Per dataset: utility accuracy and the strongest attack's AUROC (untrained-model control dashed) vs ε, per
+    model, with 95 % CI bars. ε = inf (no DP) is the rightmost point."""
+    datasets = sorted(rows["dataset"].unique())
+    fig.set_size_inches(11, 3.8 * len(datasets))
+    axes = fig.subplots(len(datasets), 2, squeeze=False)
+    for (left, right), dataset in zip(axes, datasets):
+        part = rows[rows["dataset"] == dataset]
+        epsilons = sorted(part["epsilon"].unique(), key=lambda e: _epsilon_order(e) if e != "inf" else np.inf)
+        position = {e: i for i, e in enumerate(epsilons)}
+        control = part["attack"].str.endswith("_untrained_control")
+        utility = part["attack"] == "utility"
+        for i, (model, by_model) in enumerate(part.groupby("model")):
+            for ax, subset, style in ((left, utility, "-"), (right, ~utility & ~control, "-"),
+                                      (right, control, ":")):
+                chosen = by_model[subset.loc[by_model.index]]
+                best = chosen.loc[chosen.groupby("epsilon")["mean"].idxmax()] if not chosen.empty else chosen
+                best = best.assign(x=best["epsilon"].map(position)).sort_values("x")
+                label = model if style == "-" else f"{model} untrained control"
+                ax.errorbar(best["x"], best["mean"], yerr=_yerr(best), ls=style, marker="o", capsize=3, label=label,
+                            color=f"C{i}")
+        synthetic = part["synthetic"].iloc[0]
+        for ax, what in ((left, "utility accuracy (last round)"), (right, "strongest attack AUROC")):
+            ax.set_xticks(range(len(epsilons)), epsilons)
+            ax.set(xlabel="ε", ylabel=what, title=_title(f"{dataset}: {what}", synthetic))
+            ax.legend(fontsize=7)
+    fig.tight_layout()
+
+
+def draw_c(rows: pd.DataFrame, fig) -> None:
+    """One panel per headline endpoint: encoders side by side, one bar per weight setting, 95 % CI bars."""
+    metrics = [m for m in ("L_A", "AEDS", "BPID@1", "MIA AUC (head, LiRA)") if m in set(rows["metric"])]
+    fig.set_size_inches(4 * max(len(metrics), 1), 3.8)
+    axes = fig.subplots(1, max(len(metrics), 1), squeeze=False)[0]
+    synthetic = rows["synthetic"].any()
+    weights = sorted(rows["weights"].unique())
+    if rows["dataset"].nunique() > 1:  # one bar group per (dataset, encoder), synthetic ones labelled
+        names = rows["dataset"] + np.where(rows["synthetic"], " (SYNTHETIC)", "") + "\n" + rows["encoder"]
+        rows = rows.assign(encoder=names)
+    for ax, metric in zip(axes, metrics):
+        part = rows[rows["metric"] == metric]
+        encoders = sorted(part["encoder"].unique())
+        width = 0.8 / len(weights)
+        for i, weight in enumerate(weights):
+            bars = part[part["weights"] == weight].set_index("encoder").reindex(encoders).dropna(subset=["mean"])
+            x = [encoders.index(e) + (i - (len(weights) - 1) / 2) * width for e in bars.index]
+            ax.bar(x, bars["mean"], width, yerr=_yerr(bars), capsize=3, label=weight)
+        ax.set_xticks(range(len(encoders)), encoders)
+        ax.set(title=_title(metric, synthetic), ylabel=metric)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+
+
+DRAW = {"a": draw_a, "b": draw_b, "c": draw_c}
+
+# --- the Markdown report ------------------------------------------------------------------------------------------
+
+INTRO = {
+    "a": "Leave-one-patient-out MLP on the released features: balanced accuracy per noise mechanism and ε, with the "
+         "paper's optimistic threshold protocol and the honest nested one. `none` is the non-private baseline; "
+         "`permuted labels (control)` is the same model on permuted labels, the level no real signal falls to.",
+    "b": "Per-subject FedAvg: utility accuracy of the global model at the last round, and for each attack the AUROC "
+         "of its strongest attacker (named in brackets) at the last round it is scored. The `*_untrained_control` "
+         "columns are the same attacks on an untrained model: the level an AUROC must beat.",
+    "c": "Frozen-encoder embedding audit per encoder and weight setting: attribute leakage L_A (with its "
+         "permuted-label control), the AEDS decision score, identification BPID@1, and membership AUC against the "
+         "head (LiRA) and the encoder.",
+}
+
+
+def render(study: str, rows: pd.DataFrame, uri: str, figure: str | None) -> str:
+    """The report's Markdown: provenance, figure, headline table, the cited runs and the dataset versions."""
+    lines = [f"# {TITLES[study]}", "",
+             f"Generated by `eegprivacy report` from MLflow only: store `{uri}`, experiment `{EXPERIMENTS[study]}`, "
+             f"stage `{HEADLINE_STAGE[study]}` (the newest finished parent run per run name). Every number is a "
+             "metric of the run its row cites: the mean over seeds with its 95 % CI in brackets (the parent's "
+             "`*_mean`, `*_ci_low`, `*_ci_high`; a value without brackets has no CI in the run, e.g. one seed). "
+             "Rows marked **SYNTHETIC** come from synthetic cohorts (tag `synthetic=true`).", ""]
+    if rows.empty:
+        return "\n".join([*lines, "**No runs.** " + no_runs_message(study, uri), ""])
+    table = headline_table(study, rows)
+    lines += [INTRO[study], ""]
+    if figure:
+        lines += [f"![{TITLES[study]}]({figure})", ""]
+    lines += [table.to_markdown(index=False, disable_numparse=True), "",
+              "## Runs", "", "| run | name | MLflow |", "| --- | --- | --- |"]
+    runs = rows.drop_duplicates("run_id").sort_values("run_name")
+    lines += [f"| {r.run_id[:8]} | {r.run_name} | `runs:/{r.run_id}` |" for r in runs.itertuples()]
+    lines += ["", "## Datasets", "", "| dataset | synthetic | dataset_version |", "| --- | --- | --- |"]
+    versions = rows.drop_duplicates(["dataset", "dataset_version"]).sort_values("dataset")
+    lines += [f"| {r.dataset} | {'**SYNTHETIC**' if r.synthetic else 'no'} | `{r.dataset_version}` |"
+              for r in versions.itertuples()]
+    return "\n".join([*lines, ""])
+
+
+def write_report(study: str, out_dir: str | Path, uri: str | None = None) -> tuple[Path, bool]:
+    """Write ``study-<s>.md`` (and ``study-<s>.png`` when there are runs) into ``out_dir``; returns the report's
+    path and whether the store held runs. A figure left from an earlier report is removed when there are none."""
+    from matplotlib.figure import Figure
+
+    uri = uri or tracking_uri()
+    out_dir = Path(out_dir)
+    rows = TIDY[study](parent_runs(study, uri))
+    png = out_dir / f"study-{study}.png"
+    if rows.empty:
+        png.unlink(missing_ok=True)
+    else:
+        fig = Figure()
+        DRAW[study](rows, fig)
+        with atomic_path(png) as tmp:
+            fig.savefig(tmp, dpi=120)
+    text = render(study, rows, uri, None if rows.empty else png.name)
+    report = write_text_atomic(out_dir / f"study-{study}.md", text)
+    return report, not rows.empty

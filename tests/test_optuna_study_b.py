@@ -1,0 +1,134 @@
+"""Stage optuna-study-b on a tiny SYNTHETIC motor-imagery cohort (4 subjects, 2 rounds, 1–2 local epochs, 2
+seeds, a few trials): the Pareto front is non-dominated, the outputs exist, MLflow holds one parent with one
+child per trial carrying the required tags, a rerun with a larger target only runs the new trials, and the same
+seed proposes the same trials.
+
+The cohort has 30 trials per class and a 50/50 member split, so the pooled non-members (120) can resolve a TPR
+at 1 % FPR."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from argparse import Namespace
+from pathlib import Path
+
+import mlflow
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from eegprivacy.tracking import REQUIRED_TAGS, tracking_uri  # noqa: E402
+from experiments import optuna_study_b  # noqa: E402
+
+TRAIN = {"federated_mia": {
+    "datasets": {"synthetic_mi": {"paradigm": "left_right_imagery", "epoch_s": 2.0, "resample": 64.0,
+                                  "dataset": {"n_subjects": 4, "n_sessions": 1, "n_runs": 1,
+                                              "n_trials_per_class": 30, "seed": 0}}},
+    "models": ["simplenet"], "epsilons": [math.inf], "clip_norm": 1.0, "seeds": 1, "test_size": 0.5,
+    "split_seed": 0, "csp_components": 4, "clients_per_round": 4, "num_rounds": 2, "local_epochs": 1,
+    "learning_rate": 0.001, "batch_size": 32, "attackers": ["lr", "rf"], "rf_estimators": 10,
+    "attack_test_size": 0.5, "cla_components": 16}}
+CONFIG = {"dataset": "synthetic_mi", "model": "simplenet", "num_rounds": 2,
+          "search_space": {"mechanisms": ["laplace_gradient", "none"], "epsilon": [0.5, 50], "clip_norm": [0.1, 10],
+                           "local_epochs": [1, 2]},
+          "noise_seeds": 2, "n_jobs": 1, "n_trials": 4, "sampler": "tpe", "population_size": 4, "seed": 3,
+          "storage": "sqlite:///unused.db", "heartbeat_interval": 20}
+
+
+def _args(tmp_path, name="run", **overrides) -> Namespace:
+    (tmp_path / "train.yaml").write_text(yaml.safe_dump(TRAIN))
+    params = tmp_path / f"{name}.yaml"
+    params.write_text(yaml.safe_dump({"optuna_study_b": {**CONFIG, **overrides}}))
+    return Namespace(params=str(params), training_params=str(tmp_path / "train.yaml"),
+                     storage=f"sqlite:///{tmp_path / name}.db", study_name=None,
+                     metrics=str(tmp_path / name / "front.json"), trials_csv=str(tmp_path / name / "trials.csv"),
+                     figure=str(tmp_path / name / "pareto.png"), no_progress=True)
+
+
+def _runs(experiment="study-b-federated-mia"):
+    client = mlflow.MlflowClient(tracking_uri())
+    runs = client.search_runs([client.get_experiment_by_name(experiment).experiment_id], max_results=500)
+    parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    return parents, [r for r in runs if "mlflow.parentRunId" in r.data.tags]
+
+
+def _trials(path) -> pd.DataFrame:
+    tidy = pd.read_csv(path).fillna({"epsilon": np.inf, "clip_norm": np.nan})
+    return tidy.pivot_table(index=["trial", "mechanism", "epsilon", "local_epochs", "pareto"], columns="metric",
+                            values="value").reset_index().sort_values("trial")
+
+
+def test_search_front_tracking_resume_and_determinism(tmp_path):
+    args = _args(tmp_path)
+    assert optuna_study_b.run(args) == 0
+
+    front = json.loads(Path(args.metrics).read_text())
+    assert front["n_trials"] == 4 and front["synthetic"] is True and front["n_clients"] == 4
+    assert front["front_size"] == len(front["front"]) >= front["front_distinct_points"] >= 1
+    assert front["chance"] == {"utility_auroc": 0.5, "rla_tpr_at_fpr_0.01": 0.01, "rla_auroc": 0.5}
+    assert 0 <= front["hypervolume"] <= 0.5
+    assert Path(args.figure).stat().st_size > 10_000
+    trials = _trials(args.trials_csv)
+    assert len(trials) == 4
+    points = trials[["utility_auroc", "rla_tpr_at_fpr_0.01"]].to_numpy()
+    assert np.isfinite(points).all()
+    for entry in front["front"]:  # no trial is at least as good in both objectives and better in one
+        p = np.array([entry["utility_auroc"], entry["rla_tpr_at_fpr_0.01"]])
+        dominated = (points[:, 0] >= p[0]) & (points[:, 1] <= p[1]) & ((points[:, 0] > p[0]) | (points[:, 1] < p[1]))
+        assert not dominated.any()
+    assert set(trials.loc[trials["pareto"], "trial"]) == {e["trial"] for e in front["front"]}
+    per_seed = pd.read_csv(args.trials_csv)["per_seed"].map(json.loads)
+    assert per_seed.map(len).eq(2).all()  # means over two seeds, each seed kept
+
+    parents, children = _runs()
+    assert len(parents) == 1 and len(children) == 4
+    parent_id = parents[0].info.run_id
+    for run in children:
+        tags, params = run.data.tags, run.data.params
+        assert tags["mlflow.parentRunId"] == parent_id
+        assert all(tags.get(t) for t in REQUIRED_TAGS)
+        assert tags["stage"] == "optuna_study_b" and tags["study"] == "b" and tags["synthetic"] == "true"
+        assert tags["model"] == "simplenet" and tags["attack"] == "rla"
+        assert tags["mechanism"] == params["mechanism"]
+        if params["mechanism"] == "none":
+            assert tags["epsilon"] == "inf" and "epsilon" not in params
+        else:
+            assert float(tags["epsilon"]) == pytest.approx(float(params["epsilon"]), rel=1e-5)
+        assert {"utility_auroc", "rla_tpr_at_fpr_0.01", "rla_auroc"} <= set(run.data.metrics)
+    artifacts = {a.path for a in mlflow.MlflowClient(tracking_uri()).list_artifacts(parent_id)}
+    assert {"front.json", "trials.csv", "pareto.png"} <= artifacts
+
+    # Resume: a larger target adds exactly the missing trials; the first four are not recomputed.
+    args_more = _args(tmp_path, n_trials=6)
+    assert optuna_study_b.run(args_more) == 0
+    parents, children = _runs()
+    assert len(parents) == 2 and len(children) == 6
+    resumed = _trials(args_more.trials_csv)
+    pd.testing.assert_frame_equal(resumed.iloc[:4].drop(columns="pareto").reset_index(drop=True),
+                                  trials.drop(columns="pareto").reset_index(drop=True))
+    assert optuna_study_b.run(args_more) == 0  # target reached: nothing new
+    assert len(_runs()[1]) == 6
+
+    # Same seed, fresh storage: the same trials with the same values.
+    again = _args(tmp_path, name="again")
+    assert optuna_study_b.run(again) == 0
+    pd.testing.assert_frame_equal(_trials(again.trials_csv).drop(columns="pareto").reset_index(drop=True),
+                                  trials.drop(columns="pareto").reset_index(drop=True))
+
+
+def test_shipped_params_load_and_a_bad_range_is_refused(tmp_path):
+    from eegprivacy.params import ParamsError, load_params
+
+    shipped = load_params(REPO / "params/optuna.yaml", "optuna_study_b")
+    assert shipped["dataset"] in load_params(REPO / "params/federated_mia.yaml", "federated_mia")["datasets"]
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump({"optuna_study_b": {**CONFIG, "search_space": {
+        **CONFIG["search_space"], "local_epochs": [3, 1]}}}))
+    with pytest.raises(ParamsError, match="local_epochs"):
+        load_params(bad, "optuna_study_b")
