@@ -38,9 +38,7 @@ summary and the JSON, CSV and figure as artifacts, computed over all trials in t
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -49,7 +47,7 @@ from eegprivacy.evaluation import DP_GRID, LOSOEvaluation
 from eegprivacy.evaluation.figures import titled
 from eegprivacy.params import load_params
 from eegprivacy.privacy import release_table
-from eegprivacy.tracking import log_artifact, log_metrics, required_tags, search, start_run
+from eegprivacy.tracking import required_tags, search, start_run
 from eegprivacy.tracking.search import MLflowChildRuns
 from eegprivacy.tracking.sweep import config_key
 
@@ -230,15 +228,8 @@ def run(args) -> int:
         summary = front_summary(study, problem, cfg)
         front_numbers = {entry["trial"] for entry in summary["front"]}
         tidy = trial_rows(study, front_numbers, problem, cfg)
-        for path in (args.metrics, args.trials_csv):
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.metrics).write_text(json.dumps(summary, indent=1) + "\n")
-        tidy.to_csv(args.trials_csv, index=False)
-        pareto_figure(tidy, summary, args.figure)
-        log_metrics({"n_trials": summary["n_trials"], "new_trials": children.logged,
-                     "front_size": summary["front_size"], "hypervolume": summary["hypervolume"]})
-        for path in (args.metrics, args.trials_csv, args.figure):
-            log_artifact(path)
+        search.write_outputs(summary, tidy, args.metrics, args.trials_csv, args.figure, pareto_figure,
+                             children.logged)
     print(f"{windows.dataset}: study {name}: {children.logged} new trial(s), {summary['n_trials']} complete, "
           f"Pareto front {summary['front_size']}, hypervolume {summary['hypervolume']:.4f} -> {args.metrics}")
     return 0

@@ -26,7 +26,6 @@ per trial) work as in ``optuna_study_a``, through :mod:`eegprivacy.tracking.sear
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 from pathlib import Path
 
@@ -37,7 +36,7 @@ from eegprivacy.attacks.membership import RecordLevelAttack
 from eegprivacy.attacks.metrics import attack_summary
 from eegprivacy.evaluation.figures import titled
 from eegprivacy.params import ParamsError, load_params
-from eegprivacy.tracking import log_artifact, log_metrics, required_tags, search, start_run
+from eegprivacy.tracking import required_tags, search, start_run
 from eegprivacy.tracking.sweep import config_key
 from experiments import federated_mia
 
@@ -230,15 +229,8 @@ def run(args) -> int:
         tidy = search.trial_rows(study, OBJECTIVES, PARAMS, CHANCE, {e["trial"] for e in summary["front"]},
                                  cfg["noise_seeds"], {"study": "b", "dataset": cfg["dataset"], "model": cfg["model"]},
                                  REPORTED)
-        for path in (args.metrics, args.trials_csv):
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.metrics).write_text(json.dumps(summary, indent=1) + "\n")
-        tidy.to_csv(args.trials_csv, index=False)
-        pareto_figure(tidy, summary, args.figure)
-        log_metrics({"n_trials": summary["n_trials"], "new_trials": children.logged,
-                     "front_size": summary["front_size"], "hypervolume": summary["hypervolume"]})
-        for path in (args.metrics, args.trials_csv, args.figure):
-            log_artifact(path)
+        search.write_outputs(summary, tidy, args.metrics, args.trials_csv, args.figure, pareto_figure,
+                             children.logged)
     print(f"{cfg['dataset']}: study {name}: {children.logged} new trial(s), {summary['n_trials']} complete, "
           f"Pareto front {summary['front_size']}, hypervolume {summary['hypervolume']:.4f} -> {args.metrics}")
     return 0

@@ -25,3 +25,12 @@ def test_storage_url_masks_the_password_only():
 
 def test_json_number_turns_nan_into_null():
     assert search.json_number(float("nan")) is None and search.json_number(0.25) == 0.25
+
+
+def test_interval_bounds_are_clipped_to_the_unit_range():
+    import math
+
+    from eegprivacy.tracking.search import unit_bound
+
+    assert unit_bound(-5.39) == 0.0 and unit_bound(6.33) == 1.0 and unit_bound(0.42) == 0.42
+    assert unit_bound(None) is None and math.isnan(unit_bound(float("nan")))

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from eegprivacy.tracking.runs import log_metrics, start_run
+from eegprivacy.tracking.runs import log_artifact, log_metrics, start_run
 
 BOUNDS = ("ci_low", "ci_high")
 
@@ -77,15 +77,24 @@ def optimize_to_target(study, objective, n_trials: int, callbacks: Sequence = ()
     return todo
 
 
+def unit_bound(value):
+    """An interval bound clipped to [0, 1]: every objective and reported metric of these searches is a rate or an
+    AUROC, and a t-interval over two or three seeds easily reaches past the range (NaN and None pass through)."""
+    if value is None or not np.isfinite(value):
+        return value
+    return float(min(max(value, 0.0), 1.0))
+
+
 def set_seed_attrs(trial, name: str, values: Sequence[float]) -> float:
-    """Keep one metric's per-seed values and t-interval on the trial; return the mean over seeds."""
+    """Keep one metric's per-seed values and t-interval (clipped to [0, 1]) on the trial; return the mean over
+    seeds."""
     from eegprivacy.evaluation.intervals import mean_ci
 
     values = [float(v) for v in values]
     mean, low, high = mean_ci(values)
     trial.set_user_attr(f"{name}_per_seed", values)
-    trial.set_user_attr(f"{name}_ci_low", low)
-    trial.set_user_attr(f"{name}_ci_high", high)
+    trial.set_user_attr(f"{name}_ci_low", unit_bound(low))
+    trial.set_user_attr(f"{name}_ci_high", unit_bound(high))
     return mean
 
 
@@ -164,8 +173,8 @@ def trial_rows(study, objectives: Sequence[str], param_names: Sequence[str], cha
             rows.append({
                 **head, "study_name": study.study_name, "trial": trial.number, "state": trial.state.name,
                 **{k: trial.params.get(k) for k in param_names},
-                "metric": name, "value": value, "ci_low": attrs.get(f"{name}_ci_low"),
-                "ci_high": attrs.get(f"{name}_ci_high"), "n": n, "chance": chance[name],
+                "metric": name, "value": value, "ci_low": unit_bound(attrs.get(f"{name}_ci_low")),
+                "ci_high": unit_bound(attrs.get(f"{name}_ci_high")), "n": n, "chance": chance[name],
                 "per_seed": json.dumps(attrs.get(f"{name}_per_seed")), "pareto": trial.number in front_numbers,
                 "duration_s": trial.duration.total_seconds() if trial.duration else np.nan})
     return pd.DataFrame(rows)
@@ -178,7 +187,7 @@ def front_summary(study, objectives: Sequence[str], reference: tuple[float, floa
     front = sorted(study.best_trials, key=lambda t: t.values[1])
     names = (*objectives, *metrics)
     entries = [{"trial": t.number, **t.params, **{name: metric_value(t, name, objectives) for name in names},
-                **{f"{name}_{b}": t.user_attrs.get(f"{name}_{b}") for name in names for b in BOUNDS}}
+                **{f"{name}_{b}": unit_bound(t.user_attrs.get(f"{name}_{b}")) for name in names for b in BOUNDS}}
                for t in front]
     return {
         **head, "n_trials": n_complete(study), "n_trials_all_states": len(study.get_trials(deepcopy=False)),
@@ -190,6 +199,21 @@ def front_summary(study, objectives: Sequence[str], reference: tuple[float, floa
         "chance": dict(chance),
         "front": [{k: json_number(v) for k, v in entry.items()} for entry in entries],
     }
+
+
+def write_outputs(summary: dict, tidy: pd.DataFrame, metrics_path, csv_path, figure_path, draw: Callable,
+                  new_trials: int) -> None:
+    """Write the front (JSON), the trials (CSV) and the figure (``draw(tidy, summary, path)``), and put them and
+    the counts on the active (parent) run."""
+    for path in (metrics_path, csv_path):
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(metrics_path).write_text(json.dumps(summary, indent=1) + "\n")
+    tidy.to_csv(csv_path, index=False)
+    draw(tidy, summary, figure_path)
+    log_metrics({"n_trials": summary["n_trials"], "new_trials": new_trials, "front_size": summary["front_size"],
+                 "hypervolume": summary["hypervolume"]})
+    for path in (metrics_path, csv_path, figure_path):
+        log_artifact(path)
 
 
 def pareto_figure(tidy: pd.DataFrame, objectives: Sequence[str], group: str, path, *, xlabel: str, ylabel: str,
