@@ -39,6 +39,7 @@ import pandas as pd  # noqa: E402
 from eegprivacy.atomic import atomic_path, write_text_atomic  # noqa: E402
 from eegprivacy.params import ParamsError, load_params  # noqa: E402
 from eegprivacy.tracking import required_tags  # noqa: E402
+from eegprivacy.tracking.runs import log_to_named_run  # noqa: E402
 from eegprivacy.tracking.sweep import Cell, SweepRunner, aggregate, config_key  # noqa: E402
 
 NAME = "embedding-audit"
@@ -312,14 +313,11 @@ class Context:
     def membership(self):
         """Loss-threshold attacks: on the rest/arithmetic head (members = its training subjects' windows) and,
         where the encoder was pretrained here, on the encoder (members = its pretraining windows)."""
-        from sklearn.linear_model import LogisticRegression
-        from sklearn.pipeline import make_pipeline
-        from sklearn.preprocessing import StandardScaler
-
+        from eegprivacy.audit.defenses import default_head
         from eegprivacy.audit.endpoints import membership_auc
 
         if "membership" not in self.memo:
-            head = make_pipeline(StandardScaler(), LogisticRegression(max_iter=1000))
+            head = default_head()
             head.fit(self.Z[self.head_rows], self.state[self.head_rows])
             proba = np.clip(head.predict_proba(self.Z)[np.arange(len(self.Z)), self.state], 1e-12, 1.0)
             loss = -np.log(proba)
@@ -543,24 +541,6 @@ def bridge_rows(config: dict, seed: int, embeddings: dict, A, groups, params: di
 
 
 # ----------------------------------------------------------------------------------------------- outputs
-
-def _log_to_parent(run_name: str, artifacts, metrics=None) -> None:
-    """Attach the stage's tables and figures (and metrics) to a parent run after the fact (found by name, newest
-    first)."""
-    import mlflow
-
-    from eegprivacy.tracking.runs import EXPERIMENTS, tracking_uri
-
-    client = mlflow.MlflowClient(tracking_uri())
-    experiment = client.get_experiment_by_name(EXPERIMENTS["c"])
-    runs = client.search_runs([experiment.experiment_id], f"attributes.run_name = '{run_name}'",
-                              order_by=["attributes.start_time DESC"], max_results=1) if experiment else []
-    for path in artifacts if runs else ():
-        if Path(path).exists():
-            client.log_artifact(runs[0].info.run_id, str(path))
-    for key, value in (metrics or {}).items() if runs else ():
-        client.log_metric(runs[0].info.run_id, key, float(value))
-
 
 def bootstrap_ci_metrics(summary: pd.DataFrame, encoder: str, weights: str) -> dict[str, float]:
     """The subject-bootstrap CIs of the rows computed once, under the names of the sweep's own aggregates
@@ -996,7 +976,7 @@ def run(args) -> int:
     write_text_atomic(js, json.dumps(headline(summary, cells, meta), indent=2, sort_keys=True, allow_nan=False,
                                      default=float) + "\n")
     for e, w in cells:
-        _log_to_parent(f"{STAGE}-{params['dataset']}-{e}-{w}", [out, js, md, *paths],
-                       bootstrap_ci_metrics(summary, e, w))
+        log_to_named_run("c", f"{STAGE}-{params['dataset']}-{e}-{w}", bootstrap_ci_metrics(summary, e, w),
+                         [out, js, md, *paths])
     print(f"{title}: {len(tidy)} rows -> {out}; {md}; {len(paths)} figures ({meta['wall_time_s']} s)")
     return 0

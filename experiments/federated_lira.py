@@ -50,6 +50,7 @@ from eegprivacy.attacks.metrics import attack_summary, roc  # noqa: E402
 from eegprivacy.evaluation.intervals import mean_ci  # noqa: E402
 from eegprivacy.params import ParamsError, load_params  # noqa: E402
 from eegprivacy.tracking import required_tags  # noqa: E402
+from eegprivacy.tracking.runs import log_to_named_run  # noqa: E402
 from eegprivacy.tracking.sweep import SweepRunner, config_key, expand_grid  # noqa: E402
 from experiments import federated_mia  # noqa: E402
 
@@ -485,28 +486,6 @@ def headline(summary: pd.DataFrame, meta: dict) -> dict:
     return out
 
 
-def _log_to_parent(run_name: str, metrics: dict, artifacts) -> None:
-    """Pooled and shadow-as-target aggregates onto the sweep's parent run (found by its name, newest first)."""
-    import mlflow
-
-    from eegprivacy.tracking.runs import EXPERIMENTS, tracking_uri
-
-    client = mlflow.MlflowClient(tracking_uri())
-    experiment = client.get_experiment_by_name(EXPERIMENTS["b"])
-    runs = client.search_runs([experiment.experiment_id], f"attributes.run_name = '{run_name}'",
-                              order_by=["attributes.start_time DESC"], max_results=1)
-    if not runs:
-        return
-    run_id = runs[0].info.run_id
-    safe = lambda k: "".join(ch if ch.isalnum() or ch in "_-./ " else "_" for ch in k)  # noqa: E731
-    for k, v in metrics.items():
-        if v is not None and np.isfinite(v):
-            client.log_metric(run_id, safe(k), float(v))
-    for path in artifacts:
-        if Path(path).exists():
-            client.log_artifact(run_id, str(path))
-
-
 def run(args) -> int:
     from eegprivacy.federated.splits import member_split
     from eegprivacy.signal.csp import MODEL_INPUT
@@ -634,7 +613,7 @@ def run(args) -> int:
     meta["wall_time_s"] = round(time.perf_counter() - start, 1)
     write_text_atomic(js, json.dumps(headline(summary, meta), indent=2, sort_keys=True) + "\n")
     for name, metrics in parent_metrics.items():
-        _log_to_parent(name, metrics, [out, js, md, fig])
+        log_to_named_run("b", name, metrics, [out, js, md, fig])
     print(f"{label}{args.dataset}: {len(tidy)} rows -> {out}; {md}; {fig} ({meta['wall_time_s']} s)")
     return 0
 

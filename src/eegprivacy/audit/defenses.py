@@ -27,6 +27,7 @@ __all__ = [
     "PCABottleneck",
     "CoordinateDropout",
     "WienerAttacker",
+    "default_head",
     "utility_balanced_accuracy",
     "UtilityResult",
     "utility_with_controls",
@@ -154,22 +155,21 @@ class WienerAttacker(RegressorMixin, BaseEstimator):
         return self.decoder_.predict(self.shrink(Z))
 
 
+def default_head():
+    """The downstream head every utility and head-membership result uses: standardised logistic regression."""
+    return make_pipeline(StandardScaler(), LogisticRegression(max_iter=1000))
+
+
 def utility_balanced_accuracy(Z, y, groups, splitter, estimator=None) -> float:
     """Balanced accuracy of the downstream task (e.g. rest vs arithmetic) on pooled out-of-fold predictions.
 
-    Default head: standardised logistic regression. Use a subject-disjoint splitter for the protocol's
-    held-out-subject utility.
+    Default head: :func:`default_head`. Use a subject-disjoint splitter for the protocol's held-out-subject
+    utility; :func:`utility_with_controls` adds the interval and the controls.
     """
-    Z = np.asarray(Z, float)
-    y = np.asarray(y)
-    groups = np.asarray(groups)
-    est = make_pipeline(StandardScaler(), LogisticRegression(max_iter=1000)) if estimator is None else estimator
-    truth, pred = [], []
-    for train, test in splitter.split(Z, y, groups):
-        model = clone(est).fit(Z[train], y[train])
-        truth.append(y[test])
-        pred.append(model.predict(Z[test]))
-    return float(balanced_accuracy_score(np.concatenate(truth), np.concatenate(pred)))
+    Z, y = np.asarray(Z, float), np.asarray(y)
+    folds = splitter.split(Z, y, np.asarray(groups))
+    rows, pred = _oof_predictions(Z, y, folds, default_head() if estimator is None else estimator)
+    return float(balanced_accuracy_score(y[rows], pred))
 
 
 @dataclass
@@ -189,7 +189,9 @@ class UtilityResult:
                 "n_windows": self.n_windows, "n_subjects": self.n_subjects}
 
 
-def _oof_predictions(Z, y, groups, folds, estimator, permute=None):
+def _oof_predictions(Z, y, folds, estimator, permute=None):
+    """Pooled out-of-fold predictions: (test row indices, predictions); ``permute`` (a RandomState) shuffles the
+    training rows against their labels, the split-local permutation control."""
     rows, pred = [], []
     for train, test in folds:
         fit_rows = train if permute is None else permute.permutation(train)
@@ -243,12 +245,12 @@ def utility_with_controls(Z, y, groups, splitter, estimator=None, n_bootstrap: i
     y = np.asarray(y)
     groups = np.asarray(groups)
     rng = check_random_state(random_state)
-    est = make_pipeline(StandardScaler(), LogisticRegression(max_iter=1000)) if estimator is None else estimator
+    est = default_head() if estimator is None else estimator
     folds = list(splitter.split(Z, y, groups))
-    rows, pred = _oof_predictions(Z, y, groups, folds, est)
+    rows, pred = _oof_predictions(Z, y, folds, est)
     G = rng.standard_normal(Z.shape)
-    rows_g, pred_g = _oof_predictions(G, y, groups, folds, est)
-    rows_p, pred_p = _oof_predictions(Z, y, groups, folds, est, permute=rng)
+    rows_g, pred_g = _oof_predictions(G, y, folds, est)
+    rows_p, pred_p = _oof_predictions(Z, y, folds, est, permute=rng)
     value, ci = balanced_accuracy_ci(y[rows], pred, groups[rows], n_bootstrap, confidence, rng)
     return UtilityResult(balanced_accuracy=value, ci=ci,
                          control_gaussian=weighted_balanced_accuracy(y[rows_g], pred_g),

@@ -324,6 +324,31 @@ def log_metrics(metrics: Mapping[str, float], step: int | None = None) -> None:
     mlflow.log_metrics({k: float(v) for k, v in metrics.items()}, step=step)
 
 
+def log_to_named_run(study: str, run_name: str, metrics: Mapping[str, float] | None = None, artifacts=()) -> None:
+    """Add metrics and artifacts to the newest run of that name in the study's experiment: a stage writes its
+    summary tables after its sweeps' parent runs have closed and attaches them here. Non-finite metrics are
+    skipped, names are made MLflow-safe, and nothing happens when no such run exists."""
+    import math
+
+    import mlflow
+
+    client = mlflow.MlflowClient(tracking_uri())
+    experiment = client.get_experiment_by_name(EXPERIMENTS[study])
+    runs = client.search_runs([experiment.experiment_id], f"attributes.run_name = '{run_name}'",
+                              order_by=["attributes.start_time DESC"], max_results=1) if experiment else []
+    if not runs:
+        return
+    run_id = runs[0].info.run_id
+    safe = {"".join(ch if ch.isalnum() or ch in "_-./ " else "_" for ch in str(k)): float(v)
+            for k, v in (metrics or {}).items() if v is not None and math.isfinite(float(v))}
+    assert_no_identifiers(safe, "metric")
+    for key, value in safe.items():
+        client.log_metric(run_id, key, value)
+    for path in artifacts:
+        if Path(path).exists():
+            client.log_artifact(run_id, str(path))
+
+
 def log_artifact(path: str | Path, artifact_path: str | None = None) -> None:
     import mlflow
 
