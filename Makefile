@@ -18,10 +18,10 @@ ifeq ($(strip $(EEGPRIVACY_DATA)),)
   endif
 endif
 
-.PHONY: help venv test reproduce ui datasets bench benchmarks clean-venv
+.PHONY: help venv test reproduce reproduce-scratch ui datasets bench benchmarks clean-venv
 
 help:  ## list targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
 
 venv: $(STAMP)  ## create .venv and install the pinned stack (once per requirements hash)
 
@@ -47,22 +47,52 @@ LINKAGE_KEY_FILE := data/secrets/linkage.key
 # wall time and peak RSS to STAGE_LOG (emptied first), and `make bench` reports both.
 REPRODUCE_WALL := benchmarks/reproduce_wall.json
 STAGE_LOG := data/cache/reproduce_stages.jsonl
+# Resumable per-cell caches: with them, a rerun recomputes only new cells (`reproduce-scratch` moves them aside).
+CELL_CACHES := data/sweeps data/embedding_audit data/optuna
 
-reproduce: $(STAMP)  ## run the DVC pipeline on the default profile (real public data)
+# PROFILE=default (the README's `make reproduce`: under 30 minutes on 2 cores) or full (today's paper-scale
+# settings: 20 noise seeds and an inner LOSO in study A, 5 seeds and every round attacked in study B, the
+# published encoders in study C; several hours). `full` runs as a DVC experiment that writes these values into
+# params/ (`git checkout params/` returns to the default profile).
+PROFILE ?= default
+FULL_PROFILE := \
+	-S 'params/dp_release.yaml:dp_release.noise_seeds=20' \
+	-S 'params/dp_release.yaml:dp_utility.baseline_mlp_seeds=20' \
+	-S 'params/dp_release.yaml:dp_utility.nested_inner_folds=loso' \
+	-S 'params/table_attacks.yaml:table_attacks.noise_seeds=20' \
+	-S 'params/federated_mia.yaml:federated_mia.seeds=5' \
+	-S 'params/federated_mia.yaml:federated_mia.attack_rounds=all' \
+	-S 'params/embedding_audit.yaml:embedding_audit.profile=full'
+ifeq ($(PROFILE),full)
+  DVC_RUN = $(BIN)/dvc exp run $(FULL_PROFILE) $(REPRO_ARGS)
+else ifeq ($(PROFILE),default)
+  DVC_RUN = $(BIN)/dvc repro $(REPRO_ARGS)
+else
+  $(error PROFILE must be default or full, not "$(PROFILE)")
+endif
+
+reproduce: $(STAMP)  ## run the DVC pipeline (real public data) on the default profile; PROFILE=full: paper scale
 	@if [ -z "$$EEGPRIVACY_LINKAGE_KEY$$EEGPRIVACY_LINKAGE_KEY_FILE" ] && [ ! -s $(LINKAGE_KEY_FILE) ]; then \
 		mkdir -p $(dir $(LINKAGE_KEY_FILE)) && chmod 700 $(dir $(LINKAGE_KEY_FILE)) && \
 		(umask 077; $(BIN)/python -c "import secrets; print(secrets.token_hex(32))" > $(LINKAGE_KEY_FILE)) && \
 		echo "created a random linkage key in $(LINKAGE_KEY_FILE) (keep it secret; it never leaves this machine)"; \
 	fi
 	@mkdir -p $(dir $(STAGE_LOG)) && : > $(STAGE_LOG)
-	start=$$(date +%s.%N); \
+	cached=$$(find $(CELL_CACHES) -type f 2>/dev/null | wc -l); start=$$(date +%s.%N); \
 	PATH=$(abspath $(BIN)):$$PATH \
 		EEGPRIVACY_LINKAGE_KEY_FILE=$${EEGPRIVACY_LINKAGE_KEY_FILE:-$$( [ -n "$$EEGPRIVACY_LINKAGE_KEY" ] || echo $(abspath $(LINKAGE_KEY_FILE)))} \
 		EEGPRIVACY_STAGE_LOG=$(abspath $(STAGE_LOG)) \
-		$(BIN)/dvc repro; rc=$$?; \
+		$(DVC_RUN); rc=$$?; \
 	$(BIN)/python benchmarks/reproduce_times.py record --start $$start --end $$(date +%s.%N) --rc $$rc \
-		--stage-log $(STAGE_LOG) --out $(REPRODUCE_WALL) || true; \
+		--stage-log $(STAGE_LOG) --out $(REPRODUCE_WALL) --profile $(PROFILE) --cached-files $$cached || true; \
 	exit $$rc
+
+# The end-to-end benchmark: every stage, no cached cell. The caches are moved (not deleted) to data/.cells-<time>/.
+reproduce-scratch: $(STAMP)  ## `make reproduce` from scratch (caches moved aside, every stage forced), timed per stage
+	@backup=data/.cells-$$(date +%Y%m%dT%H%M%S); moved=; \
+	for d in $(CELL_CACHES); do if [ -e $$d ]; then mkdir -p $$backup/$$(dirname $$d) && mv $$d $$backup/$$d && moved=1; fi; done; \
+	if [ -n "$$moved" ]; then echo "cell caches moved to $$backup (delete it once you no longer need them)"; fi
+	$(MAKE) reproduce REPRO_ARGS="--force $(REPRO_ARGS)"
 
 # The UI serves the store the runs went to: $MLFLOW_TRACKING_URI when set, else the repo's sqlite:///mlflow.db. A
 # tracking server (http://...) already serves its own UI, so then only its address is printed.

@@ -132,19 +132,25 @@ def tags(table: PatientTable, stage: str, seed: int | None, **extra) -> dict:
                          synthetic=table.synthetic, seed=seed, dvc_stage=f"{stage}@{table.dataset}", **extra)
 
 
-def run_sweep(table: PatientTable, stage: str, name: str, cells, cell_fn, *, cells_dir: str | Path,
-              params: dict, progress: bool, **fixed_tags) -> pd.DataFrame:
-    """One study-A sweep: a parent run with the sweep's fixed tags, a child per cell that adds its seed and,
-    where the cell has them, its ε and δ."""
+def sweep_runner(table: PatientTable, stage: str, name: str, *, cells_dir: str | Path, params: dict,
+                 progress: bool, **fixed_tags) -> SweepRunner:
+    """The runner of one study-A sweep: a parent run with the sweep's fixed tags, a child per cell that adds its
+    seed and, where the cell has them, its ε and δ."""
     def child_tags(cell):
         own = {k: cell.config[k] for k in ("epsilon", "delta")
                if k in cell.config and math.isfinite(float(cell.config[k]))}
         return tags(table, stage, cell.seed, **{**fixed_tags, **own})
 
-    runner = SweepRunner(name=f"{stage}-{table.dataset}-{name}", study="a", dataset=table.dataset,
-                         out_dir=Path(cells_dir) / stage / table.dataset / name,
-                         parent_tags=tags(table, stage, None, **fixed_tags), tags_fn=child_tags, params=params,
-                         progress=progress)
+    return SweepRunner(name=f"{stage}-{table.dataset}-{name}", study="a", dataset=table.dataset,
+                       out_dir=Path(cells_dir) / stage / table.dataset / name,
+                       parent_tags=tags(table, stage, None, **fixed_tags), tags_fn=child_tags, params=params,
+                       progress=progress)
+
+
+def run_sweep(table: PatientTable, stage: str, name: str, cells, cell_fn, *, cells_dir: str | Path,
+              params: dict, progress: bool, **fixed_tags) -> pd.DataFrame:
+    """One study-A sweep, its cells computed in this process (see :func:`sweep_runner`)."""
+    runner = sweep_runner(table, stage, name, cells_dir=cells_dir, params=params, progress=progress, **fixed_tags)
     return runner.run(cells, cell_fn)
 
 

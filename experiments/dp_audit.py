@@ -22,7 +22,7 @@ from eegprivacy.evaluation.intervals import mean_ci
 from eegprivacy.params import load_params
 from eegprivacy.privacy import make_mechanism
 from eegprivacy.tracking import log_artifact, log_metrics, required_tags, start_run
-from eegprivacy.tracking.sweep import SweepRunner, expand_grid
+from eegprivacy.tracking.sweep import SweepRunner, expand_grid, run_prefetched
 
 NAME = "dp-audit"
 HELP = ("Study A: empirical DP audit — run each mechanism many times on a worst-case neighbour pair and write a "
@@ -164,8 +164,7 @@ def figure(tidy: pd.DataFrame, summary: dict):
 def run(args) -> int:
     params = load_params(args.params, "dp_audit")
     code = code_hash()
-    n_jobs = int(params.get("n_jobs", 1))
-    frames = []
+    plan = []
     for mechanism in params["mechanisms"]:
         def child_tags(cell):
             return _tags(cell.seed, mechanism=cell.config["mechanism"], epsilon=cell.config["epsilon"],
@@ -175,8 +174,9 @@ def run(args) -> int:
                              out_dir=Path(args.cells) / STAGE / mechanism,
                              parent_tags=_tags(None, mechanism=mechanism), tags_fn=child_tags,
                              params={"dp_audit": params}, progress=not args.no_progress)
-        frames.append(runner.run(cells_for(params, mechanism, code),
-                                 lambda config, seed: audit_cell(config, seed, n_jobs)))
+        plan.append((runner, cells_for(params, mechanism, code)))
+    # Whole cells in n_jobs processes: the audit's own threads only overlap the noise draws, not the sorting.
+    frames = run_prefetched(plan, audit_cell, n_jobs=int(params.get("n_jobs", 1)))
 
     tidy = pd.concat(frames, ignore_index=True)
     summary = headline(tidy, params)

@@ -17,6 +17,7 @@ private ones (an evaluation-only diagnostic, never released).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import math
 from pathlib import Path
@@ -31,9 +32,9 @@ from eegprivacy.params import load_params
 from eegprivacy.privacy import DPFeatureReleaser, RobustFeatureScaler, make_mechanism
 from eegprivacy.privacy.accounting import basic_composition, split_budget
 from eegprivacy.privacy.scaling import DPQuantileScaler, PublicReferenceScaler, public_bounds
-from eegprivacy.tracking.sweep import expand_grid
+from eegprivacy.tracking.sweep import expand_grid, run_prefetched
 
-from experiments._study_a import code_hash, load_patient_table, run_sweep, write_rows
+from experiments._study_a import code_hash, load_patient_table, sweep_runner, write_rows
 from experiments.dp_utility import evaluation_rows
 
 NAME = "dp-scaling"
@@ -105,6 +106,42 @@ def stage_code_hash() -> str:
     return digest.hexdigest()[:16]
 
 
+def scaling_cell(config: dict, seed: int, X: np.ndarray, y: np.ndarray, groups: np.ndarray,
+                 reference: PublicReferenceScaler, bounds, private_stats: RobustFeatureScaler,
+                 clip_norm: float) -> list[dict]:
+    """One cell (the no-DP reference or one mechanism × scaling source × ε), module-level so worker processes
+    can run it."""
+    def evaluate(features, grid):
+        evaluation = LOSOEvaluation(threshold_grid=grid, random_state=seed, nested=False, n_jobs=1)
+        return evaluation_rows(evaluation.evaluate(features, y, groups), y)
+
+    mechanism, source = config["mechanism"], config["scaling_source"]
+    if mechanism == "none":  # the private cohort's original features, no DP (the MLP standardises internally)
+        return evaluate(X, ORIGINAL_GRID)
+    scaler = {"private": None, "public_reference": reference}.get(source)
+    if source == "dp_quantiles":
+        quantile_seed = int(np.random.SeedSequence([_QUANTILE_STREAM_TAG, seed]).generate_state(1)[0])
+        scaler = DPQuantileScaler(config["scaling_epsilon"], bounds, random_state=quantile_seed)
+    releaser = DPFeatureReleaser(make_mechanism(mechanism, config["release_epsilon"], config["delta"]),
+                                 clip_norm=clip_norm, random_state=seed, scaler=scaler)
+    released = releaser.fit_transform(X)
+    info = releaser.release_info()
+    end_to_end = bool(info["end_to_end_guarantee"] and info["formal_guarantee"])
+    if end_to_end != config["end_to_end"]:
+        raise RuntimeError(f"{source}/{mechanism}: release says end_to_end={end_to_end}, "
+                           f"the budget said {config['end_to_end']}")
+    if source == "public_reference" and releaser.scaler_ is not reference:
+        raise RuntimeError("the public reference scaler was refitted on the private cohort")
+    rows = [{"protocol": "intrinsic", "metric": k, "value": v}
+            for k, v in intrinsic_utility(releaser.clipped_, released).items()]
+    rows += [{"protocol": "clipping", "metric": k, "value": v}
+             for k, v in clipping_distortion(releaser.scaled_, releaser.clipped_).items()]
+    rows += [{"protocol": "scaling", "metric": k, "value": v}
+             for k, v in scaling_error(releaser.center_, releaser.scale_, private_stats).items()]
+    rows.append({"protocol": "intrinsic", "metric": "noise_scale", "value": float(info["noise_scale"])})
+    return rows + evaluate(released, DP_GRID)
+
+
 def run(args) -> int:
     params = load_params(args.params, "dp_scaling")
     if args.dataset not in params["datasets"]:
@@ -124,7 +161,6 @@ def run(args) -> int:
     bounds = public_bounds(X_public, params["bounds_margin"])
     private_stats = RobustFeatureScaler().fit(X)  # only for the scaling-error diagnostic
     clip_norm, delta_param = float(release_params["clip_norm"]), float(release_params["delta"])
-    n_jobs = int(params.get("n_jobs", 1))
 
     base = {**table.base_config, "n_public": int(public.size), "public_fraction": float(params["public_fraction"]),
             "split_seed": int(params["split_seed"]), "clip_norm": clip_norm, "code_hash": stage_code_hash()}
@@ -132,15 +168,11 @@ def run(args) -> int:
     sweep = dict(cells_dir=args.cells, params=run_params, progress=not args.no_progress, model="mlp")
     seeds = range(int(params["noise_seeds"]))
 
-    def evaluate(features, seed, grid):
-        evaluation = LOSOEvaluation(threshold_grid=grid, random_state=seed, nested=False, n_jobs=n_jobs)
-        return evaluation_rows(evaluation.evaluate(features, y, groups), y)
-
-    # Reference point: the private cohort's original features, no DP (the MLP standardises internally).
+    # Reference point: the private cohort's original features, no DP.
     none_config = {**base, "mechanism": "none", "scaling_source": "none", "total_epsilon": math.inf,
                    "release_epsilon": math.inf, "scaling_epsilon": math.nan, "end_to_end": False, "delta": 0.0}
-    frames = [run_sweep(table, "dp_scaling", "none", expand_grid({"epsilon": [math.inf]}, seeds, none_config),
-                        lambda config, seed: evaluate(X, seed, ORIGINAL_GRID), mechanism="none", **sweep)]
+    plan = [(sweep_runner(table, "dp_scaling", "none", mechanism="none", **sweep),
+             expand_grid({"epsilon": [math.inf]}, seeds, none_config))]
 
     for mechanism in params["mechanisms"]:
         delta = make_mechanism(mechanism, 1.0, delta_param).delta  # 0 for the pure-ε mechanisms
@@ -156,34 +188,11 @@ def run(args) -> int:
                     own.update(scaling_fraction=float(params["scaling_fraction"]),
                                bounds_margin=float(params["bounds_margin"]))
                 cells += expand_grid({"epsilon": [float(total)]}, seeds, {**base, **own})
-
-            def cell_fn(config, seed, mechanism=mechanism, source=source):
-                scaler = {"private": None, "public_reference": reference}.get(source)
-                if source == "dp_quantiles":
-                    quantile_seed = int(np.random.SeedSequence([_QUANTILE_STREAM_TAG, seed]).generate_state(1)[0])
-                    scaler = DPQuantileScaler(config["scaling_epsilon"], bounds, random_state=quantile_seed)
-                releaser = DPFeatureReleaser(make_mechanism(mechanism, config["release_epsilon"], config["delta"]),
-                                             clip_norm=clip_norm, random_state=seed, scaler=scaler)
-                released = releaser.fit_transform(X)
-                info = releaser.release_info()
-                end_to_end = bool(info["end_to_end_guarantee"] and info["formal_guarantee"])
-                if end_to_end != config["end_to_end"]:
-                    raise RuntimeError(f"{source}/{mechanism}: release says end_to_end={end_to_end}, "
-                                       f"the budget said {config['end_to_end']}")
-                if source == "public_reference" and releaser.scaler_ is not reference:
-                    raise RuntimeError("the public reference scaler was refitted on the private cohort")
-                rows = [{"protocol": "intrinsic", "metric": k, "value": v}
-                        for k, v in intrinsic_utility(releaser.clipped_, released).items()]
-                rows += [{"protocol": "clipping", "metric": k, "value": v}
-                         for k, v in clipping_distortion(releaser.scaled_, releaser.clipped_).items()]
-                rows += [{"protocol": "scaling", "metric": k, "value": v}
-                         for k, v in scaling_error(releaser.center_, releaser.scale_, private_stats).items()]
-                rows.append({"protocol": "intrinsic", "metric": "noise_scale",
-                             "value": float(info["noise_scale"])})
-                return rows + evaluate(released, seed, DP_GRID)
-
-            frames.append(run_sweep(table, "dp_scaling", f"{mechanism}-{source}", cells, cell_fn,
-                                    mechanism=mechanism, delta=delta, defense=f"scaling_{source}", **sweep))
+            plan.append((sweep_runner(table, "dp_scaling", f"{mechanism}-{source}", mechanism=mechanism,
+                                      delta=delta, defense=f"scaling_{source}", **sweep), cells))
+    cell_fn = functools.partial(scaling_cell, X=X, y=y, groups=groups, reference=reference, bounds=bounds,
+                                private_stats=private_stats, clip_norm=clip_norm)
+    frames = run_prefetched(plan, cell_fn, n_jobs=int(params.get("n_jobs", 1)))
 
     out = args.out or f"metrics/dp_scaling_{args.dataset}.csv"
     tidy = write_rows(frames, out)

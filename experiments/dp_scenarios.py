@@ -8,9 +8,11 @@ threshold-free AUROC of the held-out probabilities. Both rows of a patient seen 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
+import os
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -31,9 +33,16 @@ from eegprivacy.privacy.deployment import (
     split_across_hospitals,
 )
 from eegprivacy.privacy.linkage import LinkageKey
-from eegprivacy.tracking.sweep import aggregate, expand_grid
+from eegprivacy.tracking.sweep import aggregate, expand_grid, run_prefetched
 
-from experiments._study_a import PatientTable, code_hash, labelled_windows, load_window_table, run_sweep, write_rows
+from experiments._study_a import (
+    PatientTable,
+    code_hash,
+    labelled_windows,
+    load_window_table,
+    sweep_runner,
+    write_rows,
+)
 from experiments.dp_utility import evaluation_rows
 
 NAME = "dp-scenarios"
@@ -52,6 +61,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--figure", help="figure (default reports/figures/dp_scenarios_<dataset>.png)")
     parser.add_argument("--cells", default="data/sweeps", help="resumable per-cell cache folder")
     parser.add_argument("--features-dir", default="data/features", help="where the features stage wrote tables")
+    parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1),
+                        help="processes computing cells ahead (results do not depend on it)")
     parser.add_argument("--no-progress", action="store_true")
 
 
@@ -99,6 +110,15 @@ def scenario_rows(scenario: str, mechanism: str, epsilon: float, seed: int, fram
     return rows
 
 
+def scenario_cell(config: dict, seed: int, frame: pd.DataFrame, features, params: dict, clip_norm: float,
+                  delta: float) -> list[dict]:
+    """One cell, module-level so worker processes can run it. The server-side key is read here from the
+    environment (as the stage read it) rather than handed over: key material never goes into a pickle."""
+    key = LinkageKey.from_env() if config["scenario"] == "server_side" else None
+    return scenario_rows(config["scenario"], config["mechanism"], config["epsilon"], seed, frame, features, params,
+                         clip_norm, delta, key)
+
+
 def summarise(tidy: pd.DataFrame) -> pd.DataFrame:
     return aggregate(tidy, ["dataset", "scenario", "mechanism", "epsilon", "protocol"]).rename(
         columns={"n": "n_seeds"})
@@ -125,7 +145,8 @@ def run(args) -> int:
     if unknown:
         raise ValueError(f"unknown scenarios {sorted(unknown)}; known: {list(SCENARIOS)}")
     # Fail before any work: the server-side scenario has no default key and refuses to run without one.
-    key = LinkageKey.from_env() if "server_side" in scenarios else None
+    if "server_side" in scenarios:
+        LinkageKey.from_env()
 
     label = release_params["datasets"][args.dataset]["label"]
     windows = load_window_table(args.dataset, features_dir=args.features_dir)
@@ -143,22 +164,20 @@ def run(args) -> int:
     sweep = dict(cells_dir=args.cells, progress=not args.no_progress,
                  params={"deployment": params, "clip_norm": clip_norm, "delta": delta, "label": label,
                          **table.base_config})
-    frames = []
+    plan = []
     for scenario in scenarios:
         model = "fedavg_mlp" if scenario == "decentralised" else "mlp"
         for mechanism in [NO_NOISE, *params["mechanisms"]]:
             epsilons = [math.inf] if mechanism == NO_NOISE else [float(e) for e in params["epsilons"]]
             cells = expand_grid({"scenario": [scenario], "mechanism": [mechanism], "epsilon": epsilons},
                                 seeds=seeds, base=base)
-
-            def cell_fn(config, seed, scenario=scenario):
-                return scenario_rows(scenario, config["mechanism"], config["epsilon"], seed, frame, features,
-                                     params, clip_norm, delta, key)
-
             extra = {} if mechanism == NO_NOISE else {"delta": delta}
-            frames.append(run_sweep(table, "dp_scenarios", f"{scenario}-{mechanism}", cells, cell_fn,
-                                    mechanism=mechanism, model=model, split=f"{params['n_hospitals']}_hospitals",
-                                    **extra, **sweep))
+            plan.append((sweep_runner(table, "dp_scenarios", f"{scenario}-{mechanism}", mechanism=mechanism,
+                                      model=model, split=f"{params['n_hospitals']}_hospitals", **extra, **sweep),
+                         cells))
+    cell_fn = functools.partial(scenario_cell, frame=frame, features=features, params=params, clip_norm=clip_norm,
+                                delta=delta)
+    frames = run_prefetched(plan, cell_fn, n_jobs=getattr(args, "jobs", 1))
     out = args.out or f"metrics/dp_scenarios_{args.dataset}.csv"
     tidy = write_rows(frames, out)
     summary = summarise(tidy)

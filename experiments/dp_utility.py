@@ -59,12 +59,14 @@ def run(args) -> int:
     table = load_patient_table(args.dataset, label, features_dir=args.features_dir)
     X, y, groups = table.X.to_numpy(), table.y, table.groups
     run_params = {"dp_release": params, "dp_utility": utility, "label": label, **table.base_config}
-    cell_base = {**table.base_config, "nested_seeds": utility["nested_seeds"],
+    inner_folds = utility.get("nested_inner_folds", "loso")
+    inner_folds = None if inner_folds == "loso" else int(inner_folds)
+    cell_base = {**table.base_config, "nested_seeds": utility["nested_seeds"], "nested_inner": inner_folds or "loso",
                  "code_hash": code_hash("dp_release.py", "dp_utility.py")}
 
     def evaluate(features, seed, grid, labels=y):
         evaluation = LOSOEvaluation(threshold_grid=grid, random_state=seed, nested=seed < utility["nested_seeds"],
-                                    n_jobs=utility["n_jobs"])
+                                    n_jobs=utility["n_jobs"], inner_folds=inner_folds)
         return evaluation_rows(evaluation.evaluate(features, labels, groups), labels)
 
     def permuted(seed):

@@ -17,14 +17,18 @@ Every endpoint runs under the split that can falsify it (``shared/spec/study-c-p
 
 MLflow: one parent run per (encoder, weights) and one for the bridge, a child per unit (split / endpoint /
 defense) and seed. Cells are cached in ``data/sweeps/embedding_audit`` (resumable); embeddings, pretraining
-records and checkpoints in ``data/embedding_audit``.
+records and checkpoints in ``data/embedding_audit``. The encoders embed in the main process; then ``--jobs``
+worker processes compute the cells of every runner ahead (``PrefetchedCells``), each cell on one thread.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
+import os
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,7 +44,7 @@ from eegprivacy.atomic import atomic_path, write_text_atomic  # noqa: E402
 from eegprivacy.params import ParamsError, load_params  # noqa: E402
 from eegprivacy.tracking import required_tags  # noqa: E402
 from eegprivacy.tracking.runs import log_to_named_run  # noqa: E402
-from eegprivacy.tracking.sweep import Cell, SweepRunner, aggregate, config_key  # noqa: E402
+from eegprivacy.tracking.sweep import Cell, PrefetchedCells, SweepRunner, aggregate, config_key  # noqa: E402
 
 NAME = "embedding-audit"
 HELP = ("Study C: split-controlled audit of frozen EEG-encoder embeddings (BIOT, LaBraM, EEGPT, band power): "
@@ -61,6 +65,10 @@ def add_arguments(parser) -> None:
                         help="checkpoints, pretraining records and cached embeddings")
     parser.add_argument("--cells", default="data/sweeps", help="resumable per-cell cache")
     parser.add_argument("--no-progress", action="store_true")
+    parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1),
+                        help="worker processes computing cells ahead (default: min(2, CPUs)); the numbers do not "
+                             "depend on it: each cell is a pure function of its config and seed, computed on one "
+                             "BLAS/torch thread")
 
 
 def validate(params: dict, source) -> None:
@@ -256,6 +264,38 @@ class Context:
         half = np.random.default_rng(int(params["subject_seed"]) + 1).permutation(subjects)[: subjects.size // 2]
         self.head_rows = np.isin(self.groups, half)
         self.memo: dict = {}
+        self.shared: Path | None = None  # set in worker processes: a folder the workers share memo results in
+
+    def memoized(self, key: tuple, compute):
+        """``compute()`` once per stage run. In worker processes the result goes through ``shared``: the worker
+        that claims a key first computes it, any other one waits for its file, so AEDS neither recomputes the
+        subject-disjoint leakage nor gets other numbers than the cell that reported it."""
+        if key in self.memo:
+            return self.memo[key]
+        if self.shared is None:
+            self.memo[key] = compute()
+            return self.memo[key]
+        import pickle
+
+        path = self.shared / ("-".join(map(str, key)) + ".pkl")
+        failed = path.with_suffix(".failed")
+        try:
+            os.close(os.open(path.with_suffix(".claim"), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        except FileExistsError:  # another worker computes it
+            while not path.exists():
+                if failed.exists():
+                    raise RuntimeError(f"the worker computing {key} failed") from None
+                time.sleep(0.05)
+            self.memo[key] = pickle.loads(path.read_bytes())
+            return self.memo[key]
+        try:
+            self.memo[key] = compute()
+        except BaseException:
+            failed.touch()
+            raise
+        with atomic_path(path) as tmp:
+            Path(tmp).write_bytes(pickle.dumps(self.memo[key]))
+        return self.memo[key]
 
     def splitter(self, name: str, seed: int = 0, groups=None):
         from eegprivacy.audit.splits import SubjectDisjointSplit, TemporalGapSplit
@@ -273,22 +313,19 @@ class Context:
     def leakage(self, split: str, seed: int = 0):
         from eegprivacy.audit.endpoints import attribute_leakage
 
-        key = ("leakage", split, seed)
-        if key not in self.memo:
-            self.memo[key] = attribute_leakage(self.Z, self.A, self.groups, self.splitter(split, seed),
-                                               n_bootstrap=int(self.params["bootstrap"]),
-                                               n_permutations=int(self.params["permutations"]), random_state=seed)
-        return self.memo[key]
+        return self.memoized(("leakage", split, seed), lambda: attribute_leakage(
+            self.Z, self.A, self.groups, self.splitter(split, seed), n_bootstrap=int(self.params["bootstrap"]),
+            n_permutations=int(self.params["permutations"]), random_state=seed))
 
     def bpid(self):
         from eegprivacy.audit.endpoints import bpid_at_1
         from eegprivacy.audit.splits import ReferenceSetSplit
 
-        if "bpid" not in self.memo:
+        def compute():
             ref, qry = next(ReferenceSetSplit(parts=self.state, reference_part=0, query_part=1)
                             .split(self.Z, groups=self.groups))
-            self.memo["bpid"] = bpid_at_1(self.Z[ref], self.groups[ref], self.Z[qry], self.groups[qry])
-        return self.memo["bpid"]
+            return bpid_at_1(self.Z[ref], self.groups[ref], self.Z[qry], self.groups[qry])
+        return self.memoized(("bpid",), compute)
 
     def head_lira(self, head, n_shadows: int, seed: int) -> np.ndarray:
         """LiRA (online, global variance) against the head: shadow heads trained like it on random halves of the
@@ -316,7 +353,7 @@ class Context:
         from eegprivacy.audit.defenses import default_head
         from eegprivacy.audit.endpoints import membership_auc
 
-        if "membership" not in self.memo:
+        def compute():
             head = default_head()
             head.fit(self.Z[self.head_rows], self.state[self.head_rows])
             proba = np.clip(head.predict_proba(self.Z)[np.arange(len(self.Z)), self.state], 1e-12, 1.0)
@@ -331,8 +368,8 @@ class Context:
             if "mia_members" in self.emb:
                 results["encoder"] = membership_auc(self.emb["mia_members"], self.emb["mia_nonmembers"],
                                                     int(self.params["bootstrap"]), random_state=seed)
-            self.memo["membership"] = results
-        return self.memo["membership"]
+            return results
+        return self.memoized(("membership",), compute)
 
 
 # Who the members and non-members of each membership attack are.
@@ -514,14 +551,75 @@ def unit_tags(unit: str) -> dict:
     return {"split": split, "defense": "none", "mechanism": "none"}
 
 
-def _cell_fn(ctx: Context):
-    def run_cell(config: dict, seed: int) -> list[dict]:
-        unit = config["unit"]
-        rows = defense_rows(unit, seed, ctx) if unit.startswith("defense/") else core_rows(unit, seed, ctx)
+@contextlib.contextmanager
+def one_thread():
+    """A cell runs on one BLAS / OpenMP / torch thread, in the main process and in a worker alike. Two workers then
+    do not oversubscribe two cores (a BLAS thread waiting for a descheduled sibling slows ridge fits many times),
+    and the numbers depend neither on ``--jobs`` nor on the machine's core count: how a BLAS reduction is split
+    over threads changes the last bits of ridge and PCA results."""
+    import scipy.linalg  # noqa: F401  (load every BLAS and OpenMP library first, so the limit reaches them)
+    import sklearn.linear_model  # noqa: F401
+    import torch
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(1):
+        before = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            yield
+        finally:
+            torch.set_num_threads(before)
+
+
+# What a process has loaded from an ``AuditCells`` file (only the latest one): a worker reads the contexts once and
+# keeps each Context's memo across the cells it computes.
+_LOADED: dict[str, dict] = {}
+
+
+class AuditCells:
+    """The cell function of every runner (audit units and bridge pairs) for ``PrefetchedCells``.
+
+    It pickles as the path of a file holding the contexts, so a worker loads the embeddings once instead of
+    receiving them with every cell."""
+
+    def __init__(self, contexts: dict, bridge: dict, folder: Path):
+        import joblib
+
+        self.path = str(Path(folder) / "contexts.joblib")
+        shared = {"contexts": contexts, "bridge": bridge}
+        joblib.dump(shared, self.path)
+        _LOADED.clear()
+        _LOADED[self.path] = shared
+
+    def __getstate__(self) -> dict:
+        return {"path": self.path}
+
+    def __setstate__(self, state: dict) -> None:
+        self.path = state["path"]
+
+    def _shared(self) -> dict:
+        if self.path not in _LOADED:
+            import joblib
+
+            shared = joblib.load(self.path)
+            for (encoder, weights), ctx in shared["contexts"].items():
+                ctx.shared = Path(self.path).parent / f"{encoder}-{weights}"
+                ctx.shared.mkdir(exist_ok=True)
+            _LOADED.clear()
+            _LOADED[self.path] = shared
+        return _LOADED[self.path]
+
+    def __call__(self, config: dict, seed: int) -> list[dict]:
+        shared = self._shared()
+        with one_thread():
+            if "unit" not in config:  # a bridge pair
+                return bridge_rows(config, seed, **shared["bridge"])
+            ctx = shared["contexts"][(config["encoder"], config["weights"])]
+            unit = config["unit"]
+            rows = defense_rows(unit, seed, ctx) if unit.startswith("defense/") else core_rows(unit, seed, ctx)
         for r in rows:
             r["unit"] = unit
         return rows
-    return run_cell
 
 
 def bridge_rows(config: dict, seed: int, embeddings: dict, A, groups, params: dict, splitter) -> list[dict]:
@@ -876,7 +974,8 @@ def run(args) -> int:
     audit_knobs = config_key({k: params[k] for k in ("splits", "bootstrap", "permutations", "defense_permutations",
                                                      "reconstruction_points", "utility_threshold", "defenses", "lira_shadows",
                                                      "deployment_sigma", "subject_seed")})
-    embeddings, encoders_meta, frames = {}, {}, []
+    # Embed every encoder first (main process, in order), then compute all runners' cells ahead in --jobs workers.
+    embeddings, encoders_meta, contexts, plan = {}, {}, {}, []
     for e, w in cells:
         key = config_key({"dataset_version": version, "code": code, **common, "encoder": e, "weights": w,
                           "config": profile["configs"].get(e), "pretrain": profile["pretrain"]
@@ -890,7 +989,7 @@ def run(args) -> int:
         if w != "random_init":
             embeddings[e] = Z
         print(f"{_label(e, w)}: {Z.shape[1]}-d embeddings ready in {time.perf_counter() - t0:.0f} s")
-        ctx = Context(Z, data, params, emb)
+        contexts[(e, w)] = Context(Z, data, params, emb)
         describe = meta["describe"]
         base = {"dataset_version": version, "code_hash": code, "encoder": e, "weights": w, "embedding_key": key,
                 "audit_knobs": audit_knobs}
@@ -910,10 +1009,8 @@ def run(args) -> int:
                              parent_tags=tags(None, None),
                              tags_fn=lambda cell, t=tags: t(cell.config["unit"], cell.seed),
                              params=run_params, progress=not args.no_progress)
-        jobs = [Cell({**base, "unit": u}, s) for u, seeds in units(params, w) for s in seeds]
-        frame = runner.run(jobs, _cell_fn(ctx))
-        frames.append(frame)
-        print(f"{_label(e, w)}: {len(jobs)} cells done ({time.perf_counter() - t0:.0f} s)")
+        plan.append((_label(e, w), runner,
+                     [Cell({**base, "unit": u}, s) for u, seeds in units(params, w) for s in seeds]))
 
     # Cross-encoder bridge over every ordered pair of the primary encoders.
     from eegprivacy.audit.attributes import centered_psd
@@ -944,12 +1041,25 @@ def run(args) -> int:
                                              "bridge_permutations": params["bridge_permutations"],
                                              "splits": params["splits"]}, "synthetic": synthetic},
                              progress=not args.no_progress)
-        jobs = [Cell({**base, "source": s, "target": t}, 0) for s, t in pairs]
-        frame = runner.run(jobs, lambda config, seed: bridge_rows(config, seed, embeddings, A, groups, params,
-                                                                   splitter))
-        # encoder/weights columns carry source/target for the bridge rows
-        frame["encoder"], frame["weights"] = frame["source"], frame["target"]
-        frames.append(frame.drop(columns=["source", "target"]))
+        plan.append(("bridge", runner, [Cell({**base, "source": s, "target": t}, 0) for s, t in pairs]))
+
+    bridge = {"embeddings": embeddings, "A": A, "groups": groups, "params": params, "splitter": splitter}
+    frames = []
+    with tempfile.TemporaryDirectory(prefix="embedding_audit-") as folder:
+        cell_fn = AuditCells(contexts, bridge, Path(folder))
+        try:
+            compute = PrefetchedCells(cell_fn, [(c.config, c.seed) for _, runner, jobs in plan
+                                                for c in runner.pending(jobs)], n_jobs=args.jobs)
+            for name, runner, jobs in plan:
+                t0 = time.perf_counter()
+                frame = runner.run(jobs, compute)
+                if name == "bridge":  # encoder/weights columns carry source/target for the bridge rows
+                    frame["encoder"], frame["weights"] = frame["source"], frame["target"]
+                    frame = frame.drop(columns=["source", "target"])
+                frames.append(frame)
+                print(f"{name}: {len(jobs)} cells done ({time.perf_counter() - t0:.0f} s)")
+        finally:
+            _LOADED.pop(cell_fn.path, None)
 
     tidy = pd.concat(frames, ignore_index=True)
     for column in TEXT_COLUMNS:

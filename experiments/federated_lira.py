@@ -30,6 +30,7 @@ shadows' own membership game (IN share ``shadow_in_fraction``), not for the 80/2
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -51,7 +52,7 @@ from eegprivacy.evaluation.intervals import mean_ci  # noqa: E402
 from eegprivacy.params import ParamsError, load_params  # noqa: E402
 from eegprivacy.tracking import required_tags  # noqa: E402
 from eegprivacy.tracking.runs import log_to_named_run  # noqa: E402
-from eegprivacy.tracking.sweep import SweepRunner, config_key, expand_grid  # noqa: E402
+from eegprivacy.tracking.sweep import SweepRunner, config_key, expand_grid, run_prefetched  # noqa: E402
 from experiments import federated_mia  # noqa: E402
 
 NAME = "federated-lira"
@@ -293,15 +294,24 @@ def _pooled_metrics(groups: list) -> dict[str, float]:
     return out
 
 
-def _bootstrap(groups: list, n_boot: int, seed: int) -> dict[str, tuple[float, float]]:
+def _resampled_metrics(groups: list, resamples: list) -> list[dict[str, float]]:
+    return [_pooled_metrics([groups[i] for i in picks]) for picks in resamples]
+
+
+def _bootstrap(groups: list, n_boot: int, seed: int, n_jobs: int = 1) -> dict[str, tuple[float, float]]:
     """Percentile 95 % interval of every pooled metric, resampling whole groups (target models) with
-    replacement; NaN when fewer than half the resamples give a finite value."""
+    replacement; NaN when fewer than half the resamples give a finite value. The resamples are drawn here, in
+    order, and scored in ``n_jobs`` processes, so the interval does not depend on ``n_jobs``."""
     out = {m: (float("nan"), float("nan")) for m in METRICS}
     if n_boot < 1 or len(groups) < 2:
         return out
+    from joblib import Parallel, delayed
+
     rng = np.random.default_rng(seed)
-    draws = [_pooled_metrics([groups[i] for i in rng.integers(0, len(groups), len(groups))])
-             for _ in range(n_boot)]
+    resamples = [rng.integers(0, len(groups), len(groups)) for _ in range(n_boot)]
+    chunks = [[resamples[i] for i in part] for part in np.array_split(np.arange(n_boot), max(1, n_jobs))]
+    draws = [d for part in Parallel(n_jobs=n_jobs)(delayed(_resampled_metrics)(groups, c) for c in chunks)
+             for d in part]
     for metric in METRICS:
         values = np.array([d[metric] for d in draws], dtype=float)
         values = values[np.isfinite(values)]
@@ -310,14 +320,14 @@ def _bootstrap(groups: list, n_boot: int, seed: int) -> dict[str, tuple[float, f
     return out
 
 
-def pooled_rows(per_model: dict, n_boot: int, seed: int, scope: str) -> tuple[list[dict], dict]:
+def pooled_rows(per_model: dict, n_boot: int, seed: int, scope: str, n_jobs: int = 1) -> tuple[list[dict], dict]:
     """Metrics of scores pooled over target models (each a (member, scores) pair), with a bootstrap interval
-    over models; returns rows and each attack's pooled ROC for the figure."""
+    over models (scored in ``n_jobs`` processes); returns rows and each attack's pooled ROC for the figure."""
     rows, curves = [], {}
     for key, groups in per_model.items():
         members = np.concatenate([g[0] for g in groups])
         curves[key] = roc(members.astype(int), np.concatenate([g[1] for g in groups]))
-        values, intervals = _pooled_metrics(groups), _bootstrap(groups, n_boot, seed)
+        values, intervals = _pooled_metrics(groups), _bootstrap(groups, n_boot, seed, n_jobs)
         for metric in METRICS:
             chance = 0.5 if metric == "auroc" else 0.0 if metric == "tpr_at_zero_fpr" else float(
                 metric.rsplit("_", 1)[1])
@@ -528,7 +538,7 @@ def run(args) -> int:
     base = {"dataset_version": version, "code_hash": code, "shadow_key": shadow_key, "model": model,
             "attackers": ",".join(params["attackers"]), "paradigm": repr(sorted(spec.items())), **knobs,
             **attack_knobs}
-    frames, pooled, curves, parent_metrics = [], [], {}, {}
+    plan = []  # (ε, mechanism, name, runner, cells), in the order they run
     for eps in epsilons:
         mechanism = "laplace_gradient" if math.isfinite(eps) else "none"
         cells = expand_grid({"epsilon": [eps], "mechanism": [mechanism]}, seeds=range(int(params["target_seeds"])),
@@ -547,8 +557,12 @@ def run(args) -> int:
                                              "attackers": params["attackers"], "epsilon_scope": NOTE},
                                      "synthetic": synthetic},
                              progress=not args.no_progress)
-        frame = runner.run(cells, lambda config, seed: target_cell(config, seed, ctx))
-        frames.append(frame)
+        plan.append((eps, mechanism, name, runner, cells))
+    # The target cells of every ε in `workers` processes, like the shadows (each is a function of its seed alone).
+    frames = run_prefetched([(runner, cells) for *_, runner, cells in plan],
+                            functools.partial(target_cell, ctx=ctx), n_jobs=int(params["workers"]))
+    pooled, curves, parent_metrics = [], {}, {}
+    for eps, mechanism, name, runner, cells in plan:
         # Pooled over target seeds, from the per-trial scores each cell left beside its rows.
         per_model: dict = {}
         for cell in cells:
@@ -559,10 +573,12 @@ def run(args) -> int:
             with np.load(path) as saved:
                 for k in saved.files:
                     per_model.setdefault(tuple(k.split("|")), []).append((member.astype(int), saved[k]))
-        rows, roc_t = pooled_rows(per_model, int(params["bootstrap"]), int(params["shadow_seed"]), "target_pooled")
+        rows, roc_t = pooled_rows(per_model, int(params["bootstrap"]), int(params["shadow_seed"]), "target_pooled",
+                                  int(params["workers"]))
         # Shadow-as-target needs two IN and two OUT values per trial once a pair leaves: six shadows or more.
         loo = shadow_loo(phis, masks, _eps(eps), params["lira_variance"]) if masks.shape[0] >= 6 else {}
-        rows_l, roc_l = pooled_rows(loo, int(params["bootstrap"]), int(params["shadow_seed"]), "shadow_loo_pooled")
+        rows_l, roc_l = pooled_rows(loo, int(params["bootstrap"]), int(params["shadow_seed"]), "shadow_loo_pooled",
+                                    int(params["workers"]))
         for key, groups in loo.items():  # per shadow target, like the per-seed rows of the real targets
             for j, (m, s) in enumerate(groups):
                 for r in score_rows(m.astype(bool), {key: s}, scope="shadow_loo"):

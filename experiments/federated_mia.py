@@ -81,6 +81,19 @@ def validate(params: dict, source) -> None:
         bad("models", "a non-empty subset of [simplenet, eegnet]")
     if not set(params.get("attackers") or ["?"]) <= set(ATTACKERS):
         bad("attackers", f"a non-empty subset of [{', '.join(ATTACKERS)}]")
+    rounds = params.get("attack_rounds", "all")
+    if rounds != "all" and not (isinstance(rounds, list) and rounds and all(
+            isinstance(r, int) and 1 <= r <= params["num_rounds"] for r in rounds)):
+        bad("attack_rounds", f"'all' or a non-empty list of rounds in 1..num_rounds ({params['num_rounds']})")
+
+
+def attacked(rnd: int, params: dict) -> bool:
+    """Whether the per-round attacks (RLA, FLA, GLA) run after round ``rnd``. The rest of a round's rows
+    (utility, losses, gradient norms) and the CLA, which pools every round's updates, never skip a round; the
+    numbers of an attacked round do not depend on which other rounds are attacked (every seed derives from
+    the cell seed and the round)."""
+    rounds = params.get("attack_rounds", "all")
+    return rounds == "all" or int(rnd) in rounds
 
 
 def load_trials(name: str, spec: dict):
@@ -252,13 +265,13 @@ def cell_rows(config: dict, seed: int, trials, params: dict, arrays_dir: str | P
         # Sound GLA: the same global model trained by the same local procedure on equally many member and
         # non-member trials of each sampled client.
         sound_m, sound_n = [], []
-        for c in clients:
+        for c in clients if attacked(rnd, params) else ():
             Xcm, ycm, Xcn, ycn = fed.clients[c]
             pick = np.random.default_rng(derive_seed(seed, c, rnd, 7)).choice(len(ycm), len(ycn), replace=False)
             for X_, y_, out, tag in ((Xcm[pick], ycm[pick], sound_m, 1), (Xcn, ycn, sound_n, 2)):
                 w, _ = task.train(before, flat(X_), y_, epochs=epochs, seed=derive_seed(seed, c, rnd, tag))
                 out.append(update_vector(w, before))
-        for attacker in attackers:
+        for attacker in attackers if attacked(rnd, params) else ():
             kw = {"attacker": attacker, "n_estimators": n_trees, "random_state": derive_seed(seed, rnd, 11)}
             rla = RecordLevelAttack(**kw)
             rows += _attack_rows(rla.evaluate(*rla.attack_data(pm, ym_i, pn, yn_i, lm, ln), test_size=half),
@@ -344,6 +357,8 @@ def run(args) -> int:
     knobs = {k: params[k] for k in ("clip_norm", "test_size", "split_seed", "csp_components", "clients_per_round",
                                     "num_rounds", "local_epochs", "learning_rate", "batch_size", "rf_estimators",
                                     "attack_test_size", "cla_components")}
+    rounds = params.get("attack_rounds", "all")
+    knobs["attack_rounds"] = rounds if rounds == "all" else ",".join(str(r) for r in rounds)
     base = {"dataset_version": version, "code_hash": stage_code_hash(), "attackers": ",".join(params["attackers"]),
             "paradigm": repr(sorted(spec.items())), **knobs}
     label = "SYNTHETIC " if synthetic else ""

@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 from pathlib import Path
 
 import matplotlib
@@ -30,7 +31,7 @@ from eegprivacy.evaluation.intervals import mean_ci, wilson_interval  # noqa: E4
 from eegprivacy.params import load_params  # noqa: E402
 from eegprivacy.privacy import linkage as lk  # noqa: E402
 from eegprivacy.tracking import log_artifact, log_metrics, required_tags, start_run  # noqa: E402
-from eegprivacy.tracking.sweep import SweepRunner, expand_grid  # noqa: E402
+from eegprivacy.tracking.sweep import SweepRunner, expand_grid, run_prefetched  # noqa: E402
 
 NAME = "linkage"
 HELP = ("Study A: record linkage on SYNTHETIC identity tables with injected typos and format variants: exact "
@@ -46,6 +47,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--summary", default="metrics/linkage.json", help="headline: mean and 95%% CI over seeds")
     parser.add_argument("--figure", default="reports/figures/linkage_precision_recall.png")
     parser.add_argument("--cells", default="data/sweeps", help="resumable per-cell cache folder")
+    parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1),
+                        help="processes computing cells ahead (results do not depend on it)")
     parser.add_argument("--no-progress", action="store_true")
 
 
@@ -189,7 +192,7 @@ def run(args) -> int:
                          out_dir=Path(args.cells) / "linkage" / DATASET, parent_tags=tags(None),
                          tags_fn=lambda cell: tags(cell.seed), params={"linkage": params, "dataset_version": version},
                          progress=not args.no_progress)
-    tidy = runner.run(cells, evaluate_cell)
+    [tidy] = run_prefetched([(runner, cells)], evaluate_cell, n_jobs=getattr(args, "jobs", 1))
     tidy = tidy.drop(columns=["fields", "thresholds"], errors="ignore")  # constant lists; the params hold them
 
     out, summary_path, figure_path = Path(args.out), Path(args.summary), Path(args.figure)

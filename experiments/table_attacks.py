@@ -11,9 +11,11 @@ Every (mechanism, ε) runs over noise seeds; ``none`` is the noiseless scaled-an
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
+import os
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -26,9 +28,9 @@ from eegprivacy.evaluation.dp_figures import panels_vs_epsilon
 from eegprivacy.evaluation.intervals import wilson_interval
 from eegprivacy.params import load_params
 from eegprivacy.privacy import NO_NOISE, patient_vectors, release_table
-from eegprivacy.tracking.sweep import aggregate, expand_grid
+from eegprivacy.tracking.sweep import aggregate, expand_grid, run_prefetched
 
-from experiments._study_a import PatientTable, code_hash, load_window_table, run_sweep, write_rows
+from experiments._study_a import PatientTable, code_hash, load_window_table, sweep_runner, write_rows
 
 NAME = "table-attacks"
 HELP = ("Study A: re-identification (nearest neighbour from another recording) and membership inference against "
@@ -48,6 +50,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--figure", help="figure (default reports/figures/table_attacks_<dataset>.png)")
     parser.add_argument("--cells", default="data/sweeps", help="resumable per-cell cache folder")
     parser.add_argument("--features-dir", default="data/features", help="where the features stage wrote tables")
+    parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1),
+                        help="processes computing cells ahead (results do not depend on it)")
     parser.add_argument("--no-progress", action="store_true")
 
 
@@ -107,6 +111,17 @@ def membership_rows(population: np.ndarray, mechanism: str, epsilon: float, delt
             rows.append({**common, "metric": f"tpr_at_fpr_{fpr:g}", "value": summary[f"tpr_at_fpr_{fpr:g}"],
                          "chance": float(fpr)})
     return rows
+
+
+def attack_cell(config: dict, seed: int, released_base: np.ndarray, auxiliary: np.ndarray, population: np.ndarray,
+                reid: dict, mia: dict, clip_norm: float, delta: float) -> list[dict]:
+    """One cell of either attack (``config["attack"]``), module-level so worker processes can run it."""
+    if config["attack"] == "reidentification":
+        noise_rng = np.random.default_rng([0x44505245, seed])
+        released, _ = _release(released_base, config["mechanism"], config["epsilon"], delta, clip_norm, noise_rng)
+        return reidentification_rows(released, auxiliary, reid["metrics"], reid["top_k"], clip_norm,
+                                     np.random.default_rng([_CONTROL_STREAM, seed]))
+    return membership_rows(population, config["mechanism"], config["epsilon"], delta, clip_norm, mia, seed)
 
 
 def summarise(tidy: pd.DataFrame, n_subjects: int) -> pd.DataFrame:
@@ -189,22 +204,12 @@ def run(args) -> int:
                          pd.DataFrame(population), np.zeros(len(population), dtype=int), np.arange(len(population)))
     base = {**table.base_config, "clip_norm": clip_norm, "delta": delta, "n_reidentification": len(auxiliary),
             "code_hash": stage_code_hash()}
-
-    def reidentification(config, seed):
-        noise_rng = np.random.default_rng([0x44505245, seed])
-        released, _ = _release(released_base, config["mechanism"], config["epsilon"], delta, clip_norm, noise_rng)
-        return reidentification_rows(released, auxiliary, reid["metrics"], reid["top_k"], clip_norm,
-                                     np.random.default_rng([_CONTROL_STREAM, seed]))
-
-    def membership(config, seed):
-        return membership_rows(population, config["mechanism"], config["epsilon"], delta, clip_norm, mia, seed)
-
     sweep = dict(cells_dir=args.cells, progress=not args.no_progress,
                  params={"table_attacks": all_params, "clip_norm": clip_norm, "delta": delta, **table.base_config})
     seeds = range(all_params["noise_seeds"])
     epsilons = [float(e) for e in all_params["epsilons"]]
-    frames = []
-    for attack, cell_fn in (("reidentification", reidentification), ("membership", membership)):
+    plan = []
+    for attack in ("reidentification", "membership"):
         cells = {NO_NOISE: expand_grid({"mechanism": [NO_NOISE], "epsilon": [math.inf]}, seeds=seeds,
                                        base={**base, "attack": attack})}
         for mechanism in all_params["mechanisms"]:
@@ -212,8 +217,11 @@ def run(args) -> int:
                                            base={**base, "attack": attack})
         for mechanism, mechanism_cells in cells.items():
             extra = {} if mechanism == NO_NOISE else {"delta": delta}
-            frames.append(run_sweep(table, "table_attacks", f"{attack}-{mechanism}", mechanism_cells, cell_fn,
-                                    mechanism=mechanism, attack=attack, **extra, **sweep))
+            plan.append((sweep_runner(table, "table_attacks", f"{attack}-{mechanism}", mechanism=mechanism,
+                                      attack=attack, **extra, **sweep), mechanism_cells))
+    cell_fn = functools.partial(attack_cell, released_base=released_base, auxiliary=auxiliary, population=population,
+                                reid=reid, mia=mia, clip_norm=clip_norm, delta=delta)
+    frames = run_prefetched(plan, cell_fn, n_jobs=getattr(args, "jobs", 1))
     out = args.out or f"metrics/table_attacks_{args.dataset}.csv"
     tidy = write_rows(frames, out)
     summary = summarise(tidy, n_subjects=len(auxiliary))

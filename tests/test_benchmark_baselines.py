@@ -139,6 +139,25 @@ def test_stage_log_and_wall_record(tmp_path, monkeypatch, capsys):
     assert doc["max_stage_peak_rss_mb"] == max(900.0, entry["peak_rss_mb"])
     assert [s["stage"] for s in doc["stages"]] == ["datasets", "dp_release@eegmat"]
     assert reproduce_times.stage_label("version", "eegmat") == "dataset_version@eegmat"
+    assert not doc["from_scratch"]  # no pipeline given, no cache count: not a measurement of the target
+
+
+def test_wall_record_keeps_the_last_from_scratch_run(tmp_path):
+    """An incremental `make reproduce` must not hide the from-scratch figure the target is judged on."""
+    log, out = tmp_path / "stages.jsonl", tmp_path / "wall.json"
+    lines = [{"command": "dp-release", "dataset": d, "seconds": 10.0, "rc": 0} for d in ("eegmat", "x")]
+    log.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    pipeline = ["dp_release@eegmat", "dp_release@x"]
+    full = reproduce_times.record(0.0, 1500.0, 0, log, out, cached_files=0, pipeline=pipeline)
+    assert full["from_scratch"] and full["every_stage_ran"] and full["profile"] == "default"
+    warm = reproduce_times.record(2000.0, 2100.0, 0, log, out, cached_files=12, pipeline=pipeline)
+    assert not warm["from_scratch"] and warm["last_from_scratch"]["total_s"] == 1500.0
+    partial = reproduce_times.record(3000.0, 3050.0, 0, log, out, cached_files=0, pipeline=pipeline + ["more"])
+    assert not partial["every_stage_ran"] and partial["last_from_scratch"]["total_s"] == 1500.0
+    failed = reproduce_times.record(4000.0, 4010.0, 2, log, out, cached_files=0, pipeline=pipeline)
+    assert not failed["from_scratch"] and failed["last_from_scratch"]["total_s"] == 1500.0
+    other = reproduce_times.record(5000.0, 5010.0, 0, log, out, profile="full", cached_files=3, pipeline=pipeline)
+    assert "last_from_scratch" not in other  # a default-profile figure is not a full-profile one
 
 
 def test_reading_the_mlflow_store_leaves_it_untouched(tmp_path):

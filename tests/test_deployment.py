@@ -185,3 +185,18 @@ def test_no_pseudonym_key_or_identifier_reaches_outputs_mlflow_or_logs(tmp_path,
                                                         tracking_uri=tracking_uri(), dst_path=str(tmp_path / "dl"))
             for file in Path(local).rglob("*") if Path(local).is_dir() else [Path(local)]:
                 check(file.read_text(errors="ignore"), f"artifact {file}")
+
+
+@pytest.mark.slow
+def test_stage_rows_do_not_depend_on_the_number_of_processes(tmp_path, clinical_features, monkeypatch):
+    monkeypatch.chdir(REPO)
+    monkeypatch.setenv("EEGPRIVACY_LINKAGE_KEY", os.urandom(32).hex())  # the workers read it as the stage does
+    tables = {}
+    for jobs in (1, 2):
+        (tmp_path / f"jobs{jobs}").mkdir()
+        stage, args = _stage_args(tmp_path / f"jobs{jobs}", clinical_features[0], ["server_side", "decentralised"])
+        args.jobs = jobs
+        assert stage.run(args) == 0
+        tables[jobs] = pd.read_csv(args.out)
+    assert set(tables[1]["scenario"]) == {"server_side", "decentralised"}
+    pd.testing.assert_frame_equal(tables[1], tables[2])

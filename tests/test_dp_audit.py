@@ -229,3 +229,24 @@ def test_stage_writes_rows_headline_figure_and_tagged_runs(tmp_path):
     # a second run finds every cell on disk
     assert stage.run(args) == 0
     assert pd.read_csv(tmp_path / "a.csv").equals(rows)
+
+
+@pytest.mark.slow
+def test_stage_rows_do_not_depend_on_the_number_of_processes(tmp_path):
+    sys.path.insert(0, str(REPO))
+    from experiments import dp_audit as stage
+
+    tables = {}
+    for n_jobs in (1, 2):
+        params = {"mechanisms": ["gaussian_analytic", "laplace_implemented"], "epsilons": [1, 5], "clip_norm": C,
+                  "delta": 1e-5, "dims": [50], "n_trials": 4_000, "seeds": 2, "confidence": 0.95, "n_jobs": n_jobs}
+        folder = tmp_path / f"jobs{n_jobs}"
+        folder.mkdir()
+        (folder / "p.yaml").write_text(yaml.safe_dump({"dp_audit": params}))
+        assert stage.run(Namespace(params=str(folder / "p.yaml"), out=str(folder / "a.csv"),
+                                   summary=str(folder / "a.json"), figure=str(folder / "a.png"),
+                                   cells=str(folder / "cells"), no_progress=True)) == 0
+        tables[n_jobs] = pd.read_csv(folder / "a.csv")
+    assert tables[1]["seed"].nunique() == 2 and len(tables[1]) > 0
+    pd.testing.assert_frame_equal(tables[1], tables[2])
+    assert (tmp_path / "jobs1" / "a.json").read_text() == (tmp_path / "jobs2" / "a.json").read_text()

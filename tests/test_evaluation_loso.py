@@ -232,3 +232,43 @@ def test_result_carries_metrics_and_confusion():
         assert (p.metrics["tn"], p.metrics["fp"], p.metrics["fn"], p.metrics["tp"]) == (tn, fp, fn, tp)
         assert p.metrics["n"] == 6 and "accuracy_ci_low" in p.metrics
     assert set(res.metrics) == {"optimistic", "nested"}
+
+
+def test_inner_k_fold_thresholds_equal_a_naive_group_k_fold_on_training_patients():
+    """``inner_folds=k``: each outer fold's threshold comes from a k-fold split of its training patients only,
+    with n + n*k fits in all; rows of a patient stay together."""
+    from sklearn.model_selection import GroupKFold
+
+    X, y = cohort(12, 6, seed=4, shift=0.7)
+    X, y, groups = np.repeat(X, 2, axis=0), np.repeat(y, 2), np.repeat(np.arange(12), 2)  # 2 rows per patient
+    est = LogisticRegression(C=0.5)
+    res = LOSOEvaluation(est, threshold_grid=DP_GRID, inner_folds=4).evaluate(X, y, groups)
+    y_patient = y[::2]
+    for i in range(12):
+        others = np.flatnonzero(np.arange(12) != i)
+        inner = np.empty(others.size)
+        for tr, te in GroupKFold(4).split(others, groups=others):
+            fit_rows = np.isin(groups, others[tr])
+            model = clone(est).fit(X[fit_rows], y[fit_rows])
+            for k in te:
+                inner[k] = model.predict_proba(X[groups == others[k]])[:, 1].mean()
+        np.testing.assert_allclose(res.inner_proba[i, others], inner, rtol=1e-10)
+        assert np.isnan(res.inner_proba[i, i])
+        assert res["nested"].thresholds[i] == best_f1_threshold(y_patient[others], inner, DP_GRID)
+    FITS["kfold"].clear()
+    LOSOEvaluation(Recorder(tag="kfold"), inner_folds=3).evaluate(with_ids(X[::2], np.arange(12)), y[::2],
+                                                                 np.arange(12))
+    assert len(FITS["kfold"]) == 12 + 12 * 3
+    with pytest.raises(ValueError, match="inner_folds"):
+        LOSOEvaluation(Recorder(), inner_folds=1).evaluate(X, y, groups)
+
+
+def test_inner_k_fold_held_out_patient_cannot_move_its_own_threshold():
+    X, y = cohort(12, 6, seed=4, shift=0.7)
+    evaluation = LOSOEvaluation(LogisticRegression(C=0.5), threshold_grid=DP_GRID, inner_folds=4)
+    base = evaluation.evaluate(X, y, np.arange(12))
+    for i in range(12):
+        X2, y2 = X.copy(), y.copy()
+        y2[i] = 1 - y2[i]
+        X2[i] = X2[i] * -3 + 5
+        assert evaluation.evaluate(X2, y2, np.arange(12))["nested"].thresholds[i] == base["nested"].thresholds[i]

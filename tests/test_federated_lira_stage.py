@@ -147,3 +147,15 @@ def test_bad_lira_params_are_a_params_error(tmp_path):
     with pytest.raises(ParamsError, match="n_shadows"):
         federated_lira.run(_args(tmp_path, bad))
     assert not (tmp_path / "lira.csv").exists()
+
+
+def test_federated_lira_rows_do_not_depend_on_the_number_of_workers(tmp_path):
+    tables = {}
+    for workers in (1, 2):
+        folder = tmp_path / f"workers{workers}"
+        folder.mkdir()
+        args = _args(folder, {"federated_lira": {**LIRA["federated_lira"], "workers": workers}})
+        assert federated_lira.run(args) == 0
+        tables[workers] = pd.read_csv(args.out)
+    assert set(tables[1]["seed"].dropna()) == {0, 1}
+    pd.testing.assert_frame_equal(tables[1], tables[2])

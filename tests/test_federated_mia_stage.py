@@ -149,3 +149,19 @@ def test_each_seed_draws_its_own_member_split(tiny_params):
     for mask in splits:  # still 80/20 within every subject
         share = pd.Series(mask).groupby(subjects).mean()
         assert share.between(0.7, 0.9).all()
+
+
+def test_attack_rounds_skip_attacks_without_moving_any_number(tiny_params):
+    """``attack_rounds: [2]`` drops round 1's RLA/FLA/GLA rows only; every row it keeps equals the
+    all-rounds cell's, bit for bit (utility, losses, gradient norms, CLA and round 2's attacks)."""
+    params = yaml.safe_load(tiny_params.read_text())["federated_mia"]
+    _, trials = federated_mia.load_trials("synthetic_mi", params["datasets"]["synthetic_mi"])
+    config = {"model": "simplenet", "epsilon": 1.0}
+    every = pd.DataFrame(federated_mia.cell_rows(config, 0, trials, params))
+    some = pd.DataFrame(federated_mia.cell_rows(config, 0, trials, {**params, "attack_rounds": [2]}))
+    per_round = every["attack"].isin(["rla", "fla", "gla_paper", "gla_sound"])
+    expected = every[~(per_round & (every["round"] == 1))].reset_index(drop=True)
+    pd.testing.assert_frame_equal(some.reset_index(drop=True), expected)
+    assert set(some.loc[some["attack"].isin(["rla", "gla_sound"]), "round"]) == {2}
+    with pytest.raises(ParamsError, match="attack_rounds"):
+        federated_mia.validate({**params, "attack_rounds": [3]}, "tiny.yaml")

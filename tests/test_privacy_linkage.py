@@ -450,3 +450,20 @@ def test_stage_help_names_synthetic_identities(capsys):
         build_parser().parse_args(["linkage", "--help"])
     out = capsys.readouterr().out
     assert "SYNTHETIC" in out and "--params" in out and "--figure" in out
+
+
+@pytest.mark.slow
+def test_stage_rows_do_not_depend_on_the_number_of_processes(tmp_path):
+    from experiments import linkage as stage
+
+    params_file = tmp_path / "linkage.yaml"
+    params_file.write_text(yaml.safe_dump(SMALL))
+    tables = {}
+    for jobs in (1, 2):
+        outputs = tmp_path / f"jobs{jobs}"
+        assert stage.run(Namespace(params=str(params_file), out=str(outputs / "linkage.csv"),
+                                   summary=str(outputs / "linkage.json"), figure=str(outputs / "linkage.png"),
+                                   cells=str(outputs / "cells"), no_progress=True, jobs=jobs)) == 0
+        tables[jobs] = pd.read_csv(outputs / "linkage.csv")
+    assert set(tables[1]["seed"]) == {0, 1}
+    pd.testing.assert_frame_equal(tables[1], tables[2])

@@ -281,3 +281,31 @@ def test_dp_scaling_stage_end_to_end(tmp_path, monkeypatch):
     assert "utility_cost_vs_private_scaling" in entry
     assert summary["results"]["gaussian_analytic"]["private"]["epsilon_50"]["end_to_end"] is False
     assert (tmp_path / "fig" / "dp_scaling.png").stat().st_size > 0
+
+
+@pytest.mark.slow
+def test_dp_scaling_rows_do_not_depend_on_the_number_of_processes(tmp_path, monkeypatch):
+    from experiments import dp_scaling
+    from experiments._study_a import PatientTable
+
+    rng = np.random.default_rng(1)
+    y = np.array([0] * 12 + [1] * 6)
+    X = pd.DataFrame(rng.normal(size=(18, 5)) + y[:, None], columns=[f"c{i}:rms" for i in range(5)])
+    table = PatientTable(dataset="synthetic_clinical", dataset_version="synthetic-test", features_hash="cfg",
+                         synthetic=True, X=X, y=y, groups=np.arange(18))
+    monkeypatch.setattr(dp_scaling, "load_patient_table", lambda name, label, **kw: table)
+    release_params = tmp_path / "dp_release.yaml"
+    release_params.write_text(yaml.safe_dump(RELEASE))
+    tables = {}
+    for n_jobs in (1, 2):
+        folder = tmp_path / f"jobs{n_jobs}"
+        folder.mkdir()
+        (folder / "dp_scaling.yaml").write_text(yaml.safe_dump(
+            {"dp_scaling": {**TINY["dp_scaling"], "mechanisms": ["laplace_formal"], "n_jobs": n_jobs}}))
+        args = Namespace(dataset="synthetic_clinical", params=str(folder / "dp_scaling.yaml"),
+                         release_params=str(release_params), out=str(folder / "rows.csv"),
+                         cells=str(folder / "cells"), features_dir="unused", no_progress=True)
+        assert dp_scaling.run(args) == 0
+        tables[n_jobs] = pd.read_csv(folder / "rows.csv")
+    assert set(tables[1]["scaling_source"]) == {"none", "private", "public_reference", "dp_quantiles"}
+    pd.testing.assert_frame_equal(tables[1], tables[2])

@@ -150,3 +150,29 @@ def test_table_attacks_stage_rows_runs_and_resume(tmp_path, rest_task_features, 
     assert len([r for r in runs if "mlflow.parentRunId" in r.data.tags]) == len(children)
     assert len(runs) == before + 4
     assert pd.read_csv(tmp_path / "rows.csv").equals(rows)
+
+
+@pytest.mark.slow
+def test_table_attacks_rows_do_not_depend_on_the_number_of_processes(tmp_path, rest_task_features, monkeypatch):
+    from experiments import table_attacks
+
+    monkeypatch.chdir(REPO)
+    params = {"table_attacks": {
+        "mechanisms": ["laplace_implemented"], "epsilons": [1, 10], "noise_seeds": 2,
+        "reidentification": {"release_condition": "task", "auxiliary_condition": "rest", "metrics": ["euclidean"],
+                             "top_k": [1, 5]},
+        "membership": {"member_fraction": 0.5, "trials": 10, "scores": ["distance", "likelihood"],
+                       "fprs": [0.01]}}}
+    (tmp_path / "ta.yaml").write_text(yaml.safe_dump(params))
+    tables = {}
+    for jobs in (1, 2):
+        out = tmp_path / f"jobs{jobs}"
+        assert table_attacks.run(Namespace(
+            dataset="synthetic_rest_task", params=str(tmp_path / "ta.yaml"), release_params="params/dp_release.yaml",
+            out=str(out / "rows.csv"), metrics=str(out / "ta.json"), figure=str(out / "ta.png"),
+            cells=str(out / "cells"), features_dir=str(rest_task_features), no_progress=True, jobs=jobs)) == 0
+        tables[jobs] = pd.read_csv(out / "rows.csv")
+    assert tables[1].groupby(["attack", "mechanism", "epsilon"])["seed"].nunique().eq(2).all()
+    assert len(tables[1].groupby(["attack", "mechanism", "epsilon"])) == 2 * (1 + 2)
+    pd.testing.assert_frame_equal(tables[1], tables[2])
+    assert (tmp_path / "jobs1" / "ta.json").read_text() == (tmp_path / "jobs2" / "ta.json").read_text()

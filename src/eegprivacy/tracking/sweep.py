@@ -220,15 +220,18 @@ class PrefetchedCells:
 
     def __init__(self, cell_fn: Callable[[dict, int], list[dict]], jobs: Iterable[tuple[Mapping[str, Any], int]],
                  n_jobs: int = 1):
-        from joblib import Parallel, delayed
+        from joblib import Parallel, delayed, parallel_config
 
         self._expected = deque((config_key(config), int(seed)) for config, seed in jobs)
         jobs = [(dict(config), int(seed)) for config, seed in jobs]
         if int(n_jobs) <= 1 or len(jobs) <= 1:
             self._results = (cell_fn(config, seed) for config, seed in jobs)
         else:
-            self._results = Parallel(n_jobs=int(n_jobs), return_as="generator")(
-                delayed(cell_fn)(config, seed) for config, seed in jobs)
+            # One BLAS/OpenMP thread per worker (joblib sets the workers' thread limits when it starts them, at no
+            # cost per cell): the processes already fill the cores, and more threads would only fight over them.
+            with parallel_config(backend="loky", inner_max_num_threads=1):
+                self._results = Parallel(n_jobs=int(n_jobs), return_as="generator")(
+                    delayed(cell_fn)(config, seed) for config, seed in jobs)
 
     def __call__(self, config: dict, seed: int) -> list[dict]:
         if not self._expected:
@@ -240,6 +243,17 @@ class PrefetchedCells:
 
     def remaining(self) -> int:
         return len(self._expected)
+
+
+def run_prefetched(plan: Iterable[tuple[SweepRunner, list[Cell]]], cell_fn: Callable[[dict, int], list[dict]],
+                   n_jobs: int = 1) -> list[pd.DataFrame]:
+    """Run each (runner, cells) in turn with every pending cell computed ahead by ``n_jobs`` processes
+    (:class:`PrefetchedCells`), so the cores stay busy across the runners while the tables, cell files and MLflow
+    runs are exactly those of running them one by one. ``cell_fn`` serves every runner (dispatch on the config)."""
+    plan = list(plan)
+    jobs = [(cell.config, cell.seed) for runner, cells in plan for cell in runner.pending(cells)]
+    compute = PrefetchedCells(cell_fn, jobs, n_jobs=n_jobs)
+    return [runner.run(cells, compute) for runner, cells in plan]
 
 
 def _child_metrics(rows: pd.DataFrame, grid_keys: list[str]) -> dict[str, float]:
