@@ -48,7 +48,7 @@ LINKAGE_KEY_FILE := data/secrets/linkage.key
 REPRODUCE_WALL := benchmarks/reproduce_wall.json
 STAGE_LOG := data/cache/reproduce_stages.jsonl
 # Resumable per-cell caches: with them, a rerun recomputes only new cells (`reproduce-scratch` moves them aside).
-CELL_CACHES := data/sweeps data/embedding_audit data/optuna
+CELL_CACHES := data/sweeps data/embedding_audit $(wildcard data/optuna/*.db)
 
 # PROFILE=default (the README's `make reproduce`: under 30 minutes on 2 cores) or full (today's paper-scale
 # settings: 20 noise seeds and an inner LOSO in study A, 5 seeds and every round attacked in study B, the
@@ -78,7 +78,7 @@ reproduce: $(STAMP)  ## run the DVC pipeline (real public data) on the default p
 		echo "created a random linkage key in $(LINKAGE_KEY_FILE) (keep it secret; it never leaves this machine)"; \
 	fi
 	@mkdir -p $(dir $(STAGE_LOG)) && : > $(STAGE_LOG)
-	cached=$$(find $(CELL_CACHES) -type f 2>/dev/null | wc -l); start=$$(date +%s.%N); \
+	cached=$$(find $(CELL_CACHES) -type f ! -name .gitignore 2>/dev/null | wc -l); start=$$(date +%s.%N); \
 	PATH=$(abspath $(BIN)):$$PATH \
 		EEGPRIVACY_LINKAGE_KEY_FILE=$${EEGPRIVACY_LINKAGE_KEY_FILE:-$$( [ -n "$$EEGPRIVACY_LINKAGE_KEY" ] || echo $(abspath $(LINKAGE_KEY_FILE)))} \
 		EEGPRIVACY_STAGE_LOG=$(abspath $(STAGE_LOG)) \
