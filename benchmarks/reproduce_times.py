@@ -76,6 +76,12 @@ def record(start: float, end: float, rc: int, stage_log: str | Path | None, out:
     only such a run measures the target. A later run that is not one keeps the last one under
     ``last_from_scratch``, so an incremental ``make reproduce`` never hides the full-run figure."""
     stages = read_stage_log(stage_log) if stage_log else []
+    if pipeline is not None:  # a single-dataset stage (`table_attacks`) logs `table_attacks@eegmat`: use DVC's name
+        known = set(pipeline)
+        for s in stages:
+            base = s["stage"].split("@")[0]
+            if s["stage"] not in known and base in known:
+                s["stage"] = base
     stage_s = sum(s["seconds"] for s in stages)
     peaks = [max(s.get("peak_rss_mb") or 0, s.get("peak_child_rss_mb") or 0) for s in stages]
     ran = {s["stage"] for s in stages}

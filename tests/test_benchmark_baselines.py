@@ -158,6 +158,9 @@ def test_wall_record_keeps_the_last_from_scratch_run(tmp_path):
     assert not failed["from_scratch"] and failed["last_from_scratch"]["total_s"] == 1500.0
     other = reproduce_times.record(5000.0, 5010.0, 0, log, out, profile="full", cached_files=3, pipeline=pipeline)
     assert "last_from_scratch" not in other  # a default-profile figure is not a full-profile one
+    # a stage without foreach logs `<stage>@<dataset>` (its --dataset); DVC names it `<stage>`
+    single = reproduce_times.record(6000.0, 6010.0, 0, log, out, cached_files=0, pipeline=["dp_release"])
+    assert single["from_scratch"] and {s["stage"] for s in single["stages"]} == {"dp_release"}
 
 
 def test_reading_the_mlflow_store_leaves_it_untouched(tmp_path):
