@@ -195,7 +195,7 @@ def test_stage_runs_on_a_tiny_federation(tmp_path):
     block["datasets"]["synthetic_mi"]["dataset"] = {"n_subjects": 3, "n_sessions": 1, "n_runs": 2,
                                                     "n_trials_per_class": 10, "seed": 0}
     block.update(models=["simplenet"], epsilons=[math.inf, 2.0], num_rounds=2, local_epochs=2, batch_size=16,
-                 clients_per_round=2)
+                 clients_per_round=2, attack_rounds="all")  # the default profile's rounds 5 and 10 do not exist here
     acc = yaml.safe_load((REPO / "params" / "federated_accounting.yaml").read_text())
     acc["federated_accounting"]["paper_protocol"] = {"num_rounds": 3, "local_epochs": 2, "epsilons": [1.0]}
     acc["federated_accounting"]["pld"].update(value_discretization_interval=1e-2, max_step_points=10_000)  # fast
