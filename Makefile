@@ -52,8 +52,8 @@ CELL_CACHES := data/sweeps data/embedding_audit $(wildcard data/optuna/*.db)
 
 # PROFILE=default (the README's `make reproduce`: under 30 minutes on 2 cores) or full (today's paper-scale
 # settings: 20 noise seeds and an inner LOSO in study A, 5 seeds and every round attacked in study B, the
-# published encoders in study C; several hours). `full` runs as a DVC experiment that writes these values into
-# params/ (`git checkout params/` returns to the default profile).
+# published encoders in study C, 80 / 120 Optuna trials; several hours). `full` runs as a DVC experiment that
+# writes these values into params/ (`git checkout params/` returns to the default profile).
 PROFILE ?= default
 FULL_PROFILE := \
 	-S 'params/dp_release.yaml:dp_release.noise_seeds=20' \
@@ -62,7 +62,9 @@ FULL_PROFILE := \
 	-S 'params/table_attacks.yaml:table_attacks.noise_seeds=20' \
 	-S 'params/federated_mia.yaml:federated_mia.seeds=5' \
 	-S 'params/federated_mia.yaml:federated_mia.attack_rounds=all' \
-	-S 'params/embedding_audit.yaml:embedding_audit.profile=full'
+	-S 'params/embedding_audit.yaml:embedding_audit.profile=full' \
+	-S 'params/optuna.yaml:optuna_study_a.n_trials=80' \
+	-S 'params/optuna.yaml:optuna_study_b.n_trials=120'
 ifeq ($(PROFILE),full)
   DVC_RUN = $(BIN)/dvc exp run $(FULL_PROFILE) $(REPRO_ARGS)
 else ifeq ($(PROFILE),default)

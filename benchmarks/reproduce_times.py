@@ -93,7 +93,8 @@ def record(start: float, end: float, rc: int, stage_log: str | Path | None, out:
            "stages_s": round(stage_s, 1),
            "outside_stages_s": round(end - start - stage_s, 1),  # DVC's own hashing and checks, venv excluded
            "max_stage_peak_rss_mb": max(peaks) if peaks else None,
-           "stages": [{k: s[k] for k in ("stage", "seconds", "rc", "peak_rss_mb", "peak_child_rss_mb") if k in s}
+           "stages": [{k: s[k] for k in ("stage", "seconds", "cpu_s", "rc", "peak_rss_mb", "peak_child_rss_mb")
+                       if k in s}
                       for s in stages]}
     previous = read_wall(out)
     if not doc["from_scratch"] and previous:
@@ -338,7 +339,8 @@ def main(argv: list[str] | None = None) -> int:
     if wall:
         print(f"make reproduce record: {wall['started']} -> {wall['ended']}, {wall['total_s']:.0f} s, rc {wall['rc']}")
         for s in wall["stages"]:
-            print(f"  {s['stage']:<32} {s['seconds']:>8.1f} s  peak RSS {s.get('peak_rss_mb')} MB")
+            cores = f"  {s['cpu_s'] / s['seconds']:.2f} cores busy" if s.get("cpu_s") and s["seconds"] else ""
+            print(f"  {s['stage']:<32} {s['seconds']:>8.1f} s  peak RSS {s.get('peak_rss_mb')} MB{cores}")
     if "error" in doc:
         print(doc["error"])
         return 0

@@ -6,15 +6,16 @@ predictions) and an honest nested one (threshold chosen inside each training fol
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
 
 from eegprivacy.evaluation import DP_GRID, ORIGINAL_GRID, LOSOEvaluation
 from eegprivacy.params import load_params
-from eegprivacy.tracking.sweep import expand_grid
+from eegprivacy.tracking.sweep import expand_grid, run_prefetched
 
-from experiments._study_a import code_hash, load_patient_table, release, run_sweep, write_rows
+from experiments._study_a import code_hash, load_patient_table, release, sweep_runner, write_rows
 from experiments.dp_release import cells_for
 
 NAME = "dp-utility"
@@ -52,45 +53,50 @@ def evaluation_rows(result, y: np.ndarray) -> list[dict]:
     return rows
 
 
+def utility_cell(config: dict, seed: int, *, table, utility: dict, inner_folds: int | None) -> list[dict]:
+    """One cell: the LOSO MLP on the original features (`none`), on them with shuffled labels (`permuted_labels`,
+    the negative control: any score above chance is the protocol's bias) or on one seeded DP release. A pure
+    function of (config, seed), so cells can be computed in any process."""
+    X, y, groups = table.X.to_numpy(), table.y, table.groups
+    mechanism = config["mechanism"]
+    if mechanism == "none":
+        features, labels, grid = X, y, ORIGINAL_GRID
+    elif mechanism == "permuted_labels":
+        features, labels, grid = X, np.random.default_rng([0x5045524D, seed]).permutation(y), ORIGINAL_GRID
+    else:
+        _, features = release(table, mechanism, config["epsilon"], config["delta"], config["clip_norm"], seed)
+        labels, grid = y, DP_GRID
+    evaluation = LOSOEvaluation(threshold_grid=grid, random_state=seed, nested=seed < utility["nested_seeds"],
+                                inner_folds=inner_folds)
+    return evaluation_rows(evaluation.evaluate(features, labels, groups), labels)
+
+
 def run(args) -> int:
     all_params = load_params(args.params)
     params, utility = all_params["dp_release"], all_params["dp_utility"]
     label = params["datasets"][args.dataset]["label"]
     table = load_patient_table(args.dataset, label, features_dir=args.features_dir)
-    X, y, groups = table.X.to_numpy(), table.y, table.groups
     run_params = {"dp_release": params, "dp_utility": utility, "label": label, **table.base_config}
     inner_folds = utility.get("nested_inner_folds", "loso")
     inner_folds = None if inner_folds == "loso" else int(inner_folds)
     cell_base = {**table.base_config, "nested_seeds": utility["nested_seeds"], "nested_inner": inner_folds or "loso",
                  "code_hash": code_hash("dp_release.py", "dp_utility.py")}
 
-    def evaluate(features, seed, grid, labels=y):
-        evaluation = LOSOEvaluation(threshold_grid=grid, random_state=seed, nested=seed < utility["nested_seeds"],
-                                    n_jobs=utility["n_jobs"], inner_folds=inner_folds)
-        return evaluation_rows(evaluation.evaluate(features, labels, groups), labels)
-
-    def permuted(seed):
-        """Negative control: labels shuffled across patients, so any score above chance is the protocol's bias."""
-        return np.random.default_rng([0x5045524D, seed]).permutation(y)
-
     sweep = dict(cells_dir=args.cells, params=run_params, progress=not args.no_progress, model="mlp")
     seeds = range(utility["baseline_mlp_seeds"])
-    frames = [
-        run_sweep(table, "dp_utility", "none",
-                  expand_grid({"mechanism": ["none"], "epsilon": [math.inf]}, seeds=seeds, base=cell_base),
-                  lambda config, seed: evaluate(X, seed, ORIGINAL_GRID), mechanism="none", **sweep),
-        run_sweep(table, "dp_utility", "permuted_labels",
-                  expand_grid({"mechanism": ["permuted_labels"], "epsilon": [math.inf]}, seeds=seeds, base=cell_base),
-                  lambda config, seed: evaluate(X, seed, ORIGINAL_GRID, labels=permuted(seed)),
-                  mechanism="none", attack="permuted_labels", **sweep),
+    plan = [
+        (sweep_runner(table, "dp_utility", "none", mechanism="none", **sweep),
+         expand_grid({"mechanism": ["none"], "epsilon": [math.inf]}, seeds=seeds, base=cell_base)),
+        (sweep_runner(table, "dp_utility", "permuted_labels", mechanism="none", attack="permuted_labels", **sweep),
+         expand_grid({"mechanism": ["permuted_labels"], "epsilon": [math.inf]}, seeds=seeds, base=cell_base)),
     ]
     for mechanism in params["mechanisms"]:
-        def cell_fn(config, seed, mechanism=mechanism):
-            _, released = release(table, mechanism, config["epsilon"], config["delta"], config["clip_norm"], seed)
-            return evaluate(released, seed, DP_GRID)
-
-        frames.append(run_sweep(table, "dp_utility", mechanism, cells_for(table, params, mechanism, extra=cell_base),
-                                cell_fn, mechanism=mechanism, delta=params["delta"], **sweep))
+        plan.append((sweep_runner(table, "dp_utility", mechanism, mechanism=mechanism, delta=params["delta"], **sweep),
+                     cells_for(table, params, mechanism, extra=cell_base)))
+    # Whole cells in n_jobs processes, each fitting one MLP at a time: the optimistic-only cells (most of them)
+    # have nothing else to run in parallel. Every fit is seeded and single-threaded, so n_jobs changes no number.
+    cell_fn = functools.partial(utility_cell, table=table, utility=utility, inner_folds=inner_folds)
+    frames = run_prefetched(plan, cell_fn, n_jobs=int(utility["n_jobs"]))
 
     out = args.out or f"metrics/dp_utility_{args.dataset}.csv"
     tidy = write_rows(frames, out)

@@ -220,6 +220,35 @@ def embed_cell(name: str, weights: str, data: AuditData, params: dict, work: Pat
     return out
 
 
+def _embed_job(name: str, weights: str, data: AuditData, params: dict, work: Path, key: str) -> tuple[dict, float]:
+    started = time.perf_counter()
+    with one_thread():
+        emb = embed_cell(name, "random_init" if weights == "random_init" else weights, data, params, work, key)
+    return emb, time.perf_counter() - started
+
+
+def embed_all(cells: list[tuple[str, str]], keys: dict, data: AuditData, params: dict, work: Path,
+              n_jobs: int = 1) -> dict:
+    """Every (encoder, weights) cell's embeddings. Each encoder pretrains and embeds on one torch / BLAS thread,
+    so its weights and embeddings depend neither on ``n_jobs`` nor on the machine's core count (how a reduction
+    is split over threads changes its last bits, and 120 optimiser steps carry them into the weights); the
+    encoders that are not cached run side by side in ``n_jobs`` processes, the ones that pretrain first."""
+    from joblib import Parallel, delayed, parallel_config
+
+    order = sorted(cells, key=lambda cell: cell[1] != "self_pretrained")  # stable: the long jobs start first
+    if int(n_jobs) <= 1 or len(order) <= 1:
+        results = (_embed_job(e, w, data, params, work, keys[(e, w)]) for e, w in order)
+    else:
+        with parallel_config(backend="loky", inner_max_num_threads=1):
+            results = Parallel(n_jobs=int(n_jobs), return_as="generator")(
+                delayed(_embed_job)(e, w, data, params, work, keys[(e, w)]) for e, w in order)
+    out = {}
+    for (e, w), (emb, seconds) in zip(order, results):
+        out[(e, w)] = emb
+        print(f"{_label(e, w)}: {emb['Z'].shape[1]}-d embeddings ready ({seconds:.0f} s on one thread)")
+    return out
+
+
 # ----------------------------------------------------------------------------------------------- endpoints
 
 def _row(endpoint, split, metric, value, *, defense="none", attacker="none", ci=(np.nan, np.nan), chance=np.nan,
@@ -245,19 +274,27 @@ def utility_rows(result, split, defense="none", endpoint="utility") -> list[dict
             _row(endpoint, split, "control_permuted", result.control_permuted, chance=0.5, **common)]
 
 
+def audit_targets(data: AuditData, params: dict) -> tuple[np.ndarray, np.ndarray]:
+    """What the decoders predict from an embedding, the same for every encoder: the audited windows' centred
+    log-PSD (the attributes) and their downsampled waveforms (reconstruction). Computed once and shared, so the
+    pickled contexts hold one copy."""
+    from eegprivacy.audit.attributes import centered_psd
+
+    audit = data.select("audit")
+    return (centered_psd(data.X[audit], data.sfreq),
+            downsampled_waveform(data.X[audit], int(params["reconstruction_points"])))
+
+
 class Context:
     """Everything a cell of one (encoder, weights) needs, with a memo so AEDS reuses the endpoints it combines."""
 
-    def __init__(self, Z, data: AuditData, params: dict, emb: dict):
-        from eegprivacy.audit.attributes import centered_psd
-
+    def __init__(self, Z, data: AuditData, params: dict, emb: dict, targets: tuple | None = None):
         audit = data.select("audit")
         self.Z, self.params, self.emb = Z, params, emb
         self.groups = data.subject[audit]
         self.state = data.state[audit]
         self.order = data.order[audit]
-        self.A = centered_psd(data.X[audit], data.sfreq)
-        self.X_down = downsampled_waveform(data.X[audit], int(params["reconstruction_points"]))
+        self.A, self.X_down = targets if targets is not None else audit_targets(data, params)
         # recordings: (subject, state) -> time order within it
         self.recording = np.char.add(self.groups.astype(str), self.state.astype(str))
         subjects = np.unique(self.groups)
@@ -825,7 +862,8 @@ def report_md(summary: pd.DataFrame, cells, meta: dict, encoders_meta: dict) -> 
              "sits next to its Gaussian and split-local-permutation controls. Source: MLflow experiment "
              "`study-c-embedding-audit` (parents named `embedding_audit-<dataset>-<encoder>-<weights>`).", "",
              "## Encoders", "",
-             "| encoder | weights | parameters | dim | config | pretraining | checkpoint sha256 | channels | ms/window |",
+             "| encoder | weights | parameters | dim | config | pretraining | checkpoint sha256 | channels "
+             "| ms/window (1 thread) |",
              "|---|---|---|---|---|---|---|---|---|"]
     for (e, w) in cells:
         m = encoders_meta[(e, w)]
@@ -974,22 +1012,23 @@ def run(args) -> int:
     audit_knobs = config_key({k: params[k] for k in ("splits", "bootstrap", "permutations", "defense_permutations",
                                                      "reconstruction_points", "utility_threshold", "defenses", "lira_shadows",
                                                      "deployment_sigma", "subject_seed")})
-    # Embed every encoder first (main process, in order), then compute all runners' cells ahead in --jobs workers.
+    # Embed every encoder first (pretraining included, in --jobs workers), then compute all runners' cells ahead
+    # in --jobs workers.
+    keys = {(e, w): config_key({"dataset_version": version, "code": code, **common, "encoder": e, "weights": w,
+                                "config": profile["configs"].get(e), "pretrain": profile["pretrain"]
+                                if w == "self_pretrained" else None}) for e, w in cells}
+    embedded = embed_all(cells, keys, data, params, work, n_jobs=args.jobs)
+    targets = audit_targets(data, params)
     embeddings, encoders_meta, contexts, plan = {}, {}, {}, []
     for e, w in cells:
-        key = config_key({"dataset_version": version, "code": code, **common, "encoder": e, "weights": w,
-                          "config": profile["configs"].get(e), "pretrain": profile["pretrain"]
-                          if w == "self_pretrained" else None})
-        t0 = time.perf_counter()
-        emb = embed_cell(e, "random_init" if w == "random_init" else w, data, params, work, key)
+        key, emb = keys[(e, w)], embedded[(e, w)]
         Z = emb["Z"]
         meta = emb["meta"]
         meta["dim"] = int(Z.shape[1])
         encoders_meta[(e, w)] = meta
         if w != "random_init":
             embeddings[e] = Z
-        print(f"{_label(e, w)}: {Z.shape[1]}-d embeddings ready in {time.perf_counter() - t0:.0f} s")
-        contexts[(e, w)] = Context(Z, data, params, emb)
+        contexts[(e, w)] = Context(Z, data, params, emb, targets)
         describe = meta["describe"]
         base = {"dataset_version": version, "code_hash": code, "encoder": e, "weights": w, "embedding_key": key,
                 "audit_knobs": audit_knobs}

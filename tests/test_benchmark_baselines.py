@@ -128,7 +128,7 @@ def test_stage_log_and_wall_record(tmp_path, monkeypatch, capsys):
     (line,) = log.read_text().splitlines()
     entry = json.loads(line)
     assert entry["command"] == "datasets" and entry["rc"] == 0 and entry["seconds"] >= 0
-    assert 0 < entry["peak_rss_mb"] < 8192
+    assert 0 < entry["peak_rss_mb"] < 8192 and entry["cpu_s"] > 0
     with log.open("a") as handle:
         handle.write(json.dumps({"command": "dp-release", "dataset": "eegmat", "seconds": 12.5, "rc": 0,
                                  "peak_rss_mb": 900.0, "peak_child_rss_mb": 0.0}) + "\n")

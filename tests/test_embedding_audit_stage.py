@@ -216,3 +216,29 @@ def test_cells_do_not_depend_on_the_number_of_worker_processes(tmp_path):
     assert {"aeds", "bridge", "defense/dp_head/1", "defense/noise/1"} <= set(tables[2]["unit"])
     assert tables[2]["value"].notna().mean() > 0.8
     pd.testing.assert_frame_equal(tables[1], tables[2], check_exact=True)
+
+
+def test_embeddings_and_pretraining_do_not_depend_on_the_number_of_worker_processes(tmp_path):
+    """The encoders pretrain and embed in worker processes, each on one thread: the weights, the embeddings and
+    the encoder-membership losses are bit for bit those of the serial run."""
+    params = _small_params()["embedding_audit"]
+    rng = np.random.default_rng(1)
+    n, sfreq = 24, 128.0
+    subject = np.repeat([f"S{i}" for i in range(6)], 4)
+    role = np.where(np.isin(subject, ["S0", "S1"]), np.tile(["pretrain_member", "pretrain_member",
+                                                               "pretrain_nonmember", "pretrain_gap"], 6), "audit")
+    data = embedding_audit.AuditData(X=rng.standard_normal((n, 4, int(4 * sfreq))) * 1e-5, subject=subject,
+                                     state=np.tile([0, 1], n // 2), order=np.tile(np.arange(4), 6), role=role,
+                                     sfreq=sfreq, ch_names=["Fz", "Cz", "Pz", "Oz"])
+    cells = [("bandpower", "none"), ("biot", "self_pretrained"), ("biot", "random_init")]
+    keys = {cell: f"key-{'-'.join(cell)}" for cell in cells}
+    out = {jobs: embedding_audit.embed_all(cells, keys, data, params, tmp_path / str(jobs), n_jobs=jobs)
+           for jobs in (1, 2)}
+    assert out[1][("biot", "self_pretrained")]["meta"]["pretrain"]["steps"] == 2
+    for cell in cells:
+        assert set(out[1][cell]) == set(out[2][cell])
+        for name, value in out[1][cell].items():
+            if name != "meta":
+                np.testing.assert_array_equal(value, out[2][cell][name], err_msg=f"{cell} {name}")
+    trained, untrained = out[2][("biot", "self_pretrained")]["Z"], out[2][("biot", "random_init")]["Z"]
+    assert not np.array_equal(trained, untrained)  # pretraining moved the weights

@@ -93,3 +93,32 @@ def test_study_a_sweep_end_to_end(tmp_path, features_dir, monkeypatch):
     for csv in tmp_path.glob("*.csv"):
         text = csv.read_text()
         assert not any(f",{pid}," in text or f"{pid}\n" in text for pid in ids), csv
+
+
+@pytest.mark.slow
+def test_dp_utility_rows_do_not_depend_on_the_number_of_processes(tmp_path, monkeypatch):
+    """Cells computed in 2 processes (one fit at a time in each) give the rows of a serial run, nested included."""
+    import numpy as np
+
+    from experiments._study_a import PatientTable
+
+    rng = np.random.default_rng(3)
+    y = np.array([0] * 8 + [1] * 5)
+    X = pd.DataFrame(rng.normal(size=(13, 4)) + y[:, None], columns=[f"c{i}:rms" for i in range(4)])
+    table = PatientTable(dataset="synthetic_clinical", dataset_version="synthetic-test", features_hash="cfg",
+                         synthetic=True, X=X, y=y, groups=np.arange(13))
+    monkeypatch.setattr(dp_utility, "load_patient_table", lambda name, label, **kw: table)
+    tables = {}
+    for n_jobs in (1, 2):
+        folder = tmp_path / f"jobs{n_jobs}"
+        folder.mkdir()
+        (folder / "dp.yaml").write_text(yaml.safe_dump(
+            {**SMALL, "dp_utility": {**SMALL["dp_utility"], "nested_seeds": 2, "nested_inner_folds": 3,
+                                     "n_jobs": n_jobs}}))
+        args = Namespace(dataset="synthetic_clinical", params=str(folder / "dp.yaml"), out=str(folder / "rows.csv"),
+                         cells=str(folder / "cells"), features_dir="unused", no_progress=True)
+        assert dp_utility.run(args) == 0
+        tables[n_jobs] = pd.read_csv(folder / "rows.csv")
+    assert set(tables[1][tables[1].protocol == "nested"]["seed"]) == {0, 1}
+    assert set(tables[1]["mechanism"]) == {"none", "permuted_labels", "gaussian_analytic", "laplace_implemented"}
+    pd.testing.assert_frame_equal(tables[1], tables[2])
