@@ -232,13 +232,9 @@ def test_split_cohort_is_seeded_stratified_and_disjoint():
 @pytest.mark.slow
 def test_dp_scaling_stage_end_to_end(tmp_path, monkeypatch):
     from experiments import dp_scaling, dp_scaling_aggregate
-    from experiments._study_a import PatientTable
+    from _patient_tables import synthetic_patient_table
 
-    rng = np.random.default_rng(0)
-    y = np.array([0] * 12 + [1] * 6)
-    X = pd.DataFrame(rng.normal(size=(18, 5)) + y[:, None], columns=[f"c{i}:rms" for i in range(5)])
-    table = PatientTable(dataset="synthetic_clinical", dataset_version="synthetic-test", features_hash="cfg",
-                         synthetic=True, X=X, y=y, groups=np.arange(18))
+    table = synthetic_patient_table(12, 6, 5, seed=0)
     monkeypatch.setattr(dp_scaling, "load_patient_table", lambda name, label, **kw: table)
     params, release_params = tmp_path / "dp_scaling.yaml", tmp_path / "dp_release.yaml"
     params.write_text(yaml.safe_dump(TINY))
@@ -286,13 +282,9 @@ def test_dp_scaling_stage_end_to_end(tmp_path, monkeypatch):
 @pytest.mark.slow
 def test_dp_scaling_rows_do_not_depend_on_the_number_of_processes(tmp_path, monkeypatch):
     from experiments import dp_scaling
-    from experiments._study_a import PatientTable
+    from _patient_tables import synthetic_patient_table
 
-    rng = np.random.default_rng(1)
-    y = np.array([0] * 12 + [1] * 6)
-    X = pd.DataFrame(rng.normal(size=(18, 5)) + y[:, None], columns=[f"c{i}:rms" for i in range(5)])
-    table = PatientTable(dataset="synthetic_clinical", dataset_version="synthetic-test", features_hash="cfg",
-                         synthetic=True, X=X, y=y, groups=np.arange(18))
+    table = synthetic_patient_table(12, 6, 5, seed=1)
     monkeypatch.setattr(dp_scaling, "load_patient_table", lambda name, label, **kw: table)
     release_params = tmp_path / "dp_release.yaml"
     release_params.write_text(yaml.safe_dump(RELEASE))

@@ -98,15 +98,9 @@ def test_study_a_sweep_end_to_end(tmp_path, features_dir, monkeypatch):
 @pytest.mark.slow
 def test_dp_utility_rows_do_not_depend_on_the_number_of_processes(tmp_path, monkeypatch):
     """Cells computed in 2 processes (one fit at a time in each) give the rows of a serial run, nested included."""
-    import numpy as np
+    from _patient_tables import synthetic_patient_table
 
-    from experiments._study_a import PatientTable
-
-    rng = np.random.default_rng(3)
-    y = np.array([0] * 8 + [1] * 5)
-    X = pd.DataFrame(rng.normal(size=(13, 4)) + y[:, None], columns=[f"c{i}:rms" for i in range(4)])
-    table = PatientTable(dataset="synthetic_clinical", dataset_version="synthetic-test", features_hash="cfg",
-                         synthetic=True, X=X, y=y, groups=np.arange(13))
+    table = synthetic_patient_table(8, 5, 4, seed=3)
     monkeypatch.setattr(dp_utility, "load_patient_table", lambda name, label, **kw: table)
     tables = {}
     for n_jobs in (1, 2):
