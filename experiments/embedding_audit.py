@@ -24,6 +24,7 @@ worker processes compute the cells of every runner ahead (``PrefetchedCells``), 
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import math
@@ -220,10 +221,13 @@ def embed_cell(name: str, weights: str, data: AuditData, params: dict, work: Pat
     return out
 
 
-def _embed_job(name: str, weights: str, data: AuditData, params: dict, work: Path, key: str) -> tuple[dict, float]:
+def _embed_job(config: dict, seed: int, data: AuditData, params: dict, work: Path) -> tuple[dict, float]:
+    """One (encoder, weights) embedding job for :class:`PrefetchedCells` (``seed`` is unused: the encoders are
+    seeded from params)."""
     started = time.perf_counter()
+    weights = "random_init" if config["weights"] == "random_init" else config["weights"]
     with one_thread():
-        emb = embed_cell(name, "random_init" if weights == "random_init" else weights, data, params, work, key)
+        emb = embed_cell(config["encoder"], weights, data, params, work, config["key"])
     return emb, time.perf_counter() - started
 
 
@@ -232,20 +236,17 @@ def embed_all(cells: list[tuple[str, str]], keys: dict, data: AuditData, params:
     """Every (encoder, weights) cell's embeddings. Each encoder pretrains and embeds on one torch / BLAS thread,
     so its weights and embeddings depend neither on ``n_jobs`` nor on the machine's core count (how a reduction
     is split over threads changes its last bits, and 120 optimiser steps carry them into the weights); the
-    encoders that are not cached run side by side in ``n_jobs`` processes, the ones that pretrain first."""
-    from joblib import Parallel, delayed, parallel_config
-
+    encoders run side by side in ``n_jobs`` processes, the ones that pretrain first."""
     order = sorted(cells, key=lambda cell: cell[1] != "self_pretrained")  # stable: the long jobs start first
-    if int(n_jobs) <= 1 or len(order) <= 1:
-        results = (_embed_job(e, w, data, params, work, keys[(e, w)]) for e, w in order)
-    else:
-        with parallel_config(backend="loky", inner_max_num_threads=1):
-            results = Parallel(n_jobs=int(n_jobs), return_as="generator")(
-                delayed(_embed_job)(e, w, data, params, work, keys[(e, w)]) for e, w in order)
+    jobs = [({"encoder": e, "weights": w, "key": keys[(e, w)]}, 0) for e, w in order]
+    compute = PrefetchedCells(functools.partial(_embed_job, data=data, params=params, work=work), jobs,
+                              n_jobs=n_jobs)
     out = {}
-    for (e, w), (emb, seconds) in zip(order, results):
-        out[(e, w)] = emb
-        print(f"{_label(e, w)}: {emb['Z'].shape[1]}-d embeddings ready ({seconds:.0f} s on one thread)")
+    for config, seed in jobs:
+        emb, seconds = compute(config, seed)
+        out[(config["encoder"], config["weights"])] = emb
+        print(f"{_label(config['encoder'], config['weights'])}: {emb['Z'].shape[1]}-d embeddings ready "
+              f"({seconds:.0f} s on one thread)")
     return out
 
 
@@ -1052,11 +1053,10 @@ def run(args) -> int:
                      [Cell({**base, "unit": u}, s) for u, seeds in units(params, w) for s in seeds]))
 
     # Cross-encoder bridge over every ordered pair of the primary encoders.
-    from eegprivacy.audit.attributes import centered_psd
     from eegprivacy.audit.splits import SubjectDisjointSplit
 
     audit = data.select("audit")
-    A, groups = centered_psd(data.X[audit], data.sfreq), data.subject[audit]
+    A, groups = targets[0], data.subject[audit]
     splitter = SubjectDisjointSplit(int(params["splits"]["subject_disjoint"]["n_splits"]), random_state=0)
     names = list(embeddings)
     pairs = [(s, t) for s in names for t in names if s != t]

@@ -106,23 +106,32 @@ def rest_task_features(synthetic_features_dir):
     return synthetic_features_dir("synthetic_rest_task")
 
 
+def _small_params(folder, mechanism: str, epsilons: list) -> str:
+    """A two-seed grid of one mechanism (plus the no-release baseline) and both attacks, written to folder."""
+    params = {"table_attacks": {
+        "mechanisms": [mechanism], "epsilons": epsilons, "noise_seeds": 2,
+        "reidentification": {"release_condition": "task", "auxiliary_condition": "rest", "metrics": ["euclidean"],
+                             "top_k": [1, 5]},
+        "membership": {"member_fraction": 0.5, "trials": 10, "scores": ["distance", "likelihood"],
+                       "fprs": [0.01]}}}
+    path = folder / f"ta-{mechanism}.yaml"
+    path.write_text(yaml.safe_dump(params))
+    return str(path)
+
+
+def _stage_args(out, params: str, features_dir, **extra) -> Namespace:
+    """The stage's arguments with every output under ``out``."""
+    return Namespace(dataset="synthetic_rest_task", params=params, release_params="params/dp_release.yaml",
+                     out=str(out / "rows.csv"), metrics=str(out / "ta.json"), figure=str(out / "ta.png"),
+                     cells=str(out / "cells"), features_dir=str(features_dir), no_progress=True, **extra)
+
+
 @pytest.mark.slow
 def test_table_attacks_stage_rows_runs_and_resume(tmp_path, rest_task_features, monkeypatch):
     from experiments import table_attacks
 
     monkeypatch.chdir(REPO)
-    params = {"table_attacks": {
-        "mechanisms": ["gaussian_analytic"], "epsilons": [1, 1000], "noise_seeds": 2,
-        "reidentification": {"release_condition": "task", "auxiliary_condition": "rest", "metrics": ["euclidean"],
-                             "top_k": [1, 5]},
-        "membership": {"member_fraction": 0.5, "trials": 10, "scores": ["distance", "likelihood"],
-                       "fprs": [0.01]}}}
-    path = tmp_path / "ta.yaml"
-    path.write_text(yaml.safe_dump(params))
-    args = Namespace(dataset="synthetic_rest_task", params=str(path), release_params="params/dp_release.yaml",
-                     out=str(tmp_path / "rows.csv"), metrics=str(tmp_path / "ta.json"),
-                     figure=str(tmp_path / "ta.png"), cells=str(tmp_path / "cells"),
-                     features_dir=str(rest_task_features), no_progress=True)
+    args = _stage_args(tmp_path, _small_params(tmp_path, "gaussian_analytic", [1, 1000]), rest_task_features)
     assert table_attacks.run(args) == 0
     rows = pd.read_csv(tmp_path / "rows.csv")
     top1 = rows[(rows.metric == "top1_accuracy")].groupby(["mechanism", "epsilon"])["value"].mean()
@@ -157,20 +166,11 @@ def test_table_attacks_rows_do_not_depend_on_the_number_of_processes(tmp_path, r
     from experiments import table_attacks
 
     monkeypatch.chdir(REPO)
-    params = {"table_attacks": {
-        "mechanisms": ["laplace_implemented"], "epsilons": [1, 10], "noise_seeds": 2,
-        "reidentification": {"release_condition": "task", "auxiliary_condition": "rest", "metrics": ["euclidean"],
-                             "top_k": [1, 5]},
-        "membership": {"member_fraction": 0.5, "trials": 10, "scores": ["distance", "likelihood"],
-                       "fprs": [0.01]}}}
-    (tmp_path / "ta.yaml").write_text(yaml.safe_dump(params))
+    params = _small_params(tmp_path, "laplace_implemented", [1, 10])
     tables = {}
     for jobs in (1, 2):
         out = tmp_path / f"jobs{jobs}"
-        assert table_attacks.run(Namespace(
-            dataset="synthetic_rest_task", params=str(tmp_path / "ta.yaml"), release_params="params/dp_release.yaml",
-            out=str(out / "rows.csv"), metrics=str(out / "ta.json"), figure=str(out / "ta.png"),
-            cells=str(out / "cells"), features_dir=str(rest_task_features), no_progress=True, jobs=jobs)) == 0
+        assert table_attacks.run(_stage_args(out, params, rest_task_features, jobs=jobs)) == 0
         tables[jobs] = pd.read_csv(out / "rows.csv")
     assert tables[1].groupby(["attack", "mechanism", "epsilon"])["seed"].nunique().eq(2).all()
     assert len(tables[1].groupby(["attack", "mechanism", "epsilon"])) == 2 * (1 + 2)
