@@ -128,8 +128,42 @@ def test_eegmat_download_goes_through_pooch_with_published_hash(data_root, tmp_p
 # -- eegmmidb -------------------------------------------------------------------------------------------------
 
 
+def _eegmmidb_files(root, runs) -> list[str]:
+    """The requested runs the mirror holds, read off the folder (the mirror grows; never a fixed count)."""
+    base = root / EEGBCI_FOLDER
+    return sorted(p.stem for s in base.glob("S[0-9][0-9][0-9]") for r in runs
+                  for p in [s / f"{s.name}R{r:02d}.edf"] if p.is_file())
+
+
+def test_eegmmidb_lists_the_runs_each_subject_folder_holds(data_root, no_network):
+    """A copy with some runs of some subjects (here: all 14 of S001, imagery only of the others) lists what is
+    there; the requested runs a subject folder lacks are named by ``absent`` and are no error."""
+    ds = EEGMMIDB(root=data_root)
+    meta = ds.metadata()
+    assert sorted(meta.recording) == _eegmmidb_files(data_root, ds.runs)
+    assert list(meta.subject) == sorted(meta.subject)  # subject order, then run order
+    listed = set(meta.recording)
+    assert sorted(rel.split("/")[1].removesuffix(".edf") for rel in ds.absent()) == sorted(
+        f"{s}R{r:02d}" for s in meta.subject.unique() for r in ds.runs if f"{s}R{r:02d}" not in listed)
+    imagery = meta[meta.run.isin([4, 8, 12])]
+    assert set(imagery.task) == {"motor_imagery"} and set(imagery.n_channels) == {64}
+    assert (imagery["flags"] == "").all() and imagery.duration_s.isin([123.0, 125.0]).all()
+
+
+def test_eegmmidb_explicit_subject_without_a_requested_run_is_a_clear_error(data_root, no_network):
+    present = sorted(p.name for p in (data_root / EEGBCI_FOLDER).glob("S[0-9][0-9][0-9]")
+                     if not (p / f"{p.name}R01.edf").exists())
+    if not present:
+        pytest.skip("every subject folder in the mirror holds R01")
+    subject = present[0]
+    assert f"{subject}/{subject}R01.edf" in EEGMMIDB(root=data_root, runs=(1,)).absent()  # no error, but named...
+    ds = EEGMMIDB(root=data_root, runs=(1, 4), subjects=[int(subject[1:])])
+    with pytest.raises(DataMissingError, match=rf"{subject}/{subject}R01\.edf"):  # ...until a stage asks for it
+        ds.recordings()
+
+
 def test_eegmmidb_s001_listing_flags_truncated_runs(data_root, no_network):
-    meta = EEGMMIDB(root=data_root).metadata().set_index("recording")
+    meta = EEGMMIDB(root=data_root, subjects=[1]).metadata().set_index("recording")
     assert list(meta.index) == ["S001R01", "S001R02", "S001R04", "S001R08", "S001R12"]
     assert list(meta.run) == [1, 2, 4, 8, 12]
     assert list(meta["flags"]) == ["truncated", "truncated", "", "", ""]
@@ -168,11 +202,11 @@ def test_eegmmidb_corruption_that_is_not_truncation_raises(data_root, tmp_path):
     rel = "S001/S001R04.edf"
     root = mirror_dataset(data_root, tmp_path, EEGBCI_FOLDER, copy={rel})
     flip_byte(root / EEGBCI_FOLDER / rel)
-    ds = EEGMMIDB(root=root, runs=[4])
+    ds = EEGMMIDB(root=root, runs=[4], subjects=[1])
     assert ds.metadata()["flags"].tolist() == [""]
     with pytest.raises(ChecksumMismatchError, match="S001R04.edf"):
         ds.recordings()[0].load()
-    assert ds.version() != EEGMMIDB(root=data_root, runs=[4]).version()
+    assert ds.version() != EEGMMIDB(root=data_root, runs=[4], subjects=[1]).version()
 
 
 def test_eegmmidb_missing_subject_is_a_clear_error(tmp_path, no_network):

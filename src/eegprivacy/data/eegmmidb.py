@@ -11,6 +11,12 @@ Known defect, handled rather than hidden: some copies of S001R01/S001R02 end a f
 one-second records, 60 are complete). Such a run is recognised from its EDF header (declared size > file
 size), loaded as the 60 s that are there, flagged ``truncated`` and reported with one warning per process.
 A checksum mismatch with a complete-length file is corruption and raises :class:`ChecksumMismatchError`.
+
+A copy holding some runs of some subjects is normal (the project's mirror has all 14 runs of S001 and only the
+imagery runs 4, 8, 12 of S002-S016). Without an explicit ``subjects`` list the loader reads, of the requested runs,
+those present in each subject folder, and :meth:`EEGMMIDB.absent` names the rest; a stage that needs particular
+subjects passes ``subjects=...``, and then every requested run of each is required (a missing one is a
+:class:`DataMissingError` naming the file).
 """
 
 from __future__ import annotations
@@ -75,7 +81,9 @@ class EEGMMIDB(LocalDataset):
     source = "https://physionet.org/content/eegmmidb/1.0.0/ (or mne.datasets.eegbci.load_data)"
 
     def __init__(self, root=None, allow_download: bool = False, runs=DEFAULT_RUNS, subjects=None):
-        """``subjects=None`` means the subjects present under the root (S001 if none is)."""
+        """``subjects=None`` means the subjects present under the root (S001 if none is), each with the requested
+        runs its folder holds; an explicit ``subjects`` requires (or, when allowed, downloads) every requested
+        run of each."""
         super().__init__(root, allow_download)
         self.runs = tuple(int(r) for r in runs)
         unknown = [r for r in self.runs if r not in RUNS]
@@ -89,10 +97,32 @@ class EEGMMIDB(LocalDataset):
         found = sorted(int(p.name[1:]) for p in self.base.glob("S[0-9][0-9][0-9]") if p.is_dir())
         return tuple(found) or (1,)
 
+    def _requested(self) -> list[tuple[int, int]]:
+        """Every (subject, run) asked for: the requested runs of the explicit or present subjects."""
+        return [(s, r) for s in self._subject_ids() for r in self.runs]
+
+    def _pairs(self) -> list[tuple[int, int]]:
+        """The (subject, run) pairs this instance reads, in subject then run order.
+
+        With explicit subjects, all requested pairs (so a missing file is an error that names it). Otherwise the
+        requested pairs whose file is present; if none is, all requested pairs, so the error names the first
+        missing file rather than listing an empty dataset.
+        """
+        requested = self._requested()
+        if self._subjects_arg is not None:
+            return requested
+        present = [(s, r) for s, r in requested if (self.base / _relpath(s, r)).is_file()]
+        return present or requested
+
+    def absent(self) -> list[str]:
+        """Requested runs of the listed subjects that this copy does not hold (``S002/S002R01.edf``...), which
+        :meth:`recordings` leaves out when no explicit subject list asks for them."""
+        read = set(self._pairs())
+        return [_relpath(s, r) for s, r in self._requested() if (s, r) not in read]
+
     def _expected(self):
         sums = mne_checksums()
-        rels = [_relpath(s, r) for s in self._subject_ids() for r in self.runs]
-        return {rel: Expected(None, sums[rel]) for rel in rels}
+        return {rel: Expected(None, sums[rel]) for rel in (_relpath(s, r) for s, r in self._pairs())}
 
     def _download(self, rel: str) -> None:
         from mne.datasets import eegbci
@@ -100,19 +130,22 @@ class EEGMMIDB(LocalDataset):
         subject, run = int(rel[1:4]), int(rel[-6:-4])
         eegbci.load_data(subject, [run], path=self.root, update_path=False)
 
-    def _locate(self, subject: int) -> dict[int, str]:
+    def _locate(self, subject: int, runs: list[int]) -> dict[int, str]:
         """Paths through ``eegbci.load_data``, which cannot touch the network once every file is present."""
         from mne.datasets import eegbci
 
-        for run in self.runs:
+        for run in runs:
             self.require(_relpath(subject, run))  # raises DataMissingError, or downloads when allowed
-        paths = eegbci.load_data(subject, list(self.runs), path=self.root, update_path=False, verbose="error")
-        return {run: path.relative_to(self.base).as_posix() for run, path in zip(self.runs, paths)}
+        paths = eegbci.load_data(subject, list(runs), path=self.root, update_path=False, verbose="error")
+        return {run: path.relative_to(self.base).as_posix() for run, path in zip(runs, paths)}
 
     def _recordings(self) -> list[Recording]:
         recs = []
-        for subject in self._subject_ids():
-            for run, rel in self._locate(subject).items():
+        runs_of: dict[int, list[int]] = {}
+        for subject, run in self._pairs():
+            runs_of.setdefault(subject, []).append(run)
+        for subject, runs in runs_of.items():
+            for run, rel in self._locate(subject, runs).items():
                 header = self.edf_header(rel)
                 labels = tuple(lab for lab in header.labels if lab != "EDF Annotations")
                 task, condition, label = RUNS[run]
