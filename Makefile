@@ -18,7 +18,7 @@ ifeq ($(strip $(EEGPRIVACY_DATA)),)
   endif
 endif
 
-.PHONY: help venv test reproduce reproduce-scratch ui datasets bench benchmarks clean-venv
+.PHONY: help venv test reproduce reproduce-scratch ui postgres postgres-stop datasets bench benchmarks clean-venv
 
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
@@ -106,6 +106,16 @@ ui: $(STAMP)  ## MLflow UI on the project's tracking store ($MLFLOW_TRACKING_URI
 	  echo "MLFLOW_TRACKING_URI is a tracking server; its UI is at $(UI_STORE)"; exit 0;; esac; \
 	echo "MLflow UI: http://127.0.0.1:$(UI_PORT)  (store: $(UI_STORE); Ctrl-C stops it)"; \
 	exec $(BIN)/mlflow ui --backend-store-uri "$(UI_STORE)" --host 127.0.0.1 --port $(UI_PORT) --workers 1
+
+# A throwaway PostgreSQL (loopback only, random password in $(PG_DIR)/pgpass) for trying MLflow and Optuna on a
+# server database as on several machines: `make postgres` prints its URLs and the next commands.
+PG_DIR := data/postgres
+
+postgres: $(STAMP)  ## start a throwaway local PostgreSQL in data/postgres/ (databases mlflow, optuna); prints the URLs
+	$(BIN)/python -m eegprivacy.tracking.postgres start --dir $(PG_DIR)
+
+postgres-stop: $(STAMP)  ## stop the throwaway PostgreSQL and delete its data
+	$(BIN)/python -m eegprivacy.tracking.postgres stop --dir $(PG_DIR)
 
 datasets: $(STAMP)  ## list datasets, local presence, versions and subject counts
 	$(BIN)/eegprivacy datasets

@@ -23,7 +23,8 @@ code), opened with ``load_if_exists=True``. ``n_trials`` is the study's target n
 - a rerun (or a run after a crash) only adds the missing trials: finished trials are never recomputed, and a
   trial whose process died is marked FAIL by the next worker once its heartbeat is stale;
 - N processes or machines running the same command against one shared database cooperate, each adding trials
-  until the study has ``n_trials`` complete ones (it can overshoot by the trials in flight), e.g.::
+  until the study has exactly ``n_trials`` complete ones (a trial starts only while fewer are complete or
+  running, counted under a database lock: ``tracking.search.optimize_to_target``), e.g.::
 
       eegprivacy optuna-study-a --storage postgresql://user@dbhost/optuna --no-progress   # on every machine
 

@@ -112,3 +112,26 @@ def test_unknown_extra_tag_is_refused():
 
 def test_flatten_nested_config():
     assert flatten({"a": {"b": 1, "c": {"d": 2}}, "e": 3}) == {"a.b": 1, "a.c.d": 2, "e": 3}
+
+
+def test_experiment_created_by_another_worker_meanwhile_is_reused(tmp_path):
+    """Two workers on a fresh store both find the experiment missing; the second one's create must not fail."""
+    from eegprivacy.tracking.runs import _experiment_id
+
+    client = mlflow.MlflowClient(tracking_uri())
+    created = client.create_experiment("race")  # what the other worker did between our lookup and our create
+
+    class LateClient:
+        """Looks the experiment up once before the other worker created it, then sees the store as it is."""
+
+        def __init__(self):
+            self.lookups = 0
+
+        def get_experiment_by_name(self, name):
+            self.lookups += 1
+            return None if self.lookups == 1 else client.get_experiment_by_name(name)
+
+        def create_experiment(self, name, artifact_location=None):
+            return client.create_experiment(name, artifact_location=artifact_location)
+
+    assert _experiment_id(LateClient(), "race") == created

@@ -15,11 +15,15 @@ from pathlib import Path
 
 import eegprivacy
 from eegprivacy.paths import DATA_ENV, data_root, repo_root
+from eegprivacy.tracking import executors
 
 EPILOG = f"""
 data: real public EEG is read from ${DATA_ENV} (else <repo>/data/raw); files are checked against shipped sha256
 manifests and nothing is downloaded unless a loader is asked to. Tracking: MLflow in sqlite:///mlflow.db
 (override with MLFLOW_TRACKING_URI); `make ui` opens it. Pipeline: `make reproduce` runs `dvc repro`.
+Sweeps: cells run in local processes, or as Ray tasks with `--executor ray --address ray://HEAD:10001` (or
+EEGPRIVACY_EXECUTOR=ray and RAY_ADDRESS, which `dvc repro` passes on); this process still writes every cell file and
+MLflow run, and the rows are the same either way.
 """
 
 
@@ -108,6 +112,16 @@ def build_parser() -> argparse.ArgumentParser:
                     "differential privacy stops it.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"eegprivacy {eegprivacy.__version__}")
+    # Top-level, so one choice covers every stage that sweeps (none of them has a flag of its own).
+    parser.add_argument("--executor", choices=executors.EXECUTORS,
+                        default=os.environ.get(executors.EXECUTOR_ENV) or "local",
+                        help=f"where sweep cells are computed: local processes or a Ray cluster (default: "
+                             f"${executors.EXECUTOR_ENV}, else local)")
+    parser.add_argument("--address", default=None,
+                        help=f"Ray cluster for --executor ray, e.g. ray://HEAD:10001 (default: "
+                             f"${executors.ADDRESS_ENV})")
+    parser.add_argument("--task-memory", type=float, default=executors.DEFAULT_TASK_MEMORY / 2**30, metavar="GIB",
+                        help="memory each Ray task requests from the scheduler, in GiB (default: %(default)g)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     datasets = sub.add_parser("datasets", help="list datasets, whether each is present locally, version, subjects",
                               description=cmd_datasets.__doc__)
@@ -195,6 +209,12 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    if args.executor == "local" and args.address:
+        parser.error("--address names a Ray cluster; it needs --executor ray")
+    try:
+        executors.configure(args.executor, address=args.address, memory=int(args.task_memory * 2**30))
+    except ValueError as err:  # e.g. --executor ray without an address, or a bad $EEGPRIVACY_EXECUTOR
+        parser.error(str(err))
     log_path = os.environ.get(STAGE_LOG_ENV)
     if not log_path:
         return int(args.func(args) or 0)

@@ -104,11 +104,18 @@ def assert_no_identifiers(mapping: Mapping[str, Any], what: str = "params") -> N
 
 
 def _experiment_id(client, name: str) -> str:
+    from mlflow.exceptions import MlflowException
+
     experiment = client.get_experiment_by_name(name)
     if experiment is not None:
         return experiment.experiment_id
     root = artifact_root()
-    return client.create_experiment(name, artifact_location=(root / name).as_uri() if root else None)
+    try:
+        return client.create_experiment(name, artifact_location=(root / name).as_uri() if root else None)
+    except MlflowException as err:  # two workers on one fresh store both found it missing
+        if err.error_code != "RESOURCE_ALREADY_EXISTS":
+            raise
+        return client.get_experiment_by_name(name).experiment_id
 
 
 def required_tags(*, study: str, stage: str, dataset: str, dataset_version: str, synthetic: bool, seed: int | None,

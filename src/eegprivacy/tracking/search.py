@@ -10,9 +10,11 @@ attributes (:func:`set_seed_attrs`), which the callback, the tidy table and the 
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -49,12 +51,14 @@ def open_study(url: str, name: str, cfg: Mapping, directions: Sequence[str]):
 
     if url.startswith("sqlite:///"):
         Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
-    with warnings.catch_warnings():
+    # Workers starting together on a fresh database would race to create Optuna's schema (PostgreSQL: "duplicate
+    # key ... pg_type" for its enum types) and the study: one at a time.
+    with _database_lock(url, "schema"), warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         storage = optuna.storages.RDBStorage(url, heartbeat_interval=cfg["heartbeat_interval"],
                                              grace_period=2 * cfg["heartbeat_interval"])
-    return optuna.create_study(study_name=name, storage=storage, sampler=make_sampler(cfg),
-                               directions=list(directions), load_if_exists=True)
+        return optuna.create_study(study_name=name, storage=storage, sampler=make_sampler(cfg),
+                                   directions=list(directions), load_if_exists=True)
 
 
 def n_complete(study) -> int:
@@ -63,18 +67,97 @@ def n_complete(study) -> int:
     return len(study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)))
 
 
+class _TargetReached(Exception):
+    """Raised by :class:`_TargetGate` instead of creating a trial once the target is covered."""
+
+
+@contextlib.contextmanager
+def _database_lock(url: str, name: str, engine=None) -> Iterator[None]:
+    """Hold the lock ``name`` that every worker on the database at ``url`` takes around a read-then-write step:
+    a PostgreSQL transaction-level advisory lock (released when its transaction ends, so a killed worker cannot
+    leave it held; on ``engine`` when given, else on a connection of its own), a file lock for sqlite (whose
+    workers share a machine; one lock whatever the name); other databases get no lock."""
+    if url.startswith("postgresql"):
+        from sqlalchemy import create_engine, text
+        from sqlalchemy.pool import NullPool
+
+        key = int.from_bytes(hashlib.sha256(f"eegprivacy/optuna/{name}".encode()).digest()[:8], "big", signed=True)
+        lock_engine = engine or create_engine(url, poolclass=NullPool)
+        try:
+            with lock_engine.begin() as connection:
+                connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": key})
+                yield
+        finally:
+            if engine is None:
+                lock_engine.dispose()
+    elif url.startswith("sqlite:///") and url != "sqlite:///:memory:":
+        import fcntl
+        import tempfile
+
+        # one (empty) lock file per database in the temp dir, not beside the database; its sections never nest
+        digest = hashlib.sha256(str(Path(url.removeprefix("sqlite:///")).resolve()).encode()).hexdigest()[:16]
+        with open(Path(tempfile.gettempdir()) / f"eegprivacy-optuna-{digest}.lock", "a") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+    else:
+        yield
+
+
+class _TargetGate:
+    """Creates a trial only while the study's COMPLETE, RUNNING and WAITING trials number fewer than the target,
+    under :func:`_database_lock`: with several workers on one study the count of COMPLETE trials comes out
+    exactly at the target instead of overshooting by the trials in flight (what ``MaxTrialsCallback`` does: each
+    worker checks the count after its own trial, then starts another while the others' are still running). A
+    FAILed trial frees its slot; a RUNNING one whose worker died is failed first (heartbeats), so it does too.
+    Exact on PostgreSQL and sqlite (:func:`_database_lock`); elsewhere workers starting a trial at the same
+    moment can still overshoot."""
+
+    def __init__(self, study, n_trials: int):
+        self.study, self.n_trials, self.started = study, int(n_trials), 0
+
+    def ask(self, fixed_distributions=None):
+        import optuna
+
+        study = self.study
+        # Optuna offers no public accessor for a study's storage: the RDB backend is unwrapped from its cache.
+        backend = getattr(study._storage, "_backend", None)
+        with _database_lock(str(getattr(backend, "url", "")), f"trials/{study.study_name}",
+                            getattr(backend, "engine", None)):
+            optuna.storages.fail_stale_trials(study)  # a no-op without heartbeats
+            taken = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,
+                                                             optuna.trial.TrialState.RUNNING,
+                                                             optuna.trial.TrialState.WAITING))
+            if len(taken) >= self.n_trials:
+                raise _TargetReached
+            trial = type(study).ask(study, fixed_distributions)
+        self.started += 1
+        return trial
+
+
 def optimize_to_target(study, objective, n_trials: int, callbacks: Sequence = (), progress: bool = False) -> int:
     """Run trials until the study holds ``n_trials`` COMPLETE ones (every worker's count): a rerun adds only the
-    missing trials. Returns how many this call set out to run."""
+    missing trials, and concurrent workers on one storage stop exactly at the target (:class:`_TargetGate`;
+    PostgreSQL or sqlite). Returns how many trials this call started."""
     import optuna
 
     todo = max(0, int(n_trials) - n_complete(study))
-    if todo:
+    if not todo:
+        return 0
+    gate = _TargetGate(study, n_trials)
+    # Study.optimize creates every trial through ``study.ask()``; the instance attribute routes that through the gate
+    study.ask = gate.ask
+    try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            study.optimize(objective, n_trials=todo, show_progress_bar=progress,
-                           callbacks=[*callbacks, optuna.study.MaxTrialsCallback(int(n_trials))])
-    return todo
+            study.optimize(objective, n_trials=todo, show_progress_bar=progress, callbacks=list(callbacks))
+    except _TargetReached:
+        pass
+    finally:
+        del study.ask
+    return gate.started
 
 
 def unit_bound(value):

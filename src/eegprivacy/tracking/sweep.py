@@ -10,6 +10,8 @@ and 95% CI over seeds).
 
 ``PrefetchedCells`` computes the cells of several runners ahead in worker processes, so a 2-core machine stays
 busy across runner boundaries, while each runner still logs and writes its cells in order in the main process.
+Where those workers are (local processes or a Ray cluster) is the executor's business
+(:mod:`eegprivacy.tracking.executors`), chosen once per process.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from eegprivacy.evaluation.intervals import mean_ci
+from eegprivacy.tracking.executors import Executor, current_executor
 from eegprivacy.tracking.runs import _host_key, log_metrics, start_run
 
 log = logging.getLogger(__name__)
@@ -215,23 +218,16 @@ class PrefetchedCells:
     ``SweepRunner.pending``). Each call checks that it is asked for the next job, then waits for that job's rows,
     so logging, cell files and the returned tables are exactly those of a serial run. A cell must be a pure
     function of (config, seed) and picklable arguments; on a crash the cells already handed over are on disk and
-    at most the ones being computed ahead are lost.
+    at most the ones being computed ahead are lost. ``executor`` (default: the process-wide one,
+    :func:`~eegprivacy.tracking.executors.current_executor`) computes them: local processes, where ``n_jobs``
+    counts them, or a Ray cluster, whose CPUs do.
     """
 
     def __init__(self, cell_fn: Callable[[dict, int], list[dict]], jobs: Iterable[tuple[Mapping[str, Any], int]],
-                 n_jobs: int = 1):
-        from joblib import Parallel, delayed, parallel_config
-
+                 n_jobs: int = 1, executor: Executor | None = None):
         self._expected = deque((config_key(config), int(seed)) for config, seed in jobs)
         jobs = [(dict(config), int(seed)) for config, seed in jobs]
-        if int(n_jobs) <= 1 or len(jobs) <= 1:
-            self._results = (cell_fn(config, seed) for config, seed in jobs)
-        else:
-            # One BLAS/OpenMP thread per worker (joblib sets the workers' thread limits when it starts them, at no
-            # cost per cell): the processes already fill the cores, and more threads would only fight over them.
-            with parallel_config(backend="loky", inner_max_num_threads=1):
-                self._results = Parallel(n_jobs=int(n_jobs), return_as="generator")(
-                    delayed(cell_fn)(config, seed) for config, seed in jobs)
+        self._results = (executor or current_executor()).map(cell_fn, jobs, n_jobs=n_jobs)
 
     def __call__(self, config: dict, seed: int) -> list[dict]:
         if not self._expected:
@@ -246,13 +242,14 @@ class PrefetchedCells:
 
 
 def run_prefetched(plan: Iterable[tuple[SweepRunner, list[Cell]]], cell_fn: Callable[[dict, int], list[dict]],
-                   n_jobs: int = 1) -> list[pd.DataFrame]:
-    """Run each (runner, cells) in turn with every pending cell computed ahead by ``n_jobs`` processes
-    (:class:`PrefetchedCells`), so the cores stay busy across the runners while the tables, cell files and MLflow
-    runs are exactly those of running them one by one. ``cell_fn`` serves every runner (dispatch on the config)."""
+                   n_jobs: int = 1, executor: Executor | None = None) -> list[pd.DataFrame]:
+    """Run each (runner, cells) in turn with every pending cell computed ahead by ``n_jobs`` processes, or by the
+    Ray cluster when that is the executor (:class:`PrefetchedCells`), so the cores stay busy across the runners
+    while the tables, cell files and MLflow runs are exactly those of running them one by one. ``cell_fn`` serves
+    every runner (dispatch on the config)."""
     plan = list(plan)
     jobs = [(cell.config, cell.seed) for runner, cells in plan for cell in runner.pending(cells)]
-    compute = PrefetchedCells(cell_fn, jobs, n_jobs=n_jobs)
+    compute = PrefetchedCells(cell_fn, jobs, n_jobs=n_jobs, executor=executor)
     return [runner.run(cells, compute) for runner, cells in plan]
 
 
