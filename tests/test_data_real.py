@@ -269,7 +269,7 @@ def test_version_is_deterministic_and_changes_with_a_byte(data_root, tmp_path):
         _by_recording(ds)["ictal5"].load()
 
 
-@pytest.mark.parametrize("name", ["eegmmidb", "bonn", "new_delhi"])
+@pytest.mark.parametrize("name", ["eegmmidb", "bonn", "new_delhi", "msu_schizophrenia"])
 def test_registry_summary(data_root, name):
     summary = get_dataset(name, root=data_root).summary()
     assert summary["present"] is True and summary["synthetic"] is False

@@ -57,8 +57,10 @@ def cmd_datasets(args) -> int:
 
     rows = []
     for name in REGISTRY:
-        if name == "clinical_folder":
-            rows.append({"dataset": name, "present": None, "note": "your own data: needs --folder (see docs)"})
+        if name in ("clinical_folder", "bids"):
+            note = ("your own data: needs --folder (see docs)" if name == "clinical_folder"
+                    else "any BIDS EEG tree: needs root= and label= (see docs)")
+            rows.append({"dataset": name, "present": None, "note": note})
             continue
         try:
             dataset = get_dataset(name)

@@ -17,10 +17,12 @@ REGISTRY: dict[str, str] = {
     "bnci2014_001": "eegprivacy.data.bnci:BNCI2014001",
     "bonn": "eegprivacy.data.bonn:Bonn",
     "new_delhi": "eegprivacy.data.new_delhi:NewDelhi",
+    "msu_schizophrenia": "eegprivacy.data.msu_schizophrenia:MSUSchizophrenia",
     "synthetic_clinical": "eegprivacy.data.synthetic:SyntheticClinical",
     "synthetic_mi": "eegprivacy.data.synthetic:SyntheticMotorImagery",
     "synthetic_rest_task": "eegprivacy.data.synthetic:SyntheticRestTask",
     "clinical_folder": "eegprivacy.data.clinical_folder:ClinicalFolder",
+    "bids": "eegprivacy.data.bids:BIDSDataset",
 }
 
 

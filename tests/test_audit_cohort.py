@@ -1,0 +1,277 @@
+"""``eegprivacy audit-cohort`` end to end on a small real cohort (12 MSU subjects from the mirror): outputs, the
+numbers in summary.json against the MLflow store, resume, order invariance, a no-signal cohort, bad input, and
+the horizon rule."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from _cohort_audit_data import MiniMSU, NoiseCohort  # noqa: E402
+
+from eegprivacy.studies.cohort_audit import (  # noqa: E402
+    AuditConfig,
+    CohortError,
+    bootstrap_indices,
+    canonical_order,
+    combine_seeds,
+    load_cohort,
+    run_audit,
+    utility_horizon,
+)
+
+ARGS = ["--epsilons", "1", "10", "--mechanisms", "gaussian_analytic", "--noise-seeds", "2", "--baseline-seeds", "2",
+        "--bootstrap", "400", "--membership-trials", "4", "--no-progress", "--jobs", "2"]
+CONFIG = AuditConfig(mechanisms=("gaussian_analytic",), epsilons=(1, 10), noise_seeds=2, baseline_seeds=2,
+                     bootstrap=400, membership_trials=4)
+HELPERS = {"mini_msu": "_cohort_audit_data:MiniMSU", "one_class_msu": "_cohort_audit_data:OneClassMSU",
+           "unlabelled_msu": "_cohort_audit_data:UnlabelledMSU"}
+
+
+def _leaves(node, out):
+    """Every summary.json entry that names the MLflow metric it was logged under."""
+    if isinstance(node, dict):
+        if "mlflow_metric" in node:
+            out.append(node)
+        for value in node.values():
+            _leaves(value, out)
+    elif isinstance(node, list):
+        for value in node:
+            _leaves(value, out)
+    return out
+
+
+@pytest.fixture(scope="module")
+def audit(tmp_path_factory, data_root):
+    """Run the command twice (the second run resumes) in a store of its own."""
+    from eegprivacy.cli import main
+    from eegprivacy.data import REGISTRY
+
+    tmp = tmp_path_factory.mktemp("audit")
+    out = tmp / "out"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp / 'mlflow.db'}")
+        mp.setenv("EEGPRIVACY_DATA", str(data_root))
+        for name, target in HELPERS.items():
+            mp.setitem(REGISTRY, name, target)
+        command = ["audit-cohort", "--dataset", "mini_msu", "--out", str(out), "--cache", str(tmp / "cache"), *ARGS]
+        assert main(command) == 0
+        first = json.loads((out / "summary.json").read_text())
+        first_rows = pd.read_csv(out / "rows.csv")
+        assert main(command) == 0
+        second = json.loads((out / "summary.json").read_text())
+    return {"out": out, "tmp": tmp, "uri": f"sqlite:///{tmp / 'mlflow.db'}", "first": first, "second": second,
+            "first_rows": first_rows}
+
+
+def test_command_writes_report_rows_and_summary(audit):
+    out, summary = audit["out"], audit["second"]
+    for name in ("report.html", "rows.csv", "summary.json", "utility_vs_epsilon.png", "attacks_vs_epsilon.png"):
+        assert (out / name).stat().st_size > 0, name
+    assert not list(out.glob(".*.tmp*")), "a temporary file was left behind"
+    html = (out / "report.html").read_text()
+    for section in ("Cohort summary", "Utility vs ε", "Re-identification and membership", "Guarantees and caveats",
+                    "Data-quality flags", "lowpass_clipped", "in the clear"):
+        assert section in html, section
+    assert f"{summary['baseline']['auroc']['value']:.3f}" in html
+    cohort = summary["cohort"]
+    assert (cohort["n_patients"], cohort["n_label_1"], cohort["n_label_0"]) == (12, 6, 6)
+    assert cohort["sfreqs"] == [128.0] and cohort["n_channels"] == 16
+    assert summary["eps_unit"] == "subject"
+    # 128 Hz: the 70-Hz low-pass and the high-gamma band are clipped at Nyquist, and say so
+    assert {"lowpass_clipped:60.8", "band_clipped:high_gamma"} <= set(cohort["flags"])
+    # one recording per subject: re-identification runs on the two halves, labelled as same-session
+    assert summary["attacks"]["reidentification"]["kind"] == "same-session halves"
+    rows = pd.read_csv(out / "rows.csv")
+    assert {"value", "ci_low", "ci_high", "ci_over", "n", "chance", "eps_unit", "key"} <= set(rows.columns)
+    utility = rows[rows["arm"].isin(["baseline", "permuted", "release", "matched_null", "release_minus_null"])]
+    assert set(utility["ci_over"]) == {"subjects+seeds"}
+    assert set(summary["horizons"]) == {"gaussian_analytic"}
+
+
+def test_summary_numbers_equal_the_mlflow_runs(audit):
+    import mlflow
+
+    summary = audit["second"]
+    client = mlflow.MlflowClient(audit["uri"])
+    run = client.get_run(summary["mlflow_summary_run"])
+    logged = run.data.metrics
+    assert run.data.tags["stage"] == "audit_cohort" and run.data.tags["dataset"] == "mini_msu"
+    assert run.data.tags["dataset_version"] == summary["dataset_version"]
+    entries = _leaves(summary, [])
+    assert len(entries) > 20
+    for entry in entries:
+        key = entry["mlflow_metric"]
+        for suffix, field in (("", "value"), ("_ci_low", "ci_low"), ("_ci_high", "ci_high"),
+                              ("_ci_low_adjusted", "ci_low_adjusted")):
+            if entry.get(field) is not None:
+                assert logged[key + suffix] == entry[field], key + suffix
+    # point estimates are the means of the per-seed child metrics of each sweep
+    experiment = client.get_experiment_by_name("study-a-dp-release")
+    runs = client.search_runs([experiment.experiment_id], "tags.stage = 'audit_cohort'", max_results=5000)
+    for run_ in runs:
+        for tag in ("study", "stage", "dataset", "dataset_version", "synthetic", "seed", "git_commit", "dvc_stage"):
+            assert run_.data.tags.get(tag), (run_.info.run_name, tag)
+    by_id = {r.info.run_id: r for r in runs}
+    children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") in by_id]
+
+    def child_mean(sweep, metric, **params):
+        values = [r.data.metrics[metric] for r in children
+                  if by_id[r.data.tags["mlflow.parentRunId"]].info.run_name == f"audit_cohort-mini_msu-{sweep}"
+                  and all(r.data.params.get(k) == v for k, v in params.items()) and metric in r.data.metrics]
+        assert values, (sweep, metric, params)
+        return float(np.mean(values))
+
+    assert summary["baseline"]["auroc"]["value"] == pytest.approx(child_mean("utility-baseline", "auroc"), abs=1e-12)
+    assert summary["permuted_labels"]["auroc"]["value"] == pytest.approx(child_mean("utility-permuted", "auroc"),
+                                                                         abs=1e-12)
+    cell = summary["utility"]["gaussian_analytic"]["10"]
+    release = child_mean("utility-gaussian_analytic", "auroc", arm="release", epsilon="10.0")
+    null = child_mean("utility-gaussian_analytic", "auroc", arm="matched_null", epsilon="10.0")
+    assert cell["release_auroc"]["value"] == pytest.approx(release, abs=1e-12)
+    assert cell["release_minus_null_auroc"]["value"] == pytest.approx(release - null, abs=1e-12)
+    reid = summary["attacks"]["reidentification"]["results"]["gaussian_analytic"]["10"]["top1_accuracy"]
+    assert reid["value"] == pytest.approx(child_mean("reidentification-gaussian_analytic", "top1_accuracy",
+                                                     epsilon="10.0"), abs=1e-12)
+    # nothing per patient reaches MLflow
+    assert not any("patient" in k or "proba" in k for r in runs for k in r.data.metrics)
+
+
+def test_no_subject_id_in_the_report_or_the_store(audit):
+    """Subject ids (here the MSU file stems) appear nowhere in the outputs, the cell cache or the MLflow store;
+    only the private feature table in --cache holds them."""
+    from _cohort_audit_data import msu_files
+
+    from eegprivacy.tracking.leaks import scan_for_identifiers
+
+    ids = {"subject id": [path.stem for path, _ in msu_files(6)]}
+    tmp = audit["tmp"]
+    paths = [audit["out"], tmp / "cache" / "cells", *tmp.glob("mlflow.db*"), *tmp.glob("mlartifacts")]
+    assert scan_for_identifiers(paths, ids, whole_words=["subject id"]) == []
+    features = next((tmp / "cache").glob("features-*.parquet"))
+    assert scan_for_identifiers([features], ids, whole_words=["subject id"])  # the scan does find them there
+
+
+def test_rerun_resumes_every_cell_with_identical_numbers(audit):
+    import mlflow
+
+    first, second = audit["first"], audit["second"]
+    assert first["counts"]["cells_computed"] == first["counts"]["cells"] > 0
+    assert second["counts"] == {"cells": first["counts"]["cells"], "cells_computed": 0,
+                                "cells_resumed": first["counts"]["cells"]}
+    client = mlflow.MlflowClient(audit["uri"])
+    run = client.get_run(second["mlflow_summary_run"])
+    assert run.data.metrics["sweep/cells_resumed"] == first["counts"]["cells"]
+    rows = pd.read_csv(audit["out"] / "rows.csv")
+    pd.testing.assert_frame_equal(rows, audit["first_rows"])
+
+
+def test_numbers_do_not_depend_on_subject_ids_or_order(audit, tmp_path):
+    """The same recordings under other subject ids, listed in reverse, give the same numbers."""
+    result = run_audit(MiniMSU(name="renamed_msu", rename=True, reverse=True), CONFIG, tmp_path / "out",
+                       cache_dir=tmp_path / "cache", progress=False, n_jobs=2)
+    columns = ["arm", "mechanism", "epsilon", "metric", "value", "ci_low", "ci_high", "n", "n_seeds"]
+    expected = audit["first_rows"][columns].reset_index(drop=True)
+    got = result.rows[columns].reset_index(drop=True)
+    pd.testing.assert_frame_equal(got, expected, check_dtype=False)
+
+
+def test_no_signal_cohort_sits_at_its_null(tmp_path):
+    config = AuditConfig(mechanisms=("gaussian_analytic",), epsilons=(5,), noise_seeds=2, baseline_seeds=2,
+                         bootstrap=400, membership_trials=2, split_halves=False)
+    result = run_audit(NoiseCohort(), config, tmp_path / "out", cache_dir=tmp_path / "cache", progress=False,
+                       n_jobs=2)
+    rows = result.rows.set_index(["arm", "mechanism", "epsilon", "metric"])
+    base = rows.loc[("baseline", "none", math.inf, "auroc")]
+    assert base["ci_low"] <= 0.5 <= base["ci_high"]
+    diff = rows.loc[("release_minus_null", "gaussian_analytic", 5.0, "auroc")]
+    assert diff["ci_low"] <= 0.0 <= diff["ci_high"]
+    assert result.summary["horizons"] == {"gaussian_analytic": "none"}
+    assert result.summary["attacks"]["reidentification"]["applies"] is False
+    assert "[SYNTHETIC DATA]" in (tmp_path / "out" / "report.html").read_text()
+
+
+@pytest.mark.parametrize("name, message", [("one_class_msu", "both classes"), ("unlabelled_msu", "no patient label")])
+def test_bad_cohorts_are_refused_clearly(name, message, tmp_path, data_root, monkeypatch, capsys):
+    from eegprivacy.cli import main
+    from eegprivacy.data import REGISTRY
+
+    monkeypatch.setitem(REGISTRY, name, HELPERS[name])
+    assert main(["audit-cohort", "--dataset", name, "--out", str(tmp_path / "out"), "--cache",
+                 str(tmp_path / "cache"), *ARGS]) == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "out" / "report.html").exists()
+
+
+def test_too_few_patients_are_refused(data_root):
+    with pytest.raises(CohortError, match="at least 8"):
+        load_cohort(MiniMSU(3), AuditConfig(min_patients=8))
+
+
+def test_bids_needs_a_label(capsys):
+    from eegprivacy.cli import main
+
+    assert main(["audit-cohort", "--bids", "/nonexistent"]) == 2
+    assert "--label" in capsys.readouterr().err
+
+
+# ---- pieces ----------------------------------------------------------------------------------------------------
+def test_horizon_is_the_smallest_epsilon_whose_lower_bound_clears_zero():
+    assert utility_horizon([0.5, 1, 2, 5], [-0.2, -0.01, 0.03, 0.2]) == 2
+    assert utility_horizon([5, 2, 1], [0.2, 0.1, -0.1]) == 2  # order of the grid does not matter
+    assert utility_horizon([1, 2, 5], [0.1, -0.1, 0.2]) == 1  # the smallest that clears, even if a larger one dips
+    assert utility_horizon([1, 2], [0.0, -0.3]) is None  # touching 0 does not clear it
+    assert utility_horizon([1, 2], [float("nan"), 0.05]) == 2
+    assert utility_horizon([], []) is None
+
+
+def test_canonical_order_follows_values_not_positions():
+    rng = np.random.default_rng(0)
+    X, y = rng.normal(size=(10, 4)), rng.integers(0, 2, 10)
+    perm = rng.permutation(10)
+    a, b = X[canonical_order(X, y)], X[perm][canonical_order(X[perm], y[perm])]
+    np.testing.assert_array_equal(a, b)
+    noisy = X * (1 + 1e-12)  # another file format's rounding does not reorder
+    np.testing.assert_array_equal(canonical_order(noisy, y), canonical_order(X, y))
+
+
+def test_bootstrap_keeps_both_classes_and_combines_seeds():
+    y = np.array([0, 0, 0, 1, 1])
+    idx = bootstrap_indices(y, 200)
+    assert ((y[idx] == 1).sum(1) == 2).all()
+    per_seed = np.array([[0.0] * 200, [1.0] * 200])
+    reps = combine_seeds(per_seed, np.array([[0, 0], [1, 1], [0, 1]] * 66 + [[0, 0], [1, 1]]))
+    assert set(np.round(reps, 6)) == {0.0, 0.5, 1.0}
+
+
+def test_reidentification_links_first_session_to_second():
+    """Subjects with two sessions: the first session's vector is released, the second is the attacker's."""
+    from eegprivacy.studies.cohort_audit import _reidentification_tables
+
+    rng = np.random.default_rng(0)
+    rows, meta = [], []
+    for s in range(5):
+        subject = rng.normal(size=3) + 10 * s
+        for session in ("2", "1"):  # listed out of order on purpose
+            base = subject + (0.5 if session == "2" else 0.0)
+            for w in range(4):
+                rows.append({"subject": f"sub{s}", "recording": f"ses-{session}", "t_start": float(w),
+                             **{f"C{j}:f": base[j] + 0.01 * w for j in range(3)}})
+            meta.append({"subject": f"sub{s}", "recording": f"ses-{session}", "session": session, "run": "1"})
+    frame, meta = pd.DataFrame(rows), pd.DataFrame(meta)
+    features = ["C0:f", "C1:f", "C2:f"]
+    release, auxiliary, kind, _ = _reidentification_tables(frame, features, meta, split_halves=True)
+    assert kind == "cross-session" and release.shape == auxiliary.shape == (5, 3)
+    np.testing.assert_allclose(auxiliary - release, 0.5)  # rows aligned by subject, session 1 released
+    one = frame[frame["recording"] == "ses-1"]
+    release, auxiliary, kind, _ = _reidentification_tables(one, features, meta, split_halves=True)
+    assert kind == "same-session halves" and len(release) == 5
+    assert _reidentification_tables(one, features, meta, split_halves=False)[2] == "none"
