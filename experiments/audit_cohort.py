@@ -82,8 +82,20 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
+    from eegprivacy.data import ChecksumMismatchError
+    from eegprivacy.data.bids import BIDSLabelError, RecordingReadError
     from eegprivacy.studies.cohort_audit import AuditConfig, CohortError, run_audit
 
+    try:
+        config = AuditConfig(mechanisms=tuple(args.mechanisms), epsilons=tuple(args.epsilons),
+                             noise_seeds=args.noise_seeds, baseline_seeds=args.baseline_seeds,
+                             nested_seeds=args.nested_seeds, inner_folds=args.inner_folds, clip_norm=args.clip_norm,
+                             delta=args.delta, bootstrap=args.bootstrap, membership_trials=args.membership_trials,
+                             min_patients=args.min_patients, split_halves=not args.no_split_halves,
+                             features_params=args.features_params)
+    except ValueError as err:  # a knob out of range (e.g. ε <= 0, an unknown mechanism): before any data is read
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     try:
         if args.bids:
             if not args.label:
@@ -94,15 +106,10 @@ def run(args) -> int:
             dataset = get_dataset("bids", **kwargs)
         else:
             dataset = get_dataset(args.dataset, **_mapping(args.dataset_arg, "--dataset-arg"))
-        config = AuditConfig(mechanisms=tuple(args.mechanisms), epsilons=tuple(args.epsilons),
-                             noise_seeds=args.noise_seeds, baseline_seeds=args.baseline_seeds,
-                             nested_seeds=args.nested_seeds, inner_folds=args.inner_folds, clip_norm=args.clip_norm,
-                             delta=args.delta, bootstrap=args.bootstrap, membership_trials=args.membership_trials,
-                             min_patients=args.min_patients, split_halves=not args.no_split_halves,
-                             features_params=args.features_params)
         result = run_audit(dataset, config, args.out, cache_dir=args.cache, progress=not args.no_progress,
                            n_jobs=args.jobs)
-    except (CohortError, KeyError, FileNotFoundError) as err:
+    except (CohortError, KeyError, FileNotFoundError, BIDSLabelError, RecordingReadError,
+            ChecksumMismatchError) as err:  # bad input: one line naming the file, column or value; no traceback
         message = err.args[0] if isinstance(err, KeyError) and err.args else err
         print(f"error: {message}", file=sys.stderr)
         return 2

@@ -2,11 +2,13 @@
 
     python scripts/ui_screenshot.py --url http://127.0.0.1:5000 --experiment study-a-dp-release
 
-finds the sweep's parent run (the newest top-level run, or ``--parent``), its child runs, and saves
+finds the sweep's parent run (the newest top-level run, or ``--parent``) and its child runs, or the runs a
+``--filter`` selects, opens their comparison page, prints the parallel-coordinates plot's axes and saves
 ``reports/figures/mlflow_compare_runs.png``. It talks to the tracking server through its REST API only, so it works
 against any server, and needs a ``chromium`` binary (Debian: ``apt-get install -y --no-install-recommends
-chromium``). The UI is a JavaScript app: Chromium is given a virtual-time budget so the page has rendered its
-tables before the shot is taken.
+chromium``). :func:`browse` is the same headless visit for any page, over the DevTools protocol: it waits for the
+page's load event and a settling time (the UI is a JavaScript app), and returns the console errors, a value read
+from the page and the screenshot.
 """
 
 from __future__ import annotations
@@ -21,12 +23,13 @@ import tempfile
 import urllib.parse
 import urllib.request
 from pathlib import Path
+from typing import NamedTuple
 
 DEFAULT_OUT = Path(__file__).resolve().parents[1] / "reports" / "figures" / "mlflow_compare_runs.png"
 CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 
 
-def rest(base: str, path: str, body: dict | None = None, timeout: float = 30) -> dict:
+def rest(base: str, path: str, body: dict | None = None, timeout: float = 30):
     """GET ``path`` (query included) or, with ``body``, POST it as JSON; the decoded JSON answer."""
     data = None if body is None else json.dumps(body).encode()
     request = urllib.request.Request(base.rstrip("/") + path, data=data,
@@ -81,26 +84,129 @@ def find_chromium() -> str | None:
     return next((path for name in CHROMIUM_NAMES if (path := shutil.which(name))), None)
 
 
-def screenshot(url: str, out: str | Path, *, chromium: str | None = None, size: tuple[int, int] = (1600, 1000),
-               budget_ms: int = 15000, timeout: float = 120) -> Path:
-    """Save a PNG of ``url`` as headless Chromium renders it after ``budget_ms`` of virtual time."""
+def _chromium_command(chromium: str, profile: str, size: tuple[int, int], *extra: str) -> list[str]:
+    """Headless Chromium with a throwaway profile and no background traffic (the machine may have no network)."""
+    command = [chromium, "--headless=new", "--disable-gpu", "--disable-dev-shm-usage", "--hide-scrollbars",
+               "--no-first-run", "--no-default-browser-check", "--disable-background-networking",
+               "--disable-component-update", "--disable-sync", f"--user-data-dir={profile}",
+               f"--window-size={size[0]},{size[1]}", *extra]
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        command.insert(1, "--no-sandbox")  # Chromium refuses to run its sandbox as root
+    return command
+
+
+class PageCheck(NamedTuple):
+    """What :func:`browse` saw: the console errors and uncaught exceptions, in order, the screenshot, and the value
+    of the ``evaluate`` expression."""
+
+    errors: list[str]
+    screenshot: Path | None
+    value: object = None
+
+
+# The axis titles of the compare page's parallel-coordinates plot (the selector MLflow's own UI code uses).
+COMPARE_AXES_JS = ("Array.from(document.querySelectorAll('.pcp-plot .parcoords .y-axis .axis-heading .axis-title'))"
+                   ".map(e => e.textContent)")
+
+
+def browse(url: str, out: str | Path | None = None, *, chromium: str | None = None,
+           size: tuple[int, int] = (1400, 1000), settle_s: float = 3.0, timeout: float = 60,
+           evaluate: str | None = None, full_page: bool = True) -> PageCheck:
+    """Open ``url`` in headless Chromium over the DevTools protocol, as a person would: wait for the page's load
+    event and ``settle_s`` more, collect every console error, failed resource and uncaught exception, evaluate the
+    JavaScript expression ``evaluate`` in the page (its JSON value is returned), and save a PNG of the page to
+    ``out`` (the whole page height with ``full_page``, else the window). Unlike ``--screenshot``, this sees what
+    the page's scripts report and hold, so a test can require a page to open cleanly and show what it should."""
+    import base64
+    import time
+
+    from websockets.sync.client import connect
+
     chromium = chromium or find_chromium()
     if chromium is None:
         raise FileNotFoundError("no chromium binary; install it, e.g. apt-get install -y --no-install-recommends "
                                 "chromium")
-    out = Path(out).resolve()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="chromium-profile-") as profile:  # no state kept between shots
-        command = [chromium, "--headless=new", "--disable-gpu", "--disable-dev-shm-usage", "--hide-scrollbars",
-                   "--no-first-run", "--no-default-browser-check", f"--user-data-dir={profile}",
-                   f"--window-size={size[0]},{size[1]}", f"--virtual-time-budget={budget_ms}",
-                   f"--screenshot={out}", url]
-        if hasattr(os, "geteuid") and os.geteuid() == 0:
-            command.insert(1, "--no-sandbox")  # Chromium refuses to run its sandbox as root
-        result = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
-    if result.returncode != 0 or not out.exists():
-        raise RuntimeError(f"chromium failed ({result.returncode}): {result.stderr[-2000:]}")
-    return out
+    errors: list[str] = []
+    with tempfile.TemporaryDirectory(prefix="chromium-profile-") as profile:
+        process = subprocess.Popen(_chromium_command(chromium, profile, size, "--remote-debugging-port=0",
+                                                     "about:blank"),
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            deadline = time.monotonic() + timeout
+            port_file = Path(profile) / "DevToolsActivePort"
+            while not (port_file.exists() and port_file.read_text().strip()):
+                if process.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"chromium did not open its DevTools port (exit code {process.poll()})")
+                time.sleep(0.1)
+            port = port_file.read_text().split()[0]
+            pages = [t for t in rest(f"http://127.0.0.1:{port}", "/json/list") if t.get("type") == "page"]
+            with connect(pages[0]["webSocketDebuggerUrl"], max_size=None, open_timeout=timeout) as socket:
+                counter = iter(range(1, 1 << 30))
+
+                def call(method: str, **params) -> dict:
+                    ident = next(counter)
+                    socket.send(json.dumps({"id": ident, "method": method, "params": params}))
+                    while True:
+                        message = json.loads(socket.recv(timeout=max(1.0, deadline - time.monotonic())))
+                        if message.get("id") == ident:
+                            if "error" in message:
+                                raise RuntimeError(f"DevTools {method}: {message['error']}")
+                            return message.get("result", {})
+                        note(message)
+
+                def note(message: dict) -> None:
+                    method, params = message.get("method"), message.get("params", {})
+                    if method == "Runtime.exceptionThrown":
+                        details = params["exceptionDetails"]
+                        errors.append((details.get("exception") or {}).get("description") or details["text"])
+                    elif method == "Runtime.consoleAPICalled" and params["type"] in ("error", "assert"):
+                        errors.append(" ".join(str(a.get("value", a.get("description", ""))) for a in params["args"]))
+                    elif method == "Log.entryAdded" and params["entry"]["level"] == "error":
+                        errors.append(f"{params['entry']['text']} ({params['entry'].get('url', '')})")
+                    elif method == "Page.loadEventFired":
+                        loaded.append(time.monotonic())
+
+                loaded: list[float] = []
+                for domain in ("Page", "Runtime", "Log"):
+                    call(f"{domain}.enable")
+                call("Page.navigate", url=url)
+                while not loaded or time.monotonic() < loaded[0] + settle_s:
+                    if time.monotonic() > deadline:
+                        raise RuntimeError(f"{url} did not finish loading within {timeout:.0f} s")
+                    try:
+                        note(json.loads(socket.recv(timeout=0.2)))
+                    except TimeoutError:
+                        pass
+                value = None
+                if evaluate is not None:
+                    value = call("Runtime.evaluate", expression=evaluate, returnByValue=True)["result"].get("value")
+                shot = None
+                if out is not None:
+                    height = size[1] if not full_page else call(
+                        "Runtime.evaluate", expression="document.documentElement.scrollHeight",
+                        returnByValue=True)["result"].get("value") or size[1]
+                    # a viewport as tall as the page (capped), so the shot is the page as laid out, not a
+                    # capture beyond the viewport (which can skew transformed images)
+                    call("Emulation.setDeviceMetricsOverride", width=size[0], height=min(int(height), 8000),
+                         deviceScaleFactor=1, mobile=False)
+                    time.sleep(0.5)
+                    image = call("Page.captureScreenshot", format="png")
+                    shot = Path(out).resolve()
+                    shot.parent.mkdir(parents=True, exist_ok=True)
+                    shot.write_bytes(base64.b64decode(image["data"]))
+        finally:
+            stop(process, timeout=10)
+    return PageCheck(errors, shot, value)
+
+
+def stop(process: subprocess.Popen, timeout: float = 15) -> None:
+    """Terminate a process we started, and kill it if it has not exited after ``timeout`` seconds."""
+    process.terminate()
+    try:
+        process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -109,16 +215,27 @@ def main(argv: list[str] | None = None) -> int:
                         help="tracking server (default: $MLFLOW_TRACKING_URI, else http://127.0.0.1:5000)")
     parser.add_argument("--experiment", required=True, help="experiment name, e.g. study-a-dp-release")
     parser.add_argument("--parent", help="parent run id (default: the newest top-level run)")
+    parser.add_argument("--filter", help="compare the runs this MLflow search filter selects instead of a sweep's "
+                                         "children, e.g. \"tags.stage = 'audit_cohort' and params.arm = 'release'\"")
     parser.add_argument("--out", default=str(DEFAULT_OUT), help="PNG to write (overwritten)")
     args = parser.parse_args(argv)
     if not args.url.startswith(("http://", "https://")):
         parser.error(f"--url must be a tracking server (http://...), not {args.url!r}; start one with `make ui`")
-    experiment, parent, children = sweep_runs(args.url, args.experiment, args.parent)
-    if not children:
-        raise SystemExit(f"run {parent} has no child runs to compare")
-    url = compare_url(args.url, children, [experiment])
-    print(f"{len(children)} child runs of {parent}: {url}")
-    print(screenshot(url, args.out))
+    if args.filter:
+        experiment = experiment_id(args.url, args.experiment)
+        runs = sorted(r["info"]["run_id"] for r in search_runs(args.url, experiment, args.filter))
+        if not runs:
+            raise SystemExit(f"no run of {args.experiment!r} matches {args.filter!r}")
+        print(f"{len(runs)} runs matching {args.filter!r}: {compare_url(args.url, runs, [experiment])}")
+    else:
+        experiment, parent, runs = sweep_runs(args.url, args.experiment, args.parent)
+        if not runs:
+            raise SystemExit(f"run {parent} has no child runs to compare")
+        print(f"{len(runs)} child runs of {parent}: {compare_url(args.url, runs, [experiment])}")
+    page = browse(compare_url(args.url, runs, [experiment]), args.out, size=(1600, 1000), settle_s=6.0,
+                  evaluate=COMPARE_AXES_JS, full_page=False)
+    print(f"parallel-coordinates axes: {page.value}")
+    print(page.screenshot)
     return 0
 
 

@@ -1,75 +1,64 @@
-"""A small real cohort for the cohort-audit tests: MSU adolescent schizophrenia ``.eea`` files from the mirror.
+"""A small real cohort for the cohort-audit tests: subjects of the MSU adolescent schizophrenia cohort, read by the
+project's own loader (``eegprivacy.data.msu_schizophrenia``) from the mirror.
 
-Each ``.eea`` file is 122880 numbers in µV: 16 channels × 7680 samples (60 s at 128 Hz), channel-major. The class
-folder gives the label (``sch`` = 1, ``norm`` = 0). ``MiniMSU`` is a plain :class:`EEGDataset`, so the audit sees
-it exactly as it would see ``get_dataset("bids", ...)``: recordings with meta ``label``, ``subject``, ``session``,
-``run``; ``rename`` gives the subjects other ids and ``reverse`` hands the recordings out in the opposite order, to
-check that the audit's numbers depend on the data and labels only.
+``MiniMSU`` is a plain :class:`EEGDataset` over the first ``n_per_class`` healthy and schizophrenia subjects (by
+file name), so the audit sees it exactly as it sees any dataset; ``rename`` gives the subjects other ids and
+``reverse`` hands the recordings out in the opposite order, to check that the audit's numbers depend on the data
+and labels only. ``subjects`` names the subset, for writing the same patients as a BIDS tree.
 """
 
 from __future__ import annotations
 
 import hashlib
+from dataclasses import replace
 from functools import partial
-from pathlib import Path
 
 import mne
 import numpy as np
 
 from eegprivacy.data.base import EEGDataset, Recording
-from eegprivacy.paths import data_root
+from eegprivacy.data.msu_schizophrenia import MSUSchizophrenia
 
 MSU_CHANNELS = ["F7", "F3", "F4", "F8", "T3", "C3", "Cz", "C4", "T4", "T5", "P3", "Pz", "P4", "T6", "O1", "O2"]
 SFREQ = 128.0
 
 
-def msu_files(n_per_class: int = 6) -> list[tuple[Path, int]]:
-    root = Path(data_root()) / "msu-adolescent-schizophrenia"
-    out = []
-    for folder, label in (("norm", 0), ("sch", 1)):
-        files = sorted((root / folder).glob("*.eea"))
-        if len(files) < n_per_class:
-            raise FileNotFoundError(f"need {n_per_class} .eea files in {root / folder} (set EEGPRIVACY_DATA)")
-        out += [(f, label) for f in files[:n_per_class]]
-    return out
-
-
-def _load(path: Path, scale: float = 1.0):
-    values = np.loadtxt(path, dtype=float)
-    data = values.reshape(len(MSU_CHANNELS), -1) * 1e-6 * scale
-    info = mne.create_info(MSU_CHANNELS, SFREQ, "eeg")
-    return mne.io.RawArray(data, info, verbose="error")
+def msu_subjects(n_per_class: int = 6) -> list[str]:
+    """The first ``n_per_class`` subjects of each class (by file name), healthy first."""
+    meta = MSUSchizophrenia().metadata().sort_values("recording")
+    picked = [meta[meta.label == label].subject.head(n_per_class).tolist() for label in (0, 1)]
+    if min(map(len, picked)) < n_per_class:
+        raise FileNotFoundError(f"need {n_per_class} MSU subjects per class in the mirror (set EEGPRIVACY_DATA)")
+    return picked[0] + picked[1]
 
 
 class MiniMSU(EEGDataset):
-    """``n_per_class`` healthy and as many schizophrenia recordings, one 60-s recording per subject."""
+    """``n_per_class`` healthy and as many schizophrenia subjects of the real MSU loader, one 60-s recording each."""
 
     synthetic = False
 
     def __init__(self, n_per_class: int = 6, name: str = "mini_msu", rename: bool = False, reverse: bool = False,
                  labels: dict | None = None):
         self.name = name
-        self._files = msu_files(n_per_class)
+        self.source = MSUSchizophrenia()
+        self.subjects = msu_subjects(n_per_class)
         self._rename, self._reverse = rename, reverse
         self._labels = labels  # position -> label override (e.g. one class only, for error tests)
 
     def _recordings(self) -> list[Recording]:
+        by_subject = {r.subject: r for r in self.source.recordings(self.subjects)}
         recs = []
-        for i, (path, label) in enumerate(self._files):
-            subject = f"zz{len(self._files) - i:03d}" if self._rename else path.stem
+        for i, subject in enumerate(self.subjects):
+            rec = by_subject[subject]
+            meta = dict(rec.meta)
             if self._labels is not None:
-                label = self._labels.get(i, label)
-            meta = {"label": label, "condition": "rest", "sfreq": SFREQ, "n_channels": len(MSU_CHANNELS),
-                    "channels": ",".join(MSU_CHANNELS), "duration_s": 60.0, "flags": "", "session": "1",
-                    "run": "1", "task": "rest"}
-            recs.append(Recording(self.name, subject, "r01", partial(_load, path), meta, source=path.name))
+                meta["label"] = self._labels.get(i, meta["label"])
+            recs.append(replace(rec, dataset=self.name, meta=meta,
+                                subject=f"zz{len(self.subjects) - i:03d}" if self._rename else subject))
         return recs[::-1] if self._reverse else recs
 
     def _version(self) -> str:
-        digest = hashlib.sha256()
-        for path, label in sorted(self._files):
-            digest.update(f"{path.name}:{label}:{path.stat().st_size}".encode())
-        return digest.hexdigest()
+        return hashlib.sha256(f"{self.source.version()}:{self.subjects}:{self._labels}".encode()).hexdigest()
 
 
 class OneClassMSU(MiniMSU):

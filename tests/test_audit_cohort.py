@@ -1,11 +1,13 @@
 """``eegprivacy audit-cohort`` end to end on a small real cohort (12 MSU subjects from the mirror): outputs, the
-numbers in summary.json against the MLflow store, resume, order invariance, a no-signal cohort, bad input, and
-the horizon rule."""
+numbers in summary.json against the MLflow store, resume, order invariance, the same cohort written as a BIDS tree
+and audited through ``--bids`` (same numbers as through the MSU loader), the report in a browser, a no-signal
+cohort, bad input, and the horizon rule."""
 
 from __future__ import annotations
 
 import json
 import math
+import re
 import sys
 from pathlib import Path
 
@@ -148,11 +150,11 @@ def test_summary_numbers_equal_the_mlflow_runs(audit):
 def test_no_subject_id_in_the_report_or_the_store(audit):
     """Subject ids (here the MSU file stems) appear nowhere in the outputs, the cell cache or the MLflow store;
     only the private feature table in --cache holds them."""
-    from _cohort_audit_data import msu_files
+    from _cohort_audit_data import msu_subjects
 
     from eegprivacy.tracking.leaks import scan_for_identifiers
 
-    ids = {"subject id": [path.stem for path, _ in msu_files(6)]}
+    ids = {"subject id": msu_subjects(6)}
     tmp = audit["tmp"]
     paths = [audit["out"], tmp / "cache" / "cells", *tmp.glob("mlflow.db*"), *tmp.glob("mlartifacts")]
     assert scan_for_identifiers(paths, ids, whole_words=["subject id"]) == []
@@ -184,6 +186,93 @@ def test_numbers_do_not_depend_on_subject_ids_or_order(audit, tmp_path):
     pd.testing.assert_frame_equal(got, expected, check_dtype=False)
 
 
+@pytest.fixture(scope="module")
+def bids_audit(tmp_path_factory, data_root):
+    """The same 12 MSU subjects written as a BIDS tree (``to_bids``, BrainVision: float32 samples), audited through
+    ``audit-cohort --bids`` as a user would, in a store of its own."""
+    from eegprivacy.cli import main
+    from eegprivacy.data.bids import to_bids
+
+    tmp = tmp_path_factory.mktemp("bids_audit")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("EEGPRIVACY_DATA", str(data_root))
+        mp.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp / 'mlflow.db'}")
+        to_bids(MiniMSU(), tmp / "bids", format="BrainVision")
+        command = ["audit-cohort", "--bids", str(tmp / "bids"), "--label", "label", "--out", str(tmp / "out"),
+                   "--cache", str(tmp / "cache"), *ARGS]
+        assert main(command) == 0
+    return {"out": tmp / "out", "uri": f"sqlite:///{tmp / 'mlflow.db'}",
+            "summary": json.loads((tmp / "out" / "summary.json").read_text()),
+            "rows": pd.read_csv(tmp / "out" / "rows.csv")}
+
+
+def test_msu_as_bids_gives_the_msu_loaders_numbers(audit, bids_audit):
+    """Issue 24's acceptance test: MSU through a BIDS tree and through its own loader, same seeds, same numbers.
+    The tree holds the signal as float32 (relative error ~3e-8), so features agree to ~1e-7 and every utility,
+    interval and attack number to 1e-6; the only difference is the dataset's name and version."""
+    summary = bids_audit["summary"]
+    assert summary["dataset"] == "bids" and audit["first"]["dataset"] == "mini_msu"
+    assert summary["cohort"]["n_patients"] == audit["first"]["cohort"]["n_patients"] == 12
+    keys = ["arm", "mechanism", "epsilon", "metric"]
+    loader = audit["first_rows"].set_index(keys).sort_index()
+    bids = bids_audit["rows"].set_index(keys).sort_index()
+    assert list(bids.index) == list(loader.index)
+    for column in ("value", "ci_low", "ci_high", "n", "n_seeds", "chance"):
+        np.testing.assert_allclose(bids[column].to_numpy(float), loader[column].to_numpy(float), rtol=0, atol=1e-6,
+                                   equal_nan=True, err_msg=column)
+    assert summary["horizons"] == audit["first"]["horizons"]
+    # and the report's numbers are those MLflow holds for the BIDS run
+    import mlflow
+
+    run = mlflow.MlflowClient(bids_audit["uri"]).get_run(summary["mlflow_summary_run"])
+    assert run.data.tags["dataset"] == "bids" and run.data.tags["dataset_version"] == summary["dataset_version"]
+    for entry in _leaves(summary, []):
+        assert run.data.metrics[entry["mlflow_metric"]] == entry["value"], entry["mlflow_metric"]
+
+
+def test_report_opens_in_chromium_without_console_errors(bids_audit, tmp_path):
+    """The HTML report as a person opens it: headless Chromium over the DevTools protocol loads it from disk with
+    no console error, failed resource or uncaught exception, and renders it (a screenshot of the whole page)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("ui_screenshot", Path(__file__).parents[1] / "scripts" /
+                                                  "ui_screenshot.py")
+    ui = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ui)
+    if ui.find_chromium() is None:
+        pytest.skip("no chromium binary: apt-get install -y --no-install-recommends chromium (.ci/run does this "
+                    "when it runs as root)")
+    page = ui.browse((bids_audit["out"] / "report.html").as_uri(), tmp_path / "report.png")
+    assert page.errors == []
+    from PIL import Image
+
+    with Image.open(page.screenshot) as image:
+        width, height = image.size
+        colours = image.convert("RGB").getcolors(maxcolors=1 << 16)
+    assert width == 1400 and height > 2000  # the whole report, not one screen
+    assert colours is None or len(colours) > 100, "the screenshot is (nearly) blank"
+
+
+def test_mlflow_compare_page_shows_release_and_null_against_epsilon(bids_audit, tmp_path, capsys):
+    """The README's comparison: the children of one mechanism's utility sweep, opened in the MLflow UI's compare
+    page, are drawn on the axes that differ between them (release vs matched null, ε, seed) and the headline
+    metric (LOSO AUROC), not on seeds and units alone."""
+    import mlflow
+    from test_mlflow_server import serve, ui
+
+    if ui.find_chromium() is None:
+        pytest.skip("no chromium binary: apt-get install -y --no-install-recommends chromium (.ci/run does this "
+                    "when it runs as root)")
+    client = mlflow.MlflowClient(bids_audit["uri"])
+    experiment = client.get_experiment_by_name("study-a-dp-release")
+    [parent] = client.search_runs([experiment.experiment_id],
+                                  "attributes.run_name = 'audit_cohort-bids-utility-gaussian_analytic'")
+    with serve(bids_audit["uri"], tmp_path) as base:
+        assert ui.main(["--url", base, "--experiment", "study-a-dp-release", "--parent", parent.info.run_id,
+                        "--out", str(tmp_path / "compare.png")]) == 0
+    assert "parallel-coordinates axes: ['arm', 'epsilon', 'seed', 'auroc']" in capsys.readouterr().out
+
+
 def test_no_signal_cohort_sits_at_its_null(tmp_path):
     config = AuditConfig(mechanisms=("gaussian_analytic",), epsilons=(5,), noise_seeds=2, baseline_seeds=2,
                          bootstrap=400, membership_trials=2, split_halves=False)
@@ -211,9 +300,77 @@ def test_bad_cohorts_are_refused_clearly(name, message, tmp_path, data_root, mon
     assert not (tmp_path / "out" / "report.html").exists()
 
 
+def _break_participants(tree: Path) -> str:
+    (tree / "participants.tsv").unlink()
+    return r"participants\.tsv not found"
+
+
+def _third_label(tree: Path) -> str:
+    table = pd.read_csv(tree / "participants.tsv", sep="\t", dtype=str)
+    table.loc[2, "label"] = "2"
+    table.to_csv(tree / "participants.tsv", sep="\t", index=False)
+    return r"column 'label' has value\(s\) '2' outside 0/1, for participant\(s\) sub-03"
+
+
+def _empty_subject(tree: Path) -> str:
+    for path in (tree / "sub-02" / "eeg").iterdir():
+        path.unlink()
+    return r"sub-02 holds no eeg recording"
+
+
+def _unreadable(tree: Path) -> str:
+    header = next((tree / "sub-01" / "eeg").glob("*.vhdr"))
+    header.write_text("not a BrainVision header\n")
+    return r"cannot read .*sub-01_task-rest_eeg\.vhdr"
+
+
+@pytest.mark.parametrize("damage", [_break_participants, _third_label, _empty_subject, _unreadable],
+                         ids=["no_participants_tsv", "third_label_value", "subject_without_recordings",
+                              "unreadable_file"])
+def test_bad_bids_input_is_one_clear_error_and_nothing_written(damage, tmp_path, data_root, monkeypatch, capsys):
+    """Through the command as a user runs it: exit 2, one line naming the file or column, no output folder, no
+    MLflow run."""
+    from eegprivacy.cli import main
+    from eegprivacy.data.bids import to_bids
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    to_bids(MiniMSU(3), tmp_path / "bids", format="BrainVision")
+    message = damage(tmp_path / "bids")
+    assert main(["audit-cohort", "--bids", str(tmp_path / "bids"), "--label", "label", "--out",
+                 str(tmp_path / "out"), "--cache", str(tmp_path / "cache"), *ARGS]) == 2
+    err = capsys.readouterr().err
+    assert re.search(message, err), err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "out").exists() and not (tmp_path / "mlflow.db").exists()
+
+
+def test_to_bids_command_converts_a_clinical_folder(tmp_path, data_root, capsys):
+    """The README's conversion step: a clinical folder (recordings + metadata.csv) to a BIDS tree in one command,
+    read back by the BIDS dataset; a second run refuses to overwrite."""
+    from bad_inputs import corpus
+
+    from eegprivacy.cli import main
+    from eegprivacy.data import get_dataset
+
+    folder = corpus.truncated_edf(tmp_path / "folder", data_root)
+    command = ["to-bids", "--dataset-arg", f"folder={folder}", "--out", str(tmp_path / "bids")]
+    assert main(command) == 0
+    assert "wrote 2 subjects" in capsys.readouterr().out
+    tree = get_dataset("bids", root=tmp_path / "bids", label="label")
+    assert sorted(tree.metadata().subject) == ["sub-01", "sub-02"]
+    assert main(command) == 2 and "already exists" in capsys.readouterr().err
+
+
 def test_too_few_patients_are_refused(data_root):
     with pytest.raises(CohortError, match="at least 8"):
         load_cohort(MiniMSU(3), AuditConfig(min_patients=8))
+
+
+def test_a_knob_out_of_range_is_refused_before_any_data_is_read(capsys):
+    from eegprivacy.cli import main
+
+    assert main(["audit-cohort", "--bids", "/nonexistent", "--label", "x", "--epsilons", "1", "-2"]) == 2
+    assert "epsilons must be positive" in capsys.readouterr().err
 
 
 def test_bids_needs_a_label(capsys):

@@ -8,6 +8,7 @@ it also takes the UI's run-comparison screenshot ``reports/figures/mlflow_compar
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import shutil
@@ -57,18 +58,17 @@ def _wait_healthy(base: str, process: subprocess.Popen, stderr: Path, timeout: f
     pytest.fail(f"mlflow server at {base} {state}; its stderr ends with:\n{tail}")
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    """``mlflow server`` on a free loopback port with a sqlite store and a served artifact destination."""
-    folder = tmp_path_factory.mktemp("mlflow-server")
+@contextlib.contextmanager
+def serve(backend_store_uri: str, folder: Path, env: dict | None = None):
+    """``mlflow server`` on a free loopback port over ``backend_store_uri``, artifacts served from ``folder``;
+    yields its base URL once healthy, stops it on exit."""
     port = _free_port()
     executable = Path(sys.executable).with_name("mlflow")
     command = [str(executable) if executable.exists() else shutil.which("mlflow") or "mlflow", "server",
-               "--backend-store-uri", f"sqlite:///{folder / 'mlflow.db'}",
-               "--artifacts-destination", str(folder / "artifacts"),
+               "--backend-store-uri", backend_store_uri, "--artifacts-destination", str(folder / "artifacts"),
                "--host", "127.0.0.1", "--port", str(port), "--workers", "1"]
     stderr = folder / "server.stderr"
-    env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}  # no job-runner workers to start
+    env = {**(env or os.environ), "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}  # no job-runner workers to start
     with open(stderr, "wb") as err:
         process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=err, env=env,
                                    start_new_session=True)
@@ -77,12 +77,15 @@ def server(tmp_path_factory):
         _wait_healthy(base, process, stderr)
         yield base
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        ui.stop(process)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    """``mlflow server`` on a free loopback port with a sqlite store and a served artifact destination."""
+    folder = tmp_path_factory.mktemp("mlflow-server")
+    with serve(f"sqlite:///{folder / 'mlflow.db'}", folder) as base:
+        yield base
 
 
 def _cell(config: dict, seed: int) -> list[dict]:
@@ -171,7 +174,10 @@ def test_compare_page_screenshot(sweep, capsys):
                     "when it runs as root)")
     children = sorted(r["info"]["run_id"] for r in sweep["runs"] if "mlflow.parentRunId" in ui.run_tags(r))
     assert ui.main(["--url", sweep["base"], "--experiment", EXPERIMENTS["a"], "--out", str(SCREENSHOT)]) == 0
-    assert ui.compare_url(sweep["base"], children, [sweep["experiment"]]) in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert ui.compare_url(sweep["base"], children, [sweep["experiment"]]) in printed
+    # the plot's axes are what differs between the runs (ε, seed) and their metric, as the README says
+    assert "parallel-coordinates axes: ['epsilon', 'seed', 'rmse']" in printed
     assert SCREENSHOT.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert SCREENSHOT.stat().st_size > 20_000
     from PIL import Image

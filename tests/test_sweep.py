@@ -108,3 +108,21 @@ def test_prefetched_cells_in_two_processes_give_the_serial_tables(tmp_path):
     shuffled = PrefetchedCells(_noisy_cell, [(c.config, c.seed) for c in cells], n_jobs=1)
     with pytest.raises(RuntimeError, match="order"):
         shuffled(cells[1].config, cells[1].seed)
+
+
+def _linkage_key_seen(config: dict, seed: int) -> list[dict]:
+    import os
+
+    return [{"metric": "key_set", "value": float(bool(os.environ.get("EEGPRIVACY_LINKAGE_KEY")))}]
+
+
+def test_local_workers_see_a_linkage_key_set_after_the_pool_started(monkeypatch):
+    """Loky reuses its workers across sweeps; a key set later in the same process (a notebook, the test suite) must
+    still reach the cells that read it (dp-scenarios' server-side scenario), so the pool is restarted."""
+    from eegprivacy.tracking.executors import LocalExecutor
+
+    jobs = [({"cell": i}, 0) for i in range(4)]
+    monkeypatch.delenv("EEGPRIVACY_LINKAGE_KEY", raising=False)
+    assert [rows[0]["value"] for rows in LocalExecutor().map(_linkage_key_seen, jobs, n_jobs=2)] == [0.0] * 4
+    monkeypatch.setenv("EEGPRIVACY_LINKAGE_KEY", "ab" * 32)
+    assert [rows[0]["value"] for rows in LocalExecutor().map(_linkage_key_seen, jobs, n_jobs=2)] == [1.0] * 4

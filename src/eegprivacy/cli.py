@@ -107,6 +107,33 @@ def cmd_report(args) -> int:
     return 0
 
 
+def cmd_to_bids(args) -> int:
+    """Write a dataset (your own ``clinical_folder``, or any registered one) as a BIDS-EEG tree with mne-bids, so
+    ``audit-cohort --bids`` (and any BIDS tool) can read it. Subjects become sub-01, sub-02, ... (the mapping is
+    not written anywhere); the per-subject label goes to participants.tsv; nothing is left behind on failure."""
+    from eegprivacy.data import ChecksumMismatchError, get_dataset
+    from eegprivacy.data.bids import RecordingReadError, to_bids
+
+    kwargs = {}
+    for item in args.dataset_arg or []:
+        key, sep, value = item.partition("=")
+        if not sep:
+            print(f"eegprivacy to-bids: --dataset-arg {item!r} must look like KEY=VALUE", file=sys.stderr)
+            return 2
+        kwargs[key.strip()] = value.strip()
+    try:
+        conversion = to_bids(get_dataset(args.dataset, **kwargs), args.out, label_column=args.label_column,
+                             task=None if args.task == "condition" else args.task, overwrite=args.overwrite,
+                             format=args.format)
+    except (KeyError, ValueError, FileNotFoundError, FileExistsError, ChecksumMismatchError,
+            RecordingReadError) as err:
+        print(f"eegprivacy to-bids: {err.args[0] if isinstance(err, KeyError) and err.args else err}",
+              file=sys.stderr)
+        return 2
+    print(f"wrote {len(conversion.subjects)} subjects, {len(conversion.recordings)} recordings to {conversion.root}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="eegprivacy",
@@ -136,6 +163,21 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--out-dir", default=str(repo_root() / "reports"), help="folder for the reports and figures")
     report.add_argument("--study", default="a,b,c", help="comma-separated studies to report (default: a,b,c)")
     report.set_defaults(func=cmd_report)
+    to_bids = sub.add_parser("to-bids", help="write a dataset (e.g. your clinical_folder) as a BIDS-EEG tree",
+                             description=cmd_to_bids.__doc__)
+    to_bids.add_argument("--dataset", default="clinical_folder",
+                         help="registered dataset to convert (default: clinical_folder)")
+    to_bids.add_argument("--dataset-arg", nargs="*", metavar="KEY=VALUE",
+                         help="its constructor arguments, e.g. folder=/path/to/my_eeg for clinical_folder")
+    to_bids.add_argument("--out", required=True, help="the BIDS root to create (must not exist, see --overwrite)")
+    to_bids.add_argument("--label-column", default="label",
+                         help="recording metadata column with the per-subject label (default: label)")
+    to_bids.add_argument("--task", default="rest",
+                         help="BIDS task of every recording, or 'condition' for each recording's own (default: rest)")
+    to_bids.add_argument("--format", default="EDF", choices=("EDF", "BrainVision"),
+                         help="EDF (16-bit, most widely read) or BrainVision (32-bit float, the signal as read)")
+    to_bids.add_argument("--overwrite", action="store_true", help="replace an existing tree at --out")
+    to_bids.set_defaults(func=cmd_to_bids)
     for module in stage_modules():
         stage = sub.add_parser(module.NAME, help=module.HELP, description=module.HELP)
         module.add_arguments(stage)

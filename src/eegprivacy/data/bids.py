@@ -139,6 +139,7 @@ def _read_bids(bids_path, *, check_header: bool = True):
                                  "'EEG' in its channels.tsv")
     if len(eeg) < len(raw.ch_names):
         raw.pick(eeg)
+    raw.verbose = "error"  # the signal is read later, lazily: keep MNE's per-file INFO lines out of a sweep's log
     return raw, flags
 
 

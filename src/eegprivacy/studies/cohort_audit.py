@@ -3,7 +3,7 @@
 Stages, each resumable:
 
 1. **Features** — the project's window features (``params/features.yaml``; low-pass and bands above Nyquist are
-   clipped and flagged by the signal layer), cached under the output folder by dataset version + feature config;
+   clipped and flagged by the signal layer), cached in the private cache folder by dataset version + config;
    one vector per patient (:func:`~eegprivacy.privacy.patient_vectors`), patient = subject.
 2. **Utility** — leave-one-patient-out MLP (study A's :class:`~eegprivacy.evaluation.LOSOEvaluation`) on the
    non-private features (``baseline``), on them with permuted labels (``permuted``), and for every mechanism × ε ×
@@ -718,7 +718,8 @@ def summarise(cohort: Cohort, config: AuditConfig, sweeps: list[Sweep], frames: 
                 low, high = wilson_interval(int(round(value * K)), K)
                 ci_over = "subjects"
             else:
-                _, low, high = mean_ci(part["value"].to_numpy(dtype=float))
+                # a t-interval over a few seeds can reach past [0, 1]; rates and AUROCs cannot
+                _, low, high = np.clip(mean_ci(part["value"].to_numpy(dtype=float)), 0.0, 1.0)
                 ci_over = "seeds"
             add(sweep.kind, record["mechanism"], record["epsilon"], metric, value, low, high, ci_over, K, n_seeds,
                 float(part["chance"].iloc[0]), attack_kind=cohort.reid_kind if sweep.kind == "reidentification" else "")
@@ -875,7 +876,7 @@ def run_audit(dataset: EEGDataset, config: AuditConfig = AuditConfig(), out_dir:
             tmp_summary.write_text(json.dumps(summary, indent=1, default=_json_default) + "\n")
             figures["utility"].savefig(tmp_utility, dpi=110)
             figures["attacks"].savefig(tmp_attack, dpi=110)
-            cohort_report.write_html(tmp_report, rows, summary, figures)
+            cohort_report.write_html(tmp_report, rows, summary, {"utility": tmp_utility, "attacks": tmp_attack})
         cohort_report.close(figures)
         for key in ("rows", "summary", "report"):
             log_artifact(paths[key], STAGE)

@@ -224,19 +224,21 @@ def quality_html(summary: dict) -> str:
     return text
 
 
-def write_html(path: str | Path, rows: pd.DataFrame, summary: dict, figs: dict) -> Path:
-    """The report, as one self-contained page (``mne.Report``; figures embedded)."""
+def write_html(path: str | Path, rows: pd.DataFrame, summary: dict, images: dict) -> Path:
+    """The report, as one self-contained page (``mne.Report``), embedding the figures' PNG files
+    (``images["utility"]``, ``images["attacks"]``): handed the Figures instead, MNE 1.13 embedded them sheared
+    (seen in Chromium), while the PNG files saved from the same figures are right."""
     import mne
 
     title = ("[SYNTHETIC DATA] " if summary["synthetic"] else "") + f"Cohort audit: {summary['dataset']}"
     report = mne.Report(title=title, verbose="error")
     report.add_html(cohort_html(summary), title="Cohort summary", section="Cohort")
     report.add_html(utility_html(summary), title="Utility vs ε", section="Utility")
-    report.add_figure(figs["utility"], title="Utility vs ε with matched null and horizon", section="Utility",
-                      caption="Release (solid) and matched null (dashed) with 95% intervals over subjects+seeds; "
-                              "grey bands: non-private baseline and permuted-label control; dash-dot: horizon.")
+    report.add_image(images["utility"], title="Utility vs ε with matched null and horizon", section="Utility",
+                     caption="Release (solid) and matched null (dashed) with 95% intervals over subjects+seeds; "
+                             "grey bands: non-private baseline and permuted-label control; dash-dot: horizon.")
     report.add_html(attacks_html(summary), title="Re-identification and membership", section="Attacks")
-    report.add_figure(figs["attacks"], title="Attacks vs ε beside chance", section="Attacks")
+    report.add_image(images["attacks"], title="Attacks vs ε beside chance", section="Attacks")
     report.add_html(guarantees_html(summary), title="Guarantees and caveats", section="Guarantees")
     report.add_html(quality_html(summary), title="Data-quality flags", section="Data quality")
     report.save(str(path), open_browser=False, overwrite=True, verbose="error")

@@ -81,9 +81,32 @@ def describe_cell(config: Mapping[str, Any], seed: int) -> str:
     return f"cell {config_key({**config, 'seed': seed})} (seed {seed}, config {dict(config)})"
 
 
+LINKAGE_KEY_ENV = WORKER_UNSET_ENV[:2]
+
+
 class LocalExecutor:
     """Cells in ``n_jobs`` loky processes with one BLAS/OpenMP thread each, or lazily in this process when
-    ``n_jobs`` is 1 (the default executor)."""
+    ``n_jobs`` is 1 (the default executor).
+
+    Loky keeps its worker processes for the next sweep of the same process, and a worker sees the environment of
+    the moment it started. A cell that reads the linkage key from the environment (``dp-scenarios``' server-side
+    scenario, on this machine only) would then miss a key set or changed later in the same process (a notebook,
+    the test suite): when those variables differ from what the pool's workers started with, the pool is replaced.
+    Only a digest of them is kept."""
+
+    _pool_environment: str | None = None  # digest of the linkage-key variables the current pool started with
+
+    @classmethod
+    def _pool_for_this_environment(cls) -> None:
+        import hashlib
+
+        from joblib.externals.loky import reusable_executor
+
+        digest = hashlib.sha256(repr([os.environ.get(k) for k in LINKAGE_KEY_ENV]).encode()).hexdigest()
+        pool = getattr(reusable_executor, "_executor", None)
+        if pool is not None and cls._pool_environment != digest:
+            pool.shutdown(wait=True)  # started before this environment (or by code that is not ours)
+        cls._pool_environment = digest
 
     def map(self, cell_fn: CellFn, jobs: Iterable[tuple[dict, int]], n_jobs: int = 1) -> Iterator[list[dict]]:
         """Each job's rows, in job order; with ``n_jobs`` > 1 the cells start computing now."""
@@ -92,6 +115,7 @@ class LocalExecutor:
         jobs = list(jobs)
         if int(n_jobs) <= 1 or len(jobs) <= 1:
             return (cell_fn(config, seed) for config, seed in jobs)
+        self._pool_for_this_environment()
         # One BLAS/OpenMP thread per worker (joblib sets the workers' thread limits when it starts them, at no
         # cost per cell): the processes already fill the cores, and more threads would only fight over them.
         with parallel_config(backend="loky", inner_max_num_threads=1):
