@@ -233,12 +233,8 @@ def test_msu_as_bids_gives_the_msu_loaders_numbers(audit, bids_audit):
 def test_report_opens_in_chromium_without_console_errors(bids_audit, tmp_path):
     """The HTML report as a person opens it: headless Chromium over the DevTools protocol loads it from disk with
     no console error, failed resource or uncaught exception, and renders it (a screenshot of the whole page)."""
-    import importlib.util
+    from _mlflow_server import ui
 
-    spec = importlib.util.spec_from_file_location("ui_screenshot", Path(__file__).parents[1] / "scripts" /
-                                                  "ui_screenshot.py")
-    ui = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(ui)
     if ui.find_chromium() is None:
         pytest.skip("no chromium binary: apt-get install -y --no-install-recommends chromium (.ci/run does this "
                     "when it runs as root)")
@@ -258,7 +254,7 @@ def test_mlflow_compare_page_shows_release_and_null_against_epsilon(bids_audit, 
     page, are drawn on the axes that differ between them (release vs matched null, ε, seed) and the headline
     metric (LOSO AUROC), not on seeds and units alone."""
     import mlflow
-    from test_mlflow_server import serve, ui
+    from _mlflow_server import serve, ui
 
     if ui.find_chromium() is None:
         pytest.skip("no chromium binary: apt-get install -y --no-install-recommends chromium (.ci/run does this "

@@ -8,20 +8,11 @@ it also takes the UI's run-comparison screenshot ``reports/figures/mlflow_compar
 
 from __future__ import annotations
 
-import contextlib
-import importlib.util
-import os
-import shutil
-import socket
-import subprocess
-import sys
-import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import mlflow
 import pytest
+from _mlflow_server import serve, ui
 
 from eegprivacy.tracking import EXPERIMENTS, REQUIRED_TAGS, required_tags
 from eegprivacy.tracking.sweep import SweepRunner, expand_grid
@@ -30,54 +21,6 @@ REPO = Path(__file__).resolve().parents[1]
 SCREENSHOT = REPO / "reports" / "figures" / "mlflow_compare_runs.png"
 VERSION = "5e" * 32
 FILTER = "tags.mechanism = 'gaussian_analytic' and params.epsilon = '10'"
-
-_spec = importlib.util.spec_from_file_location("ui_screenshot", REPO / "scripts" / "ui_screenshot.py")
-ui = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(ui)
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _wait_healthy(base: str, process: subprocess.Popen, stderr: Path, timeout: float = 90) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            break
-        try:
-            with urllib.request.urlopen(f"{base}/health", timeout=2) as response:
-                if response.status == 200:
-                    return
-        except (urllib.error.URLError, OSError):
-            time.sleep(0.3)
-    tail = stderr.read_text(errors="replace")[-3000:]
-    state = f"exited with {process.returncode}" if process.poll() is not None else f"not healthy after {timeout:.0f} s"
-    pytest.fail(f"mlflow server at {base} {state}; its stderr ends with:\n{tail}")
-
-
-@contextlib.contextmanager
-def serve(backend_store_uri: str, folder: Path, env: dict | None = None):
-    """``mlflow server`` on a free loopback port over ``backend_store_uri``, artifacts served from ``folder``;
-    yields its base URL once healthy, stops it on exit."""
-    port = _free_port()
-    executable = Path(sys.executable).with_name("mlflow")
-    command = [str(executable) if executable.exists() else shutil.which("mlflow") or "mlflow", "server",
-               "--backend-store-uri", backend_store_uri, "--artifacts-destination", str(folder / "artifacts"),
-               "--host", "127.0.0.1", "--port", str(port), "--workers", "1"]
-    stderr = folder / "server.stderr"
-    env = {**(env or os.environ), "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}  # no job-runner workers to start
-    with open(stderr, "wb") as err:
-        process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=err, env=env,
-                                   start_new_session=True)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        _wait_healthy(base, process, stderr)
-        yield base
-    finally:
-        ui.stop(process)
 
 
 @pytest.fixture(scope="module")

@@ -23,11 +23,11 @@ from pathlib import Path
 
 import pytest
 import yaml
+from _mlflow_server import free_port, ui, wait_healthy
 
 from eegprivacy.tracking import EXPERIMENTS
 from eegprivacy.tracking.postgres import LocalPostgres, PostgresNotFound, find_bin_dir
 from eegprivacy.tracking.search import public_url
-from test_mlflow_server import _free_port, _wait_healthy, ui
 from test_optuna_study_a import CONFIG
 
 REPO = Path(__file__).resolve().parents[1]
@@ -65,7 +65,7 @@ def server(postgres, tmp_path_factory):
     """``mlflow server`` on PostgreSQL (password from the pgpass file, not the URL) with served artifacts. Not
     waited for here: its schema migrations take ~20 s, which the workers' start-up overlaps (``ready()``)."""
     folder = tmp_path_factory.mktemp("mlflow-pg")
-    port, stderr = _free_port(), folder / "server.stderr"
+    port, stderr = free_port(), folder / "server.stderr"
     command = [str(Path(sys.executable).with_name("mlflow")), "server", "--backend-store-uri", postgres.url("mlflow"),
                "--artifacts-destination", str(folder / "artifacts"), "--host", "127.0.0.1", "--port", str(port),
                "--workers", "1"]
@@ -74,7 +74,7 @@ def server(postgres, tmp_path_factory):
                                    env={**postgres.env(), "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"})
     base = f"http://127.0.0.1:{port}"
     try:
-        yield {"base": base, "stderr": stderr, "ready": lambda: _wait_healthy(base, process, stderr, timeout=150)}
+        yield {"base": base, "stderr": stderr, "ready": lambda: wait_healthy(base, process, stderr, timeout=150)}
     finally:
         _stop(process)
 
