@@ -127,10 +127,12 @@ def browse(url: str, out: str | Path | None = None, *, chromium: str | None = No
         raise FileNotFoundError("no chromium binary; install it, e.g. apt-get install -y --no-install-recommends "
                                 "chromium")
     errors: list[str] = []
-    with tempfile.TemporaryDirectory(prefix="chromium-profile-") as profile:
+    # Chromium's helper processes may still be writing to the profile for a moment after it is stopped: the whole
+    # process group is stopped (its own session), and a file they leave behind does not fail the visit.
+    with tempfile.TemporaryDirectory(prefix="chromium-profile-", ignore_cleanup_errors=True) as profile:
         process = subprocess.Popen(_chromium_command(chromium, profile, size, "--remote-debugging-port=0",
                                                      "about:blank"),
-                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
         try:
             deadline = time.monotonic() + timeout
             port_file = Path(profile) / "DevToolsActivePort"
@@ -195,18 +197,28 @@ def browse(url: str, out: str | Path | None = None, *, chromium: str | None = No
                     shot.parent.mkdir(parents=True, exist_ok=True)
                     shot.write_bytes(base64.b64decode(image["data"]))
         finally:
-            stop(process, timeout=10)
+            stop(process, timeout=10, group=True)
     return PageCheck(errors, shot, value)
 
 
-def stop(process: subprocess.Popen, timeout: float = 15) -> None:
-    """Terminate a process we started, and kill it if it has not exited after ``timeout`` seconds."""
-    process.terminate()
+def stop(process: subprocess.Popen, timeout: float = 15, group: bool = False) -> None:
+    """Terminate a process we started, and kill it if it has not exited after ``timeout`` seconds; with ``group``,
+    its whole process group (it was started in a session of its own), so no child outlives it."""
+    import signal
+
+    def send(sig: int) -> None:
+        try:
+            os.killpg(process.pid, sig) if group else process.send_signal(sig)
+        except ProcessLookupError:
+            pass
+
+    send(signal.SIGTERM)
     try:
         process.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
+        pass
+    send(signal.SIGKILL)  # what is left of the group, or the process itself if it ignored SIGTERM
+    process.wait()
 
 
 def main(argv: list[str] | None = None) -> int:
