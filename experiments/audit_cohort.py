@@ -7,12 +7,6 @@ import sys
 
 from eegprivacy.data import get_dataset
 
-NAME = "audit-cohort"
-HELP = ("Study A on your own labelled cohort (a BIDS folder, or any registered dataset): window features, DP "
-        "releases beside matched zero-signal nulls, LOSO utility (AUROC, nested-threshold balanced accuracy) with "
-        "patient+seed intervals and the utility horizon per mechanism, re-identification and membership attacks "
-        "beside chance; resumable MLflow sweeps; rows.csv, summary.json, figures and report.html.")
-
 EPILOG = """
 Outputs go to --out (default reports/cohort_audit/<dataset>-<version[:8]>/): rows.csv (one row per metric: value,
 ci_low, ci_high, ci_over, n, n_seeds, chance, eps_unit, key = its MLflow metric name), summary.json, two figures

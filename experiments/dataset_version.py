@@ -1,4 +1,6 @@
-"""Stage ``dataset_version``: write a dataset's version so DVC reruns downstream stages when its bytes change."""
+"""Stage ``dataset_version``: verify a dataset against its manifest and write its version (sha256 over path, size,
+sha256 of every file) to JSON, so DVC reruns everything downstream when its bytes change; one MLflow run records
+each version of each dataset the pipeline saw."""
 
 from __future__ import annotations
 
@@ -6,10 +8,9 @@ import json
 
 from eegprivacy.atomic import write_text_atomic
 from eegprivacy.data import get_dataset
-from eegprivacy.params import load_params
-
-NAME = "version"
-HELP = "Verify a dataset against its manifest and write its version (sha256 over path, size, sha256) to JSON."
+from eegprivacy.signal.table import FeaturesParams
+from eegprivacy.tracking import log_metrics, required_tags, start_run
+from eegprivacy.tracking.runs import has_finished_run
 
 
 def add_arguments(parser) -> None:
@@ -20,11 +21,20 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
-    kwargs = (load_params(args.params, "features").get("datasets") or {}).get(args.dataset) or {}
+    kwargs = FeaturesParams.load(args.params, "features").dataset_kwargs(args.dataset)
     dataset = get_dataset(args.dataset, **kwargs)
     info = {"dataset": dataset.name, "version": dataset.version(), "synthetic": dataset.synthetic,
             "subjects": len(dataset.subjects()), "recordings": len(dataset.recordings())}
     write_text_atomic(args.out, json.dumps(info, indent=2) + "\n")
+    tags = required_tags(study="shared", stage="dataset_version", dataset=dataset.name,
+                         dataset_version=info["version"], synthetic=dataset.synthetic,
+                         seed=kwargs.get("seed") if dataset.synthetic else None,
+                         dvc_stage=f"dataset_version@{dataset.name}")
+    # DVC reruns this stage every time (always_changed); one run per (dataset, version) is enough.
+    if not has_finished_run("shared", dvc_stage=tags["dvc_stage"], dataset_version=info["version"]):
+        with start_run(study="shared", tags=tags, run_name=f"dataset-version-{dataset.name}",
+                       params={"dataset": {"name": dataset.name, **kwargs}}):
+            log_metrics({"subjects": info["subjects"], "recordings": info["recordings"]})
     print(f"{dataset.name}: version {info['version'][:16]}…, {info['subjects']} subjects, "
           f"{info['recordings']} recordings")
     return 0

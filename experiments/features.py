@@ -1,4 +1,5 @@
-"""Stage ``features``: window features (study A's 11 per channel) for one dataset, logged to MLflow."""
+"""Stage ``features``: preprocess (band-pass, notch, average reference), cut windows and compute the 11 window
+features per channel of one dataset; write the parquet table, metrics JSON and a figure; log an MLflow run."""
 
 from __future__ import annotations
 
@@ -10,11 +11,9 @@ import numpy as np
 
 from eegprivacy.atomic import atomic_paths
 from eegprivacy.data import get_dataset
-from eegprivacy.evaluation.figures import band_power_by_condition
-from eegprivacy.params import load_params
+from eegprivacy.reporting.figures import band_power_by_condition
 from eegprivacy.signal.table import (
     INDEX_COLUMNS,
-    FeaturePipelineConfig,
     dataset_window_features,
     is_current,
     read_feature_table,
@@ -22,25 +21,17 @@ from eegprivacy.signal.table import (
 )
 from eegprivacy.tracking import log_artifact, log_metrics, required_tags, start_run
 
-NAME = "features"
-HELP = ("Preprocess (0.5-70 Hz band-pass, 50 Hz notch, average reference), cut 2-s windows with 50%% overlap and "
-        "compute 11 features per channel; write parquet, metrics JSON and a figure; log an MLflow run.")
-
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--dataset", required=True, help="registry name, e.g. eegmat or synthetic_clinical")
-    parser.add_argument("--params", default="params/features.yaml", help="params file (section `features`)")
     parser.add_argument("--out", help="parquet path (default data/features/<dataset>.parquet)")
     parser.add_argument("--metrics", help="metrics JSON (default metrics/features_<dataset>.json)")
     parser.add_argument("--figure", help="figure PNG (default reports/figures/features_<dataset>.png)")
     parser.add_argument("--force", action="store_true", help="recompute even if a current table exists")
-    parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
 
 
 def run(args) -> int:
-    params = load_params(args.params, "features")
-    dataset_kwargs = (params.get("datasets") or {}).get(args.dataset) or {}
-    config = FeaturePipelineConfig.from_params(params)
+    dataset_kwargs = args.config.dataset_kwargs(args.dataset)
+    config = args.config.pipeline()
     out = Path(args.out or f"data/features/{args.dataset}.parquet")
     metrics_path = Path(args.metrics or f"metrics/features_{args.dataset}.json")
     figure_path = Path(args.figure or f"reports/figures/features_{args.dataset}.png")

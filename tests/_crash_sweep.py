@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from eegprivacy.tracking import required_tags
-from eegprivacy.tracking.sweep import SweepRunner, expand_grid
+from eegprivacy.pipeline.sweep import SweepRunner, expand_grid
 
 CELLS = expand_grid({"epsilon": [1.0, 10.0], "mechanism": ["gaussian_analytic", "laplace_formal"]}, seeds=[0, 1])
 BLOCK_AT = 3

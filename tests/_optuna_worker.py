@@ -8,7 +8,7 @@ registered (the synthetic cohort has none; tests/test_optuna_study_a.py register
 It imports every stage, touches READY, then waits (up to 120 s) for GO before running the command: the test
 starts all workers, waits for every READY and then creates GO, so their start-up (several seconds of imports)
 is over before any opens the study and they really search side by side. ``toy`` runs
-:func:`eegprivacy.tracking.search.optimize_to_target` alone on a 0.25-s objective and prints how many trials it
+:func:`eegprivacy.pipeline.search.optimize_to_target` alone on a 0.25-s objective and prints how many trials it
 started.
 """
 
@@ -30,8 +30,8 @@ def main(argv: list[str]) -> int:
         import numpy as np
         import pandas as pd
 
-        cli.stage_modules()  # imports experiments/ (and puts the repo on sys.path)
-        from experiments import _study_a
+        cli.build_parser()  # imports every stage's entry module under experiments/
+        from eegprivacy.studies.release import table as _study_a
 
         _study_a.METADATA_LABELS["alternating"] = lambda meta: pd.Series(np.arange(len(meta)) % 2, index=meta.index)
     ready.touch()
@@ -47,7 +47,7 @@ def main(argv: list[str]) -> int:
 def toy(url: str, name: str, n_trials: str, seed: str) -> int:
     import optuna
 
-    from eegprivacy.tracking import search
+    from eegprivacy.pipeline import search
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     cfg = {"sampler": "tpe", "seed": int(seed), "population_size": 4, "heartbeat_interval": 20}

@@ -1,16 +1,11 @@
-"""A tiny SYNTHETIC study-A patient table, for stage tests that replace `load_patient_table` (no features run)."""
+"""A tiny SYNTHETIC study-A patient table, for tests that hand the study-A sweeps a table (no features run)."""
 
 from __future__ import annotations
-
-import sys
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from experiments._study_a import PatientTable  # noqa: E402
+from eegprivacy.studies.release.table import PatientTable
 
 
 def synthetic_patient_table(n_negative: int, n_positive: int, n_features: int, seed: int) -> PatientTable:

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import sys
-from argparse import Namespace
 from pathlib import Path
 
 import pytest
@@ -77,19 +75,7 @@ def _captured_logs(path: Path):
 def run_small_pipeline(root: Path, features_dir: Path, key_file: Path) -> Path:
     """Run every study-A stage into ``root`` (features read from ``features_dir``, which must hold both synthetic
     cohorts' tables) with the linkage key in ``key_file``; returns ``root``."""
-    sys.path.insert(0, str(REPO))
-    from experiments import (
-        dp_aggregate,
-        dp_audit,
-        dp_release,
-        dp_scaling,
-        dp_scaling_aggregate,
-        dp_scenarios,
-        dp_utility,
-        features,
-        linkage,
-        table_attacks,
-    )
+    from eegprivacy.cli import main
 
     root.mkdir(parents=True, exist_ok=True)
     params = {}
@@ -105,37 +91,36 @@ def run_small_pipeline(root: Path, features_dir: Path, key_file: Path) -> Path:
         mp.setenv("EEGPRIVACY_CACHE", str(root / "cache"))
         mp.delenv("EEGPRIVACY_LINKAGE_KEY", raising=False)
         mp.setenv("EEGPRIVACY_LINKAGE_KEY_FILE", str(key_file))
-        common = dict(cells=str(cells), no_progress=True)
+        common = ["--cells", str(cells), "--no-progress"]
         for dataset in (CLINICAL, REST_TASK):
-            assert features.run(Namespace(dataset=dataset, params="params/features.yaml",
-                                          out=str(features_dir / f"{dataset}.parquet"),
-                                          metrics=str(metrics / f"features_{dataset}.json"),
-                                          figure=str(figures / f"features_{dataset}.png"), force=False,
-                                          no_progress=True)) == 0
-        study_a = dict(dataset=CLINICAL, features_dir=str(features_dir), **common)
-        for stage in (dp_release, dp_utility):
-            assert stage.run(Namespace(params=str(params["dp_release"]),
-                                       out=str(metrics / f"{stage.__name__.split('.')[-1]}_{CLINICAL}.csv"),
-                                       **study_a)) == 0
-        assert dp_aggregate.run(Namespace(params=str(params["dp_release"]), metrics_dir=str(metrics),
-                                          figures_dir=str(figures), plots_dir=str(plots))) == 0
-        assert dp_scaling.run(Namespace(params=str(params["dp_scaling"]), release_params=str(params["dp_release"]),
-                                        out=str(metrics / f"dp_scaling_{CLINICAL}.csv"), **study_a)) == 0
-        assert dp_scaling_aggregate.run(Namespace(params=str(params["dp_scaling"]), metrics_dir=str(metrics),
-                                                  figures_dir=str(figures), plots_dir=str(plots))) == 0
-        assert table_attacks.run(Namespace(
-            dataset=REST_TASK, params=str(params["table_attacks"]), release_params=str(params["dp_release"]),
-            out=str(metrics / f"table_attacks_{REST_TASK}.csv"),
-            metrics=str(metrics / f"table_attacks_{REST_TASK}.json"),
-            figure=str(figures / f"table_attacks_{REST_TASK}.png"), features_dir=str(features_dir), **common)) == 0
-        assert dp_scenarios.run(Namespace(
-            params=str(params["deployment"]), release_params=str(params["dp_release"]),
-            out=str(metrics / f"dp_scenarios_{CLINICAL}.csv"), metrics=str(metrics / f"dp_scenarios_{CLINICAL}.json"),
-            figure=str(figures / f"dp_scenarios_{CLINICAL}.png"), **study_a)) == 0
-        assert linkage.run(Namespace(params=str(params["linkage"]), out=str(metrics / "linkage.csv"),
-                                     summary=str(metrics / "linkage.json"),
-                                     figure=str(figures / "linkage_precision_recall.png"), **common)) == 0
-        assert dp_audit.run(Namespace(params=str(params["dp_audit"]), out=str(metrics / "dp_audit.csv"),
-                                      summary=str(metrics / "dp_audit.json"), figure=str(figures / "dp_audit.png"),
-                                      **common)) == 0
+            assert main(["features", "--dataset", dataset, "--params", "params/features.yaml",
+                         "--out", str(features_dir / f"{dataset}.parquet"),
+                         "--metrics", str(metrics / f"features_{dataset}.json"),
+                         "--figure", str(figures / f"features_{dataset}.png"), "--no-progress"]) == 0
+        study_a = ["--dataset", CLINICAL, "--features-dir", str(features_dir), *common]
+        for stage in ("dp_release", "dp_utility"):
+            assert main([stage.replace("_", "-"), "--params", str(params["dp_release"]),
+                         "--out", str(metrics / f"{stage}_{CLINICAL}.csv"), *study_a]) == 0
+        aggregate = ["--metrics-dir", str(metrics), "--figures-dir", str(figures), "--plots-dir", str(plots)]
+        assert main(["dp-aggregate", "--params", str(params["dp_release"]), *aggregate]) == 0
+        assert main(["dp-scaling", "--params", str(params["dp_scaling"]), "--release-params", str(params["dp_release"]),
+                     "--out", str(metrics / f"dp_scaling_{CLINICAL}.csv"), *study_a]) == 0
+        assert main(["dp-scaling-aggregate", "--params", str(params["dp_scaling"]), *aggregate]) == 0
+        assert main(["table-attacks", "--dataset", REST_TASK, "--params", str(params["table_attacks"]),
+                     "--release-params", str(params["dp_release"]),
+                     "--out", str(metrics / f"table_attacks_{REST_TASK}.csv"),
+                     "--metrics", str(metrics / f"table_attacks_{REST_TASK}.json"),
+                     "--figure", str(figures / f"table_attacks_{REST_TASK}.png"),
+                     "--features-dir", str(features_dir), *common]) == 0
+        assert main(["dp-scenarios", "--params", str(params["deployment"]),
+                     "--release-params", str(params["dp_release"]),
+                     "--out", str(metrics / f"dp_scenarios_{CLINICAL}.csv"),
+                     "--metrics", str(metrics / f"dp_scenarios_{CLINICAL}.json"),
+                     "--figure", str(figures / f"dp_scenarios_{CLINICAL}.png"), *study_a]) == 0
+        assert main(["linkage", "--params", str(params["linkage"]), "--out", str(metrics / "linkage.csv"),
+                     "--summary", str(metrics / "linkage.json"),
+                     "--figure", str(figures / "linkage_precision_recall.png"), *common]) == 0
+        assert main(["dp-audit", "--params", str(params["dp_audit"]), "--out", str(metrics / "dp_audit.csv"),
+                     "--summary", str(metrics / "dp_audit.json"), "--figure", str(figures / "dp_audit.png"),
+                     *common]) == 0
     return root

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import time
-from argparse import Namespace
 from pathlib import Path
 
 import dp_accounting
@@ -17,6 +17,8 @@ import pandas as pd
 import pytest
 import yaml
 
+from eegprivacy.cli import main
+from eegprivacy.params import ParamsError
 from eegprivacy.privacy.accounting import (
     ACCOUNTANTS,
     FederatedSchedule,
@@ -187,8 +189,6 @@ def test_expected_rounds_and_bad_schedules():
 # ---- the stage ------------------------------------------------------------------------------------------------
 
 def test_stage_runs_on_a_tiny_federation(tmp_path):
-    from experiments import federated_accounting as stage
-
     grid = yaml.safe_load((REPO / "params" / "federated_mia.yaml").read_text())
     block = grid["federated_mia"]
     block["datasets"] = {"synthetic_mi": {**block["datasets"]["synthetic_mi"]}}
@@ -203,9 +203,9 @@ def test_stage_runs_on_a_tiny_federation(tmp_path):
     (tmp_path / "acc.yaml").write_text(yaml.safe_dump(acc))
     out = {k: tmp_path / v for k, v in [("out", "m/a.csv"), ("curves", "p/c.csv"), ("summary", "m/a.json"),
                                          ("report", "r/a.md"), ("figure", "r/f/a.png")]}
-    args = Namespace(params=str(tmp_path / "acc.yaml"), grid=str(tmp_path / "grid.yaml"), datasets=None,
-                     **{k: str(v) for k, v in out.items()})
-    assert stage.run(args) == 0
+    flags = [x for k, v in out.items() for x in (f"--{k}", str(v))]
+    assert main(["federated-accounting", "--params", str(tmp_path / "acc.yaml"), "--grid",
+                 str(tmp_path / "grid.yaml"), *flags]) == 0
     assert all(p.exists() and p.stat().st_size > 0 for p in out.values())
 
     tidy = pd.read_csv(out["out"])
@@ -239,3 +239,31 @@ def test_stage_runs_on_a_tiny_federation(tmp_path):
     child = runs[runs["tags.epsilon"] == "2"].iloc[0]
     assert child["tags.mechanism"] == "laplace_gradient" and child["tags.model"] == "simplenet"
     assert child["metrics.params/nominal/client/basic/epsilon_cumulative"] == pytest.approx(2 * 4 * 2.0)
+
+
+@pytest.mark.parametrize("key,value,must", [
+    ("delta", 0, "a δ strictly between 0 and 1"),
+    ("accountants", ["moments"], "a non-empty list of accountants from [basic, rdp, pld]"),
+    ("units", [], "a non-empty list of privacy units from [example, client]"),
+    ("calibrations", ["exact"], "a non-empty list of calibrations from [nominal, certified]"),
+    ("pld.value_discretization_interval", 0, "a positive interval"),
+    ("paper_protocol.num_rounds", 0, "a whole number of rounds, at least 1"),
+    ("paper_protocol.local_epochs", 1.5, "a whole number of epochs, at least 1"),
+    ("paper_protocol.epsilons", [5, -1], "a non-empty list of positive finite ε values (ε > 0)"),
+])
+def test_bad_accounting_params_stop_the_stage_before_any_work(tmp_path, key, value, must):
+    acc = yaml.safe_load((REPO / "params" / "federated_accounting.yaml").read_text())
+    *parents, last = key.split(".")
+    block = acc["federated_accounting"]
+    for part in parents:
+        block = block[part]
+    block[last] = value
+    path = tmp_path / "acc.yaml"
+    path.write_text(yaml.safe_dump(acc))
+    out = tmp_path / "out"
+    with pytest.raises(ParamsError, match=re.escape(f"federated_accounting.{key} = {value!r} is invalid; it must be "
+                                                    f"{must}")):
+        main(["federated-accounting", "--params", str(path), "--out", str(out / "a.csv"), "--curves",
+              str(out / "c.csv"), "--summary", str(out / "a.json"), "--report", str(out / "a.md"), "--figure",
+              str(out / "a.png")])
+    assert not out.exists()

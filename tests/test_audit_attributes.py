@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from eegprivacy.audit.attributes import BANDS, band_log_power, centered_psd
+from eegprivacy.embeddings.attributes import BANDS, band_log_power, centered_psd
 
 SFREQ = 128.0
 

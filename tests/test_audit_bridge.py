@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 from _audit_synth import single_thread_blas, synth  # noqa: F401
 
-from eegprivacy.audit.bridge import BridgedDecoder, BridgeResult, bridge_transfer
-from eegprivacy.audit.splits import SubjectDisjointSplit
+from eegprivacy.embeddings.bridge import BridgedDecoder, BridgeResult, bridge_transfer
+from eegprivacy.embeddings.splits import SubjectDisjointSplit
 
 DIM_S, DIM_T = 64, 32
 

@@ -8,18 +8,15 @@ from __future__ import annotations
 import json
 import math
 import re
-import sys
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
+from _cohort_audit_data import MiniMSU, NoiseCohort
 
-from _cohort_audit_data import MiniMSU, NoiseCohort  # noqa: E402
-
-from eegprivacy.studies.cohort_audit import (  # noqa: E402
+from eegprivacy.studies.cohort_audit import (
     AuditConfig,
     CohortError,
     bootstrap_indices,

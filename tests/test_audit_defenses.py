@@ -7,7 +7,7 @@ import pytest
 from _audit_synth import single_thread_blas, synth  # noqa: F401
 from sklearn.base import clone
 
-from eegprivacy.audit.defenses import (
+from eegprivacy.embeddings.defenses import (
     NOISE_SIGMAS,
     CoordinateDropout,
     GaussianNoiseDefense,
@@ -16,8 +16,8 @@ from eegprivacy.audit.defenses import (
     closes_channel,
     utility_balanced_accuracy,
 )
-from eegprivacy.audit.endpoints import AttributeDecoder, attribute_leakage
-from eegprivacy.audit.splits import SubjectDisjointSplit
+from eegprivacy.embeddings.endpoints import AttributeDecoder, attribute_leakage
+from eegprivacy.embeddings.splits import SubjectDisjointSplit
 
 SPLIT = SubjectDisjointSplit(4, random_state=0)
 

@@ -12,8 +12,8 @@ from sklearn.base import clone
 from sklearn.exceptions import NotFittedError
 from sklearn.metrics import balanced_accuracy_score
 
-from eegprivacy.audit.dp_head import DELTA, EPSILONS, DPSGDHead
-from eegprivacy.audit.endpoints import membership_auc
+from eegprivacy.embeddings.dp_head import DELTA, EPSILONS, DPSGDHead
+from eegprivacy.embeddings.endpoints import membership_auc
 
 
 @pytest.fixture(autouse=True)

@@ -15,7 +15,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("braindecode")
 
-from eegprivacy.audit.encoders import (  # noqa: E402
+from eegprivacy.embeddings.encoders import (  # noqa: E402
     BANDS,
     BIOT_18_BIPOLAR,
     BandPowerEncoder,
@@ -29,7 +29,7 @@ from eegprivacy.audit.encoders import (  # noqa: E402
     resolve_weights,
     save_checkpoint,
 )
-from eegprivacy.audit.pretrain import pretrain, subject_hash  # noqa: E402
+from eegprivacy.embeddings.pretrain import pretrain, subject_hash  # noqa: E402
 
 EEGMAT_CH = "Fp1,Fp2,F3,F4,F7,F8,T3,T4,C3,C4,T5,T6,P3,P4,O1,O2,Fz,Cz,Pz".split(",")
 SFREQ = 500.0
@@ -215,7 +215,7 @@ def test_pretraining_changes_weights_and_records_everything(tmp_path):
 def test_masked_losses_score_memorised_windows_lower(tmp_path):
     """The encoder-membership score: after many steps on 4 windows, those windows' masked loss is below that of
     unseen windows; the same seed gives the same masks and losses; a record without its head cannot score."""
-    from eegprivacy.audit.pretrain import masked_losses
+    from eegprivacy.embeddings.pretrain import masked_losses
 
     x = _windows(12, seed=8)
     enc = make_encoder("eegpt", EEGMAT_CH, SFREQ, WIN_S, tiny=True)
@@ -260,7 +260,7 @@ def test_published_configs_build_and_embed(name, dim):
 
 @pytest.mark.slow
 def test_real_eegmat_windows_embed(data_root):
-    from eegprivacy.audit.pretrain import dataset_windows
+    from eegprivacy.embeddings.pretrain import dataset_windows
     from eegprivacy.data import get_dataset
 
     ds = get_dataset("eegmat")

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from _audit_synth import single_thread_blas, synth  # noqa: F401
 
-from eegprivacy.audit.endpoints import (
+from eegprivacy.embeddings.endpoints import (
     AttributeDecoder,
     aeds,
     attribute_leakage,
@@ -18,7 +18,7 @@ from eegprivacy.audit.endpoints import (
     raw_copy_fraction,
     reconstruction_r2,
 )
-from eegprivacy.audit.splits import ReferenceSetSplit, SubjectDisjointSplit, TemporalGapSplit
+from eegprivacy.embeddings.splits import ReferenceSetSplit, SubjectDisjointSplit, TemporalGapSplit
 
 SPLITS = [SubjectDisjointSplit(4, random_state=0), TemporalGapSplit(4, gap=2)]
 
@@ -38,7 +38,7 @@ def test_decoder_contract_and_alpha_tracks_noise():
 
 def test_decoder_inner_cv_never_sees_validation_subject(monkeypatch):
     """Alpha is tuned by GroupKFold on training subjects: every inner validation fold is whole subjects."""
-    import eegprivacy.audit.endpoints as ep
+    import eegprivacy.embeddings.endpoints as ep
 
     seen = []
     real = ep._ridge_path_predict

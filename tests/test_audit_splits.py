@@ -9,7 +9,7 @@ from sklearn.model_selection import cross_val_predict
 from sklearn.linear_model import Ridge
 from _audit_synth import single_thread_blas  # noqa: F401
 
-from eegprivacy.audit.splits import ReferenceSetSplit, SubjectDisjointSplit, TemporalGapSplit
+from eegprivacy.embeddings.splits import ReferenceSetSplit, SubjectDisjointSplit, TemporalGapSplit
 
 
 def _groups(n_subjects=7, n_windows=23):

@@ -6,7 +6,6 @@ The table of what happens to each input is in README.md ("Bad inputs").
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import re
@@ -20,6 +19,7 @@ from _fixtures_data import fresh_warnings, no_network  # noqa: F401
 from bad_inputs import corpus
 
 from eegprivacy.atomic import atomic_paths, write_text_atomic
+from eegprivacy.cli import main
 from eegprivacy.data import ChecksumMismatchError, DataQualityWarning
 from eegprivacy.data.clinical_folder import ClinicalFolder, RecordingReadError
 from eegprivacy.data.eegmmidb import EEGMMIDB
@@ -35,15 +35,14 @@ REPO = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.realdata
 
 
-def _features_args(tmp_path: Path, folder: Path, out: Path) -> argparse.Namespace:
-    """The features stage pointed at a clinical folder, every output under ``out``."""
+def _features_args(tmp_path: Path, folder: Path, out: Path) -> list[str]:
+    """The features stage's command line pointed at a clinical folder, every output under ``out``."""
     params = yaml.safe_load((REPO / "params/features.yaml").read_text())
     params["features"]["datasets"] = {"clinical_folder": {"folder": str(folder)}}
     path = tmp_path / "features.yaml"
     path.write_text(yaml.safe_dump(params))
-    return argparse.Namespace(dataset="clinical_folder", params=str(path), out=str(out / "table.parquet"),
-                              metrics=str(out / "features.json"), figure=str(out / "features.png"), force=False,
-                              no_progress=True)
+    return ["features", "--dataset", "clinical_folder", "--params", str(path), "--out", str(out / "table.parquet"),
+            "--metrics", str(out / "features.json"), "--figure", str(out / "features.png"), "--no-progress"]
 
 
 def _files(folder: Path) -> dict[str, bytes]:
@@ -86,8 +85,6 @@ ERRORS = {
 
 @pytest.mark.parametrize("case", sorted(ERRORS))
 def test_bad_clinical_input_is_a_clear_error_and_leaves_outputs_untouched(case, data_root, tmp_path, monkeypatch):
-    from experiments import features
-
     folder = corpus.CLINICAL[case](tmp_path / "folder", data_root)
     out = tmp_path / "out"
     out.mkdir()
@@ -98,7 +95,7 @@ def test_bad_clinical_input_is_a_clear_error_and_leaves_outputs_untouched(case, 
     monkeypatch.chdir(tmp_path)
     error, pattern = ERRORS[case]
     with pytest.raises(error, match=pattern):
-        features.run(args)
+        main(args)
     assert _files(out) == before  # nothing replaced, no half-written file, no temporary left over
     assert not (tmp_path / "mlflow.db").exists()  # it stopped before any MLflow run
 
@@ -236,13 +233,11 @@ def test_warnings_name_rows_not_patient_ids(data_root, tmp_path):
 
 
 def test_recovery_through_the_features_stage_writes_complete_outputs(data_root, tmp_path, monkeypatch):
-    from experiments import features
-
     folder = corpus.flat_channel(tmp_path / "folder", data_root)
     out = tmp_path / "out"
     monkeypatch.chdir(tmp_path)
     with pytest.warns(DataQualityWarning, match="Cz flat"):
-        assert features.run(_features_args(tmp_path, folder, out)) == 0
+        assert main(_features_args(tmp_path, folder, out)) == 0
     assert sorted(_files(out)) == ["features.json", "features.png", "table.parquet"]  # and no temporary files
     summary = json.loads((out / "features.json").read_text())
     assert summary["n_channels"] == 18 and summary["n_recordings_skipped"] == 0 and summary["all_finite"]
@@ -253,8 +248,6 @@ def test_recovery_through_the_features_stage_writes_complete_outputs(data_root, 
 def test_stage_failing_while_writing_leaves_the_previous_outputs(data_root, tmp_path, monkeypatch):
     """All outputs or none: the figure fails after the table and JSON were written to temporaries."""
     from matplotlib.figure import Figure
-
-    from experiments import features
 
     folder = corpus.write_folder(tmp_path / "folder", corpus.clean_entries(data_root))
     out = tmp_path / "out"
@@ -269,7 +262,7 @@ def test_stage_failing_while_writing_leaves_the_previous_outputs(data_root, tmp_
     monkeypatch.setattr(Figure, "savefig", disk_full)
     monkeypatch.chdir(tmp_path)
     with pytest.raises(OSError, match="No space left"):
-        features.run(_features_args(tmp_path, folder, out))
+        main(_features_args(tmp_path, folder, out))
     assert _files(out) == before
 
 
@@ -291,7 +284,9 @@ STAGE_FILES = {"dp_release": {"params": "dp_release.yaml"}, "dp_utility": {"para
                "table_attacks": {"params": "table_attacks.yaml", "release_params": "dp_release.yaml"},
                "dp_scenarios": {"params": "deployment.yaml", "release_params": "dp_release.yaml"},
                "dp_scaling": {"params": "dp_scaling.yaml", "release_params": "dp_release.yaml"},
-               "dp_audit": {"params": "dp_audit.yaml"}, "linkage": {"params": "linkage.yaml"}}
+               "dp_audit": {"params": "dp_audit.yaml"}, "linkage": {"params": "linkage.yaml"},
+               "federated_accounting": {"params": "federated_accounting.yaml", "grid": "federated_mia.yaml"},
+               "federated_lira": {"params": "federated_lira.yaml", "training_params": "federated_mia.yaml"}}
 BAD_PARAMS = {
     "dp_release": _grid("dp_release.yaml", "dp_release") + RELEASE,
     "dp_utility": _grid("dp_release.yaml", "dp_release") + RELEASE
@@ -307,6 +302,13 @@ BAD_PARAMS = {
        ("dp_audit.yaml", "dp_audit", "clip_norm", 0), ("dp_audit.yaml", "dp_audit", "dims", [])],
     "linkage": [("linkage.yaml", "linkage", "seeds", []), ("linkage.yaml", "linkage", "typo_rates", []),
                 ("linkage.yaml", "linkage", "thresholds", []), ("linkage.yaml", "linkage", "typo_rates", [0.1, 1.5])],
+    "federated_accounting": [("federated_accounting.yaml", "federated_accounting", "delta", 0),
+                             ("federated_accounting.yaml", "federated_accounting", "accountants", ["moments"]),
+                             ("federated_accounting.yaml", "federated_accounting", "paper_protocol.epsilons", [0]),
+                             ("federated_mia.yaml", "federated_mia", "batch_size", 0)],
+    "federated_lira": [("federated_lira.yaml", "federated_lira", "n_shadows", 5),
+                       ("federated_lira.yaml", "federated_lira", "shadow_in_fraction", 1.0),
+                       ("federated_mia.yaml", "federated_mia", "clip_norm", 0)],
 }
 PARAM_CASES = [pytest.param(stage, *case, id=f"{stage}-{case[2]}={case[3]!r}") for stage, cases in BAD_PARAMS.items()
                for case in cases]
@@ -321,39 +323,70 @@ def _set(params: dict, dotted: str, value) -> None:
 
 @pytest.mark.parametrize("stage,file,section,key,value", PARAM_CASES)
 def test_param_out_of_range_stops_the_stage_before_any_work(stage, file, section, key, value, tmp_path, monkeypatch):
-    import importlib
+    from eegprivacy.cli import build_parser
+    from eegprivacy.pipeline.stages import get_stage, run_stage
 
-    module = importlib.import_module(f"experiments.{stage}")
-    parser = argparse.ArgumentParser()
-    module.add_arguments(parser)
-    args = parser.parse_args(["--dataset", "synthetic_clinical"] if any(
-        a.dest == "dataset" for a in parser._actions) else [])
     out = tmp_path / "out"
     params_dir = tmp_path / "params"
     params_dir.mkdir()
+    argv = [get_stage(stage).command]
+    subparser = next(a for a in build_parser()._actions if a.dest == "command").choices[argv[0]]
+    flags = {a.dest: a.option_strings[0] for a in subparser._actions if a.option_strings}
+    if "dataset" in flags:
+        argv += ["--dataset", "synthetic_clinical"]
     for dest, name in STAGE_FILES[stage].items():
         params = yaml.safe_load((REPO / "params" / name).read_text())
         if name == file:
             _set(params[section], key, value)
         (params_dir / name).write_text(yaml.safe_dump(params))
-        setattr(args, dest, str(params_dir / name))
+        argv += [flags[dest], str(params_dir / name)]
     for dest in ("out", "metrics", "summary", "figure", "cells", "features_dir"):
-        if hasattr(args, dest):
-            setattr(args, dest, str(out / dest))
+        if dest in flags:
+            argv += [flags[dest], str(out / dest)]
+    args = subparser.parse_args(argv[1:])
     work = tmp_path / "cwd"  # relative defaults (params/features.yaml, data/...) resolve here, never in the repo
     work.mkdir()
     monkeypatch.chdir(work)
     with pytest.raises(ParamsError, match=re.escape(f"{params_dir / file}: {section}.{key} = {value!r} is invalid; "
                                                     "it must be ") + r".*Fix it in .*nothing was computed"):
-        module.run(args)
+        run_stage(get_stage(stage), args)
     assert not out.exists() and not any(work.iterdir()) and not (tmp_path / "mlflow.db").exists()
 
 
 def test_repository_params_are_valid():
-    from eegprivacy.params import load_params
+    """Every stage's section of the repository's params/ reads into its typed config."""
+    from eegprivacy.pipeline.stages import STAGES
 
-    for path in sorted((REPO / "params").glob("*.yaml")):
-        load_params(path)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(REPO)
+        configs = [stage.load_config() for stage in STAGES if stage.config]
+    assert len(configs) == sum(1 for stage in STAGES if stage.config)
+
+
+@pytest.mark.parametrize("mutation, message", [
+    ({"epsilon": [1.0]}, "unknown key dp_release.epsilon; dp_release takes "),
+    ({"clip_norm": None}, "dp_release.clip_norm = None is invalid"),
+])
+def test_unknown_and_invalid_keys_name_the_file_and_key(mutation, message, tmp_path):
+    from eegprivacy.studies.release.config import DPReleaseConfig
+
+    params = yaml.safe_load((REPO / "params" / "dp_release.yaml").read_text())
+    params["dp_release"].update(mutation)
+    path = tmp_path / "dp_release.yaml"
+    path.write_text(yaml.safe_dump(params))
+    with pytest.raises(ParamsError, match=re.escape(f"{path}: {message}")):
+        DPReleaseConfig.load(path, "dp_release")
+
+
+def test_a_missing_key_names_the_file_and_key(tmp_path):
+    from eegprivacy.studies.release.config import DPReleaseConfig
+
+    params = yaml.safe_load((REPO / "params" / "dp_release.yaml").read_text())
+    del params["dp_release"]["delta"]
+    path = tmp_path / "dp_release.yaml"
+    path.write_text(yaml.safe_dump(params))
+    with pytest.raises(ParamsError, match=re.escape(f"{path}: missing key dp_release.delta")):
+        DPReleaseConfig.load(path, "dp_release")
 
 
 # ---------------------------------------------------------------------------------------------------------

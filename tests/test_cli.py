@@ -11,7 +11,7 @@ from eegprivacy.cli import build_parser, main
 
 def test_help_lists_every_stage_and_datasets(capsys):
     help_text = build_parser().format_help()
-    for command in ("datasets", "features", "version"):
+    for command in ("datasets", "features", "dataset-version"):
         assert command in help_text
     assert "EEGPRIVACY_DATA" in help_text
 

@@ -158,7 +158,7 @@ def test_unreadable_cell_file_is_recomputed_not_trusted(tmp_path):
 
 def test_config_hashes_and_text_values_survive_the_round_trip(tmp_path):
     """A hex hash made only of digits and ``e`` would read back as a float; resumed rows must keep the text."""
-    from eegprivacy.tracking.sweep import expand_grid
+    from eegprivacy.pipeline.sweep import expand_grid
 
     cells = expand_grid({"code_hash": ["1234567890e12345", "00012"]}, seeds=[0])
     runner = victim.make_runner(tmp_path / "cells")

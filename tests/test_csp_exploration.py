@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import sys
-from argparse import Namespace
 from pathlib import Path
 
 import mlflow
@@ -11,11 +9,11 @@ import numpy as np
 import pandas as pd
 import yaml
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from eegprivacy.cli import main
+from eegprivacy.studies.federated.exploration import TOP, correlations
+from eegprivacy.tracking import tracking_uri
 
-from eegprivacy.tracking import tracking_uri  # noqa: E402
-from experiments import csp_exploration  # noqa: E402
+REPO = Path(__file__).resolve().parents[1]
 
 
 def test_correlations_rank_by_strength_and_find_the_informative_feature():
@@ -23,7 +21,7 @@ def test_correlations_rank_by_strength_and_find_the_informative_feature():
     y = np.r_[np.zeros(50), np.ones(50)]
     channels = rng.normal(size=(100, 3))
     channels[:, 2] += 2 * y  # only the third channel carries the label
-    table = csp_exploration.correlations(channels, ["Fz", "Cz", "Pz"], rng.normal(size=(100, 2)), y)
+    table = correlations(channels, ["Fz", "Cz", "Pz"], rng.normal(size=(100, 2)), y)
     assert table["feature"].iloc[0] == "logvar:Pz" and table["r"].iloc[0] > 0.6
     assert table["abs_r"].is_monotonic_decreasing and len(table) == 5
 
@@ -35,11 +33,10 @@ def test_stage_writes_top_correlations_figure_and_a_tagged_run(tmp_path, monkeyp
         "n_subjects": 3, "n_sessions": 1, "n_runs": 1, "n_trials_per_class": 10, "seed": 0}
     path = tmp_path / "fm.yaml"
     path.write_text(yaml.safe_dump(params))
-    args = Namespace(dataset="synthetic_mi", params=str(path), correlations=str(tmp_path / "c.csv"),
-                     figure=str(tmp_path / "pca.png"))
-    assert csp_exploration.run(args) == 0
+    assert main(["csp-exploration", "--dataset", "synthetic_mi", "--params", str(path),
+                 "--correlations", str(tmp_path / "c.csv"), "--figure", str(tmp_path / "pca.png")]) == 0
     table = pd.read_csv(tmp_path / "c.csv")
-    assert len(table) == csp_exploration.TOP and table["synthetic"].all()
+    assert len(table) == TOP and table["synthetic"].all()
     assert table["feature"].str.startswith("csp_").any()
     assert (tmp_path / "pca.png").stat().st_size > 10_000
     client = mlflow.MlflowClient(tracking_uri())

@@ -6,8 +6,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import sys
-from argparse import Namespace
 from pathlib import Path
 
 import mlflow
@@ -16,19 +14,19 @@ import pandas as pd
 import pytest
 import yaml
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from eegprivacy.privacy import patient_vectors, release_table  # noqa: E402
-from eegprivacy.privacy.deployment import (  # noqa: E402
+from eegprivacy.cli import main
+from eegprivacy.privacy import patient_vectors, release_table
+from eegprivacy.privacy.deployment import (
     client_side_release,
     hospital_tables,
     identifier_as_recorded,
     server_side_release,
     split_across_hospitals,
 )
-from eegprivacy.privacy.linkage import LinkageKey, MissingLinkageKeyError, canonical_identifier, global_id  # noqa: E402
-from eegprivacy.tracking import tracking_uri  # noqa: E402
+from eegprivacy.privacy.linkage import LinkageKey, MissingLinkageKeyError, canonical_identifier, global_id
+from eegprivacy.tracking import tracking_uri
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def _windows(n_patients=12, recordings=2, windows=5, d=6, seed=0):
@@ -112,28 +110,26 @@ def clinical_features(synthetic_features_dir):
     return folder, sorted(pd.read_parquet(folder / "synthetic_clinical.parquet")["subject"].unique())
 
 
-def _stage_args(tmp_path, features_dir, scenarios):
-    from experiments import dp_scenarios
-
+def _stage_args(tmp_path, features_dir, scenarios, jobs=1) -> list[str]:
+    """The dp-scenarios command line, every output under ``tmp_path``."""
     params = {"deployment": {"scenarios": scenarios, "n_hospitals": 3, "shared_fraction": 0.25,
                              "mechanisms": ["gaussian_analytic"], "epsilons": [10], "noise_seeds": 1,
                              "federated": {"backend": "inprocess", "hidden_layer_sizes": [8], "num_rounds": 2,
                                            "local_epochs": 1, "learning_rate_init": 0.01}}}
     path = tmp_path / "deployment.yaml"
     path.write_text(yaml.safe_dump(params))
-    return dp_scenarios, Namespace(dataset="synthetic_clinical", params=str(path),
-                                   release_params="params/dp_release.yaml", out=str(tmp_path / "rows.csv"),
-                                   metrics=str(tmp_path / "sc.json"), figure=str(tmp_path / "sc.png"),
-                                   cells=str(tmp_path / "cells"), features_dir=str(features_dir), no_progress=True)
+    return ["dp-scenarios", "--dataset", "synthetic_clinical", "--params", str(path), "--release-params",
+            "params/dp_release.yaml", "--out", str(tmp_path / "rows.csv"), "--metrics", str(tmp_path / "sc.json"),
+            "--figure", str(tmp_path / "sc.png"), "--cells", str(tmp_path / "cells"), "--features-dir",
+            str(features_dir), "--jobs", str(jobs), "--no-progress"]
 
 
 def test_stage_refuses_server_side_without_a_key_before_any_work(tmp_path, clinical_features, monkeypatch):
     monkeypatch.chdir(REPO)
     monkeypatch.delenv("EEGPRIVACY_LINKAGE_KEY", raising=False)
     monkeypatch.delenv("EEGPRIVACY_LINKAGE_KEY_FILE", raising=False)
-    stage, args = _stage_args(tmp_path, clinical_features[0], ["server_side"])
     with pytest.raises(MissingLinkageKeyError, match="no default key"):
-        stage.run(args)
+        main(_stage_args(tmp_path, clinical_features[0], ["server_side"]))
     assert not (tmp_path / "cells").exists() and not (tmp_path / "rows.csv").exists()
 
 
@@ -149,9 +145,8 @@ def test_no_pseudonym_key_or_identifier_reaches_outputs_mlflow_or_logs(tmp_path,
     key_file.chmod(0o600)  # from_env refuses a key file others can read
     monkeypatch.delenv("EEGPRIVACY_LINKAGE_KEY", raising=False)
     monkeypatch.setenv("EEGPRIVACY_LINKAGE_KEY_FILE", str(key_file))
-    stage, args = _stage_args(tmp_path, features_dir, ["client_side", "server_side", "decentralised"])
     with caplog.at_level(logging.DEBUG):
-        assert stage.run(args) == 0
+        assert main(_stage_args(tmp_path, features_dir, ["client_side", "server_side", "decentralised"])) == 0
     rows = pd.read_csv(tmp_path / "rows.csv")
     assert set(rows["scenario"]) == {"client_side", "server_side", "decentralised"}
     assert rows.loc[(rows.metric == "n_duplicates_merged") & (rows.scenario == "server_side"), "value"].gt(0).all()
@@ -194,9 +189,8 @@ def test_stage_rows_do_not_depend_on_the_number_of_processes(tmp_path, clinical_
     tables = {}
     for jobs in (1, 2):
         (tmp_path / f"jobs{jobs}").mkdir()
-        stage, args = _stage_args(tmp_path / f"jobs{jobs}", clinical_features[0], ["server_side", "decentralised"])
-        args.jobs = jobs
-        assert stage.run(args) == 0
-        tables[jobs] = pd.read_csv(args.out)
+        folder = tmp_path / f"jobs{jobs}"
+        assert main(_stage_args(folder, clinical_features[0], ["server_side", "decentralised"], jobs=jobs)) == 0
+        tables[jobs] = pd.read_csv(folder / "rows.csv")
     assert set(tables[1]["scenario"]) == {"server_side", "decentralised"}
     pd.testing.assert_frame_equal(tables[1], tables[2])

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import json
 import math
-import sys
-from argparse import Namespace
 from pathlib import Path
 
 import mlflow
@@ -17,7 +15,7 @@ import pytest
 import yaml
 from scipy.stats import beta, binomtest
 
-from eegprivacy.attacks.dp_audit import (
+from eegprivacy.attacks.mechanism_audit import (
     MechanismAudit,
     clopper_pearson,
     epsilon_lower_bound,
@@ -25,8 +23,9 @@ from eegprivacy.attacks.dp_audit import (
     neighbour_pair,
     noise_family,
 )
-from eegprivacy.params import load_params
+from eegprivacy.cli import main
 from eegprivacy.privacy import l1_sensitivity_replace_one, l2_sensitivity_replace_one, make_mechanism
+from eegprivacy.studies.release.config import DPReleaseConfig, MechanismAuditConfig
 
 REPO = Path(__file__).resolve().parents[1]
 C = 2.0
@@ -187,24 +186,27 @@ def test_audit_is_seeded_and_independent_of_chunking_and_threads():
 
 # ---- the stage ------------------------------------------------------------------------------------------------
 
+def _stage_argv(folder: Path) -> list[str]:
+    """The stage's command line on ``folder/p.yaml``, every output and the cell cache in ``folder``."""
+    return ["dp-audit", "--params", str(folder / "p.yaml"), "--out", str(folder / "a.csv"),
+            "--summary", str(folder / "a.json"), "--figure", str(folder / "a.png"), "--cells", str(folder / "cells"),
+            "--no-progress"]
+
+
 def test_audit_params_match_the_release_params():
-    audit = load_params(REPO / "params/dp_audit.yaml", "dp_audit")
-    release = load_params(REPO / "params/dp_release.yaml", "dp_release")
-    assert audit["clip_norm"] == release["clip_norm"] and audit["delta"] == release["delta"]
-    assert set(audit["mechanisms"]) <= set(release["mechanisms"])
+    audit = MechanismAuditConfig.load(REPO / "params/dp_audit.yaml", "dp_audit")
+    release = DPReleaseConfig.load(REPO / "params/dp_release.yaml", "dp_release")
+    assert audit.clip_norm == release.clip_norm and audit.delta == release.delta
+    assert set(audit.mechanisms) <= set(release.mechanisms)
 
 
 @pytest.mark.slow
 def test_stage_writes_rows_headline_figure_and_tagged_runs(tmp_path):
-    sys.path.insert(0, str(REPO))
-    from experiments import dp_audit as stage
-
     params = {"mechanisms": ["gaussian_analytic", "laplace_implemented"], "epsilons": [1], "clip_norm": C,
               "delta": 1e-5, "dims": [50], "n_trials": 4_000, "seeds": 2, "confidence": 0.95, "n_jobs": 1}
     (tmp_path / "p.yaml").write_text(yaml.safe_dump({"dp_audit": params}))
-    args = Namespace(params=str(tmp_path / "p.yaml"), out=str(tmp_path / "a.csv"), summary=str(tmp_path / "a.json"),
-                     figure=str(tmp_path / "a.png"), cells=str(tmp_path / "cells"), no_progress=True)
-    assert stage.run(args) == 0
+    argv = _stage_argv(tmp_path)
+    assert main(argv) == 0
 
     rows = pd.read_csv(tmp_path / "a.csv")
     bounds = rows[rows.metric == "epsilon_lower_bound"]
@@ -227,15 +229,12 @@ def test_stage_writes_rows_headline_figure_and_tagged_runs(tmp_path):
         assert tags["delta"] == ("0.0" if tags["mechanism"] == "laplace_implemented" else "1e-05")
 
     # a second run finds every cell on disk
-    assert stage.run(args) == 0
+    assert main(argv) == 0
     assert pd.read_csv(tmp_path / "a.csv").equals(rows)
 
 
 @pytest.mark.slow
 def test_stage_rows_do_not_depend_on_the_number_of_processes(tmp_path):
-    sys.path.insert(0, str(REPO))
-    from experiments import dp_audit as stage
-
     tables = {}
     for n_jobs in (1, 2):
         params = {"mechanisms": ["gaussian_analytic", "laplace_implemented"], "epsilons": [1, 5], "clip_norm": C,
@@ -243,9 +242,7 @@ def test_stage_rows_do_not_depend_on_the_number_of_processes(tmp_path):
         folder = tmp_path / f"jobs{n_jobs}"
         folder.mkdir()
         (folder / "p.yaml").write_text(yaml.safe_dump({"dp_audit": params}))
-        assert stage.run(Namespace(params=str(folder / "p.yaml"), out=str(folder / "a.csv"),
-                                   summary=str(folder / "a.json"), figure=str(folder / "a.png"),
-                                   cells=str(folder / "cells"), no_progress=True)) == 0
+        assert main(_stage_argv(folder)) == 0
         tables[n_jobs] = pd.read_csv(folder / "a.csv")
     assert tables[1]["seed"].nunique() == 2 and len(tables[1]) > 0
     pd.testing.assert_frame_equal(tables[1], tables[2])

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import json
 import math
-import sys
-from argparse import Namespace
+import re
 from pathlib import Path
+from types import SimpleNamespace
 
 import mlflow
 import numpy as np
@@ -16,12 +16,17 @@ import pandas as pd
 import pytest
 import yaml
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from eegprivacy.cli import main
+from eegprivacy.params import ParamsError
+from eegprivacy.studies.embedding_audit.config import EmbeddingAuditConfig
+from eegprivacy.studies.embedding_audit.context import Context
+from eegprivacy.studies.embedding_audit.data import AuditData, assign_roles, window_roles
+from eegprivacy.studies.embedding_audit.embed import embed_all
+from eegprivacy.studies.embedding_audit.units import unit_tags, units
+from eegprivacy.studies.embedding_audit.workers import AuditCells, one_thread
+from eegprivacy.tracking import tracking_uri
 
-from eegprivacy.params import ParamsError  # noqa: E402
-from eegprivacy.tracking import tracking_uri  # noqa: E402
-from experiments import embedding_audit  # noqa: E402
+REPO = Path(__file__).resolve().parents[1]
 
 
 def _small_params() -> dict:
@@ -36,28 +41,35 @@ def _small_params() -> dict:
     return params
 
 
-def _args(tmp_path, params, jobs: int = 1) -> Namespace:
+def _config(params: dict) -> EmbeddingAuditConfig:
+    return EmbeddingAuditConfig.from_mapping(params["embedding_audit"], "test", "embedding_audit.")
+
+
+def _run_stage(tmp_path, params, jobs: int = 1) -> SimpleNamespace:
+    """Run ``eegprivacy embedding-audit`` on ``params`` with every output under ``tmp_path``; the output paths."""
     path = tmp_path / "audit.yaml"
     path.write_text(yaml.safe_dump(params))
-    return Namespace(params=str(path), out=str(tmp_path / "audit.csv"), json=str(tmp_path / "audit.json"),
-                     report=str(tmp_path / "audit.md"), figures=str(tmp_path / "fig"), work=str(tmp_path / "work"),
-                     cells=str(tmp_path / "cells"), no_progress=True, jobs=jobs)
+    out = SimpleNamespace(out=tmp_path / "audit.csv", json=tmp_path / "audit.json", report=tmp_path / "audit.md",
+                          figures=tmp_path / "fig", work=tmp_path / "work", cells=tmp_path / "cells")
+    assert main(["embedding-audit", "--params", str(path), "--no-progress", "--jobs", str(jobs),
+                 *(f"--{k}={v}" for k, v in vars(out).items())]) == 0
+    return out
 
 
 def test_roles_keep_pretraining_subjects_out_of_the_audit():
     subjects = [f"S{i:02d}" for i in range(20)]
-    roles = embedding_audit.assign_roles(subjects, 6, seed=0)
+    roles = assign_roles(subjects, 6, seed=0)
     assert sum(r == "pretrain" for r in roles.values()) == 6 and len(roles) == 20
-    assert roles == embedding_audit.assign_roles(subjects, 6, seed=0)
-    assert roles != embedding_audit.assign_roles(subjects, 6, seed=1)
+    assert roles == assign_roles(subjects, 6, seed=0)
+    assert roles != assign_roles(subjects, 6, seed=1)
     with pytest.raises(ParamsError, match="fewer than 8"):
-        embedding_audit.assign_roles(subjects[:10], 6, seed=0)
+        assign_roles(subjects[:10], 6, seed=0)
 
     # two pretraining recordings of 10 windows and one audited one
     subject_role = np.array(["pretrain"] * 20 + ["audit"] * 10)
     recording = np.repeat(["a1", "a2", "b1"], 10)
     order = np.tile(np.arange(10), 3)
-    w = embedding_audit.window_roles(subject_role, recording, order, gap=2)
+    w = window_roles(subject_role, recording, order, gap=2)
     for rec in ("a1", "a2"):
         r = w[recording == rec]
         assert list(r[:5]) == ["pretrain_member"] * 5 and list(r[5:7]) == ["pretrain_gap"] * 2
@@ -66,33 +78,47 @@ def test_roles_keep_pretraining_subjects_out_of_the_audit():
 
 
 def test_units_and_tags_name_every_split_and_defense():
-    params = _small_params()["embedding_audit"]
-    pre = [u for u, _ in embedding_audit.units(params, "self_pretrained")]
-    base = [u for u, _ in embedding_audit.units(params, "random_init")]
+    config = _config(_small_params())
+    pre = [u for u, _ in units(config, "self_pretrained")]
+    base = [u for u, _ in units(config, "random_init")]
     assert set(base) < set(pre) and not any(u.startswith("defense/") for u in base)
     assert {"defense/noise/1", "defense/pca/4", "defense/dropout/0.5", "defense/dp_head/1",
             "defense/dp_head/inf"} <= set(pre)
-    assert embedding_audit.unit_tags("defense/dp_head/1")["mechanism"] == "dp_sgd_gaussian"
-    assert embedding_audit.unit_tags("defense/dp_head/inf")["mechanism"] == "none"
-    assert embedding_audit.unit_tags("attribute/temporal_gap")["split"] == "temporal_gap"
-    assert embedding_audit.unit_tags("deployment/1")["defense"] == "noise_1"
+    assert unit_tags("defense/dp_head/1")["mechanism"] == "dp_sgd_gaussian"
+    assert unit_tags("defense/dp_head/inf")["mechanism"] == "none"
+    assert unit_tags("attribute/temporal_gap")["split"] == "temporal_gap"
+    assert unit_tags("deployment/1")["defense"] == "noise_1"
 
 
 def test_bad_params_stop_before_any_work(tmp_path):
-    params = _small_params()
-    params["embedding_audit"]["profile"] = "nope"
-    with pytest.raises(ParamsError, match="profile"):
-        embedding_audit.run(_args(tmp_path, params))
-    params = _small_params()
-    params["embedding_audit"]["bootstrap"] = 100
-    with pytest.raises(ParamsError, match="bootstrap"):
-        embedding_audit.run(_args(tmp_path, params))
+    for key, value in (("profile", "nope"), ("bootstrap", 100)):
+        params = _small_params()
+        params["embedding_audit"][key] = value
+        with pytest.raises(ParamsError, match=f"embedding_audit.{key} = {value!r} is invalid; it must be"):
+            _run_stage(tmp_path, params)
     assert not (tmp_path / "audit.csv").exists() and not (tmp_path / "work").exists()
 
 
+@pytest.mark.parametrize("key,value", [
+    ("encoders", []), ("encoders", ["biot", "resnet"]), ("windows_per_recording", 5), ("pretrain_subjects", 1),
+    ("permutations", 0), ("defense_permutations", -1), ("bridge_permutations", -1), ("lira_shadows", 1.5),
+    ("reconstruction_points", 0), ("utility_threshold", 1.0), ("utility_threshold", 0),
+    ("defenses.dp_head.epsilons", [1, 0]), ("defenses.dp_head.delta", 1.0), ("random_init_baseline", "yes"),
+    ("profiles.default.pretrain.max_steps.biot", 0)])
+def test_each_params_rule_names_the_key(key, value):
+    params = _small_params()
+    *parents, last = key.split(".")
+    section = params["embedding_audit"]
+    for part in parents:
+        section = section[part]
+    section[last] = value
+    with pytest.raises(ParamsError, match=re.escape(f"test: embedding_audit.{key} = {value!r} is invalid; it must "
+                                                    "be ") + ".*nothing was computed or written"):
+        _config(params)
+
+
 def test_stage_end_to_end_on_eegmat(tmp_path, data_root):
-    args = _args(tmp_path, _small_params(), jobs=2)  # the stage's default on 2 cores: cells in 2 worker processes
-    assert embedding_audit.run(args) == 0
+    args = _run_stage(tmp_path, _small_params(), jobs=2)  # the default on 2 cores: cells in 2 worker processes
     tidy = pd.read_csv(args.out)
     cells = {("bandpower", "none"), ("biot", "self_pretrained"), ("biot", "random_init")}
     assert set(map(tuple, tidy[tidy["unit"] != "bridge"][["encoder", "weights"]].drop_duplicates().values)) == cells
@@ -153,15 +179,15 @@ def test_stage_end_to_end_on_eegmat(tmp_path, data_root):
     assert child.data.tags["dataset_version"] and child.data.tags["seed"] == "0"
 
     first = tidy
-    assert embedding_audit.run(args) == 0  # resumed from the cell cache
+    _run_stage(tmp_path, _small_params(), jobs=2)  # resumed from the cell cache
     pd.testing.assert_frame_equal(first, pd.read_csv(args.out))
 
 
-def _synthetic_cells(params: dict):
+def _synthetic_cells(config: EmbeddingAuditConfig):
     """Two small encoders' contexts on random windows (10 subjects, rest and arithmetic), the bridge inputs, and
     every unit of both plus both bridge pairs as (config, seed) jobs."""
-    from eegprivacy.audit.attributes import centered_psd
-    from eegprivacy.audit.splits import SubjectDisjointSplit
+    from eegprivacy.embeddings.attributes import centered_psd
+    from eegprivacy.embeddings.splits import SubjectDisjointSplit
 
     rng = np.random.default_rng(0)
     subjects, per_state, sfreq = 10, 6, 128.0
@@ -170,20 +196,18 @@ def _synthetic_cells(params: dict):
     order = np.tile(np.arange(per_state), 2 * subjects)
     gain = rng.uniform(0.5, 2.0, size=(subjects, 4))[np.repeat(np.arange(subjects), 2 * per_state)]
     X = rng.standard_normal((subject.size, 4, int(4 * sfreq))) * gain[:, :, None] * 1e-5
-    data = embedding_audit.AuditData(X=X, subject=subject, state=state, order=order,
-                                     role=np.full(subject.size, "audit"), sfreq=sfreq,
-                                     ch_names=["Fz", "Cz", "Pz", "Oz"])
+    data = AuditData(X=X, subject=subject, state=state, order=order, role=np.full(subject.size, "audit"),
+                     sfreq=sfreq, ch_names=["Fz", "Cz", "Pz", "Oz"])
     A = centered_psd(X, sfreq)
     Z = {"small": np.hstack([A, np.log(gain), state[:, None]]) + 0.3 * rng.standard_normal((subject.size, 10))}
     Z["wide"] = Z["small"] @ rng.standard_normal((10, 24)) + 0.3 * rng.standard_normal((subject.size, 24))
     members = {"mia_members": rng.normal(0.9, 0.2, 30), "mia_nonmembers": rng.normal(1.0, 0.2, 30)}
-    contexts = {("small", "self_pretrained"): embedding_audit.Context(Z["small"], data, params,
-                                                                      {"Z": Z["small"], **members}),
-                ("wide", "none"): embedding_audit.Context(Z["wide"], data, params, {"Z": Z["wide"]})}
-    bridge = {"embeddings": Z, "A": A, "groups": subject, "params": params,
-              "splitter": SubjectDisjointSplit(int(params["splits"]["subject_disjoint"]["n_splits"]), random_state=0)}
+    contexts = {("small", "self_pretrained"): Context(Z["small"], data, config, {"Z": Z["small"], **members}),
+                ("wide", "none"): Context(Z["wide"], data, config, {"Z": Z["wide"]})}
+    bridge = {"embeddings": Z, "A": A, "groups": subject, "audit_config": config,
+              "splitter": SubjectDisjointSplit(config.splits.subject_disjoint.n_splits, random_state=0)}
     jobs = [({"encoder": e, "weights": w, "unit": u}, s) for e, w in contexts
-            for u, seeds in embedding_audit.units(params, w) for s in seeds]
+            for u, seeds in units(config, w) for s in seeds]
     jobs += [({"source": a, "target": b}, 0) for a, b in (("small", "wide"), ("wide", "small"))]
     return contexts, bridge, jobs
 
@@ -196,21 +220,21 @@ def test_cells_do_not_depend_on_the_number_of_worker_processes(tmp_path):
     import torch
     from threadpoolctl import threadpool_info
 
-    from eegprivacy.tracking.sweep import PrefetchedCells
+    from eegprivacy.pipeline.sweep import PrefetchedCells
 
     before = torch.get_num_threads()
-    with embedding_audit.one_thread():
+    with one_thread():
         assert {pool["num_threads"] for pool in threadpool_info()} == {1} and torch.get_num_threads() == 1
     assert torch.get_num_threads() == before
-    params = _small_params()["embedding_audit"]
-    params.update(permutations=1, lira_shadows=2, bridge_permutations=1, defense_seeds=[0, 1])
-    params["defenses"]["dp_head"].update(epsilons=[1.0], epochs=1)
+    params = _small_params()
+    params["embedding_audit"].update(permutations=1, lira_shadows=2, bridge_permutations=1, defense_seeds=[0, 1])
+    params["embedding_audit"]["defenses"]["dp_head"].update(epsilons=[1.0], epochs=1)
+    config = _config(params)
     tables = {}
     for jobs in (1, 2):
-        contexts, bridge, cells = _synthetic_cells(params)  # fresh contexts: nothing memoised by the other run
+        contexts, bridge, cells = _synthetic_cells(config)  # fresh contexts: nothing memoised by the other run
         (tmp_path / str(jobs)).mkdir()
-        compute = PrefetchedCells(embedding_audit.AuditCells(contexts, bridge, tmp_path / str(jobs)), cells,
-                                  n_jobs=jobs)
+        compute = PrefetchedCells(AuditCells(contexts, bridge, tmp_path / str(jobs)), cells, n_jobs=jobs)
         tables[jobs] = pd.DataFrame([{**config, "seed": seed, **row} for config, seed in cells
                                      for row in compute(config, seed)])
     assert {"aeds", "bridge", "defense/dp_head/1", "defense/noise/1"} <= set(tables[2]["unit"])
@@ -221,18 +245,18 @@ def test_cells_do_not_depend_on_the_number_of_worker_processes(tmp_path):
 def test_embeddings_and_pretraining_do_not_depend_on_the_number_of_worker_processes(tmp_path):
     """The encoders pretrain and embed in worker processes, each on one thread: the weights, the embeddings and
     the encoder-membership losses are bit for bit those of the serial run."""
-    params = _small_params()["embedding_audit"]
+    config = _config(_small_params())
     rng = np.random.default_rng(1)
     n, sfreq = 24, 128.0
     subject = np.repeat([f"S{i}" for i in range(6)], 4)
     role = np.where(np.isin(subject, ["S0", "S1"]), np.tile(["pretrain_member", "pretrain_member",
                                                                "pretrain_nonmember", "pretrain_gap"], 6), "audit")
-    data = embedding_audit.AuditData(X=rng.standard_normal((n, 4, int(4 * sfreq))) * 1e-5, subject=subject,
-                                     state=np.tile([0, 1], n // 2), order=np.tile(np.arange(4), 6), role=role,
-                                     sfreq=sfreq, ch_names=["Fz", "Cz", "Pz", "Oz"])
+    data = AuditData(X=rng.standard_normal((n, 4, int(4 * sfreq))) * 1e-5, subject=subject,
+                     state=np.tile([0, 1], n // 2), order=np.tile(np.arange(4), 6), role=role, sfreq=sfreq,
+                     ch_names=["Fz", "Cz", "Pz", "Oz"])
     cells = [("bandpower", "none"), ("biot", "self_pretrained"), ("biot", "random_init")]
     keys = {cell: f"key-{'-'.join(cell)}" for cell in cells}
-    out = {jobs: embedding_audit.embed_all(cells, keys, data, params, tmp_path / str(jobs), n_jobs=jobs)
+    out = {jobs: embed_all(cells, keys, data, config, tmp_path / str(jobs), n_jobs=jobs)
            for jobs in (1, 2)}
     assert out[1][("biot", "self_pretrained")]["meta"]["pretrain"]["steps"] == 2
     for cell in cells:

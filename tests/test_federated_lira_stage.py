@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import json
 import math
-import sys
-from argparse import Namespace
 from pathlib import Path
 
 import mlflow
@@ -16,12 +14,10 @@ import pandas as pd
 import pytest
 import yaml
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from eegprivacy.params import ParamsError  # noqa: E402
-from eegprivacy.tracking import tracking_uri  # noqa: E402
-from experiments import federated_lira  # noqa: E402
+from eegprivacy.cli import main
+from eegprivacy.params import ParamsError
+from eegprivacy.studies.federated.lira import METRICS, pooled_rows, shadow_loo, shadow_membership
+from eegprivacy.tracking import tracking_uri
 
 TRAIN = {"federated_mia": {
     "datasets": {"synthetic_mi": {"paradigm": "left_right_imagery", "epoch_s": 2.0, "resample": 64.0,
@@ -36,55 +32,61 @@ LIRA = {"federated_lira": {"model": "simplenet", "epsilons": [math.inf, 1.0], "n
                            "attack_folds": 2, "rf_estimators": 10, "bootstrap": 20, "workers": 1}}
 
 
-def _args(tmp_path, lira=LIRA) -> Namespace:
+def _args(tmp_path, lira=LIRA) -> dict:
+    """The stage's command line (flag -> value) with every file under ``tmp_path``; no accounting rows."""
     (tmp_path / "train.yaml").write_text(yaml.safe_dump(TRAIN))
     (tmp_path / "lira.yaml").write_text(yaml.safe_dump(lira))
-    return Namespace(dataset="synthetic_mi", params=str(tmp_path / "lira.yaml"),
-                     training_params=str(tmp_path / "train.yaml"), out=str(tmp_path / "lira.csv"),
-                     json=str(tmp_path / "lira.json"), report=str(tmp_path / "lira.md"),
-                     figure=str(tmp_path / "fig" / "roc.png"), cells=str(tmp_path / "cells"), no_progress=True)
+    return {"dataset": "synthetic_mi", "params": str(tmp_path / "lira.yaml"),
+            "training-params": str(tmp_path / "train.yaml"), "out": str(tmp_path / "lira.csv"),
+            "json": str(tmp_path / "lira.json"), "report": str(tmp_path / "lira.md"),
+            "figure": str(tmp_path / "fig" / "roc.png"), "cells": str(tmp_path / "cells"),
+            "accounting": str(tmp_path / "no_accounting.csv")}
+
+
+def _run(args: dict) -> int:
+    return main(["federated-lira", "--no-progress", *(x for k, v in args.items() for x in (f"--{k}", v))])
 
 
 def test_shadow_membership_is_balanced_per_trial_and_per_class():
     y = np.repeat([0, 1], 12)
     subjects = np.tile(["a", "b", "c"], 8)
-    mask = federated_lira.shadow_membership(y, subjects, 6, seed=3)
+    mask = shadow_membership(y, subjects, 6, seed=3)
     assert mask.shape == (6, 24) and (mask.sum(0) == 3).all()  # every trial IN in exactly half
     assert (mask[0::2] ^ mask[1::2]).all()  # complementary pairs
     for s in "abc":
         for c in (0, 1):
             rows = (subjects == s) & (y == c)
             assert set(mask[:, rows].sum(1)) == {2}  # a half of each (subject, class) group of 4
-    np.testing.assert_array_equal(mask, federated_lira.shadow_membership(y, subjects, 6, seed=3))
-    assert not np.array_equal(mask, federated_lira.shadow_membership(y, subjects, 6, seed=4))
+    np.testing.assert_array_equal(mask, shadow_membership(y, subjects, 6, seed=3))
+    assert not np.array_equal(mask, shadow_membership(y, subjects, 6, seed=4))
 
 
 def test_shadows_can_train_on_the_targets_member_share():
     y = np.repeat([0, 1], 30)
     subjects = np.tile(["a", "b", "c"], 20)  # 10 trials per (subject, class)
-    mask = federated_lira.shadow_membership(y, subjects, 10, seed=1, in_fraction=0.8)
+    mask = shadow_membership(y, subjects, 10, seed=1, in_fraction=0.8)
     for s in "abc":
         for c in (0, 1):
             rows = (subjects == s) & (y == c)
             assert set(mask[:, rows].sum(1)) == {8}  # every shadow keeps 80 % of every group, like the target
     assert set((~mask).sum(0)) == {2}  # blocks taken in turn: every trial OUT in exactly 2 of 10 shadows
-    np.testing.assert_array_equal(mask, federated_lira.shadow_membership(y, subjects, 10, seed=1, in_fraction=0.8))
+    np.testing.assert_array_equal(mask, shadow_membership(y, subjects, 10, seed=1, in_fraction=0.8))
     with pytest.raises(ValueError, match="in_fraction"):
-        federated_lira.shadow_membership(y, subjects, 10, seed=1, in_fraction=1.0)
+        shadow_membership(y, subjects, 10, seed=1, in_fraction=1.0)
 
 
 def test_shadow_as_target_scores_every_shadow_with_its_pair_left_out():
     rng = np.random.default_rng(0)
-    mask = federated_lira.shadow_membership(np.repeat([0, 1], 200), np.zeros(400), 8, seed=0)
+    mask = shadow_membership(np.repeat([0, 1], 200), np.zeros(400), 8, seed=0)
     phis = {"inf": rng.normal(size=(8, 400)) + 2.0 * mask}
-    loo = federated_lira.shadow_loo(phis, mask, "inf", "global")
+    loo = shadow_loo(phis, mask, "inf", "global")
     assert set(loo) == {("lira_online", ""), ("lira_offline", "")} and len(loo[("lira_online", "")]) == 8
-    rows, curves = federated_lira.pooled_rows(loo, 50, 0, "shadow_loo_pooled")
+    rows, _ = pooled_rows(loo, 50, 0, "shadow_loo_pooled")
     auc = {r["attack"]: r for r in rows if r["metric"] == "auroc"}
     assert auc["lira_online"]["value"] > 0.85 and auc["lira_online"]["ci_low"] <= auc["lira_online"]["value"]
     assert auc["lira_online"]["n_nonmembers"] == 8 * 200
     phis["inf"] = rng.normal(size=(8, 400))  # no leak
-    rows, _ = federated_lira.pooled_rows(federated_lira.shadow_loo(phis, mask, "inf", "global"), 0, 0, "x")
+    rows, _ = pooled_rows(shadow_loo(phis, mask, "inf", "global"), 0, 0, "x")
     assert all(abs(r["value"] - 0.5) < 0.05 for r in rows if r["metric"] == "auroc")
     tpr = [r["value"] for r in rows if r["metric"] == "tpr_at_fpr_0.001"]
     assert all(t < 0.01 for t in tpr)  # 1600 non-members: resolvable, and near its chance of 0.001
@@ -92,10 +94,10 @@ def test_shadow_as_target_scores_every_shadow_with_its_pair_left_out():
 
 def test_federated_lira_stage_end_to_end(tmp_path):
     args = _args(tmp_path)
-    assert federated_lira.run(args) == 0
-    rows = pd.read_csv(args.out)
+    assert _run(args) == 0
+    rows = pd.read_csv(args["out"])
     assert rows["synthetic"].all() and set(rows["epsilon"]) == {math.inf, 1.0}
-    scored = rows[rows["metric"].isin(federated_lira.METRICS)]
+    scored = rows[rows["metric"].isin(METRICS)]
     per_seed = scored[scored["scope"] == "target_seed"]
     assert set(zip(per_seed["attack"], per_seed["attacker"].fillna(""))) == {
         ("lira_online", ""), ("lira_offline", ""), ("lira_online_untrained_control", ""),
@@ -112,17 +114,17 @@ def test_federated_lira_stage_end_to_end(tmp_path):
     # 4 shadows leave one pair (one IN, one OUT value per trial) once a pair is the target: no shadow-as-target.
     assert set(rows["scope"].dropna()) == {"target_seed", "target_pooled"}
     pooled = scored[scored["scope"] == "target_pooled"]
-    assert (pooled["n_nonmembers"] == 32).all() and len(pooled) == 2 * 6 * len(federated_lira.METRICS)
+    assert (pooled["n_nonmembers"] == 32).all() and len(pooled) == 2 * 6 * len(METRICS)
 
-    summary = json.loads(Path(args.json).read_text())
+    summary = json.loads(Path(args["json"]).read_text())
     assert summary["synthetic"] is True and summary["n_members"] == 64 and summary["n_nonmembers"] == 16
     entry = summary["synthetic_mi/simplenet/eps_inf/target_seed/lira_online/auroc"]
     assert entry["chance"] == 0.5 and 0 <= entry["mean"] <= 1
     assert "not a cumulative guarantee" in summary["epsilon_scope"]
-    report = Path(args.report).read_text()
+    report = Path(args["report"]).read_text()
     assert "SYNTHETIC synthetic_mi" in report and "64 members and 16 non-members" in report
     assert "| chance |" in report
-    assert Path(args.figure).stat().st_size > 0
+    assert Path(args["figure"]).stat().st_size > 0
 
     client = mlflow.MlflowClient(tracking_uri())
     runs = client.search_runs([client.get_experiment_by_name("study-b-federated-mia").experiment_id])
@@ -138,14 +140,17 @@ def test_federated_lira_stage_end_to_end(tmp_path):
     assert any(k.startswith("target_pooled/") for p in parents for k in p.data.metrics)
 
     # Rerun from the caches (shadows, cells, per-trial scores): the same numbers.
-    assert federated_lira.run(args) == 0
-    pd.testing.assert_frame_equal(pd.read_csv(args.out), rows)
+    assert _run(args) == 0
+    pd.testing.assert_frame_equal(pd.read_csv(args["out"]), rows)
 
 
-def test_bad_lira_params_are_a_params_error(tmp_path):
-    bad = {"federated_lira": {**LIRA["federated_lira"], "n_shadows": 5}}
-    with pytest.raises(ParamsError, match="n_shadows"):
-        federated_lira.run(_args(tmp_path, bad))
+@pytest.mark.parametrize("key,value", [("n_shadows", 5), ("n_shadows", 2), ("shadow_in_fraction", 1.0),
+                                       ("epsilons", [0]), ("attackers", ["svm"]), ("lira_variance", "median"),
+                                       ("attack_folds", 1), ("model", "resnet"), ("workers", 0)])
+def test_bad_lira_params_are_a_params_error(tmp_path, key, value):
+    bad = {"federated_lira": {**LIRA["federated_lira"], key: value}}
+    with pytest.raises(ParamsError, match=f"federated_lira.{key} = .* is invalid; it must be"):
+        _run(_args(tmp_path, bad))
     assert not (tmp_path / "lira.csv").exists()
 
 
@@ -155,7 +160,7 @@ def test_federated_lira_rows_do_not_depend_on_the_number_of_workers(tmp_path):
         folder = tmp_path / f"workers{workers}"
         folder.mkdir()
         args = _args(folder, {"federated_lira": {**LIRA["federated_lira"], "workers": workers}})
-        assert federated_lira.run(args) == 0
-        tables[workers] = pd.read_csv(args.out)
+        assert _run(args) == 0
+        tables[workers] = pd.read_csv(args["out"])
     assert set(tables[1]["seed"].dropna()) == {0, 1}
     pd.testing.assert_frame_equal(tables[1], tables[2])

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import json
 import math
-import sys
-from argparse import Namespace
 from pathlib import Path
 
 import mlflow
@@ -16,14 +14,13 @@ import pandas as pd
 import pytest
 import yaml
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from eegprivacy.federated.splits import member_split  # noqa: E402
-from eegprivacy.models.gradients import update_vector  # noqa: E402
-from eegprivacy.params import ParamsError  # noqa: E402
-from eegprivacy.tracking import tracking_uri  # noqa: E402
-from experiments import federated_mia, federated_mia_report  # noqa: E402
+from eegprivacy.cli import main
+from eegprivacy.federated.splits import member_split
+from eegprivacy.models.gradients import update_vector
+from eegprivacy.params import ParamsError
+from eegprivacy.studies.federated import mia
+from eegprivacy.studies.federated.config import FederatedMIAConfig
+from eegprivacy.tracking import tracking_uri
 
 TINY = {"federated_mia": {
     "datasets": {"synthetic_mi": {"paradigm": "left_right_imagery", "epoch_s": 2.0, "resample": 64.0,
@@ -42,12 +39,18 @@ def tiny_params(tmp_path_factory) -> Path:
     return path
 
 
+@pytest.fixture(scope="module")
+def tiny_config(tiny_params) -> FederatedMIAConfig:
+    return FederatedMIAConfig.load(tiny_params, "federated_mia")
+
+
 def test_federated_mia_stage_end_to_end(tmp_path, tiny_params):
     out = tmp_path / "federated_mia_synthetic_mi.csv"
-    args = Namespace(dataset="synthetic_mi", params=str(tiny_params), out=str(out), cells=str(tmp_path / "cells"),
-                     no_progress=True, jobs=2,  # two worker processes: the stage's default on 2 cores
-                     arrays=str(tmp_path / "arrays"))
-    assert federated_mia.run(args) == 0
+    argv = ["federated-mia", "--dataset", "synthetic_mi", "--params", str(tiny_params), "--out", str(out),
+            "--cells", str(tmp_path / "cells"), "--no-progress",
+            "--jobs", "2",  # two worker processes: the stage's default on 2 cores
+            "--arrays", str(tmp_path / "arrays")]
+    assert main(argv) == 0
     saved = sorted(p.name for p in (tmp_path / "arrays").glob("*.npz"))
     assert saved == ["simplenet-eps1-seed0.npz", "simplenet-epsinf-seed0.npz"]
     with np.load(tmp_path / "arrays" / "simplenet-eps1-seed0.npz") as arrays:
@@ -91,41 +94,43 @@ def test_federated_mia_stage_end_to_end(tmp_path, tiny_params):
     assert {r.data.tags["mechanism"] for r in children} == {"none", "laplace_gradient"}
     assert all(r.data.metrics for r in children)
 
-    report = Namespace(inputs=[str(out)], json=str(tmp_path / "federated_mia.json"),
-                       summary=str(tmp_path / "federated_mia.csv"), tables=str(tmp_path / "tables.md"),
-                       figures=str(tmp_path / "figures"))
-    assert federated_mia_report.run(report) == 0
-    headline = json.loads(Path(report.json).read_text())
+    report = tmp_path / "federated_mia.json"
+    tables_md = tmp_path / "tables.md"
+    assert main(["federated-mia-report", "--inputs", str(out), "--json", str(report),
+                 "--summary", str(tmp_path / "federated_mia.csv"), "--tables", str(tables_md),
+                 "--figures", str(tmp_path / "figures"),
+                 "--accounting", str(tmp_path / "no_accounting.csv")]) == 0  # no cumulative ε: "n/a"
+    headline = json.loads(report.read_text())
     assert "not a cumulative guarantee" in headline["epsilon_scope"]
     for attack in ("rla", "fla", "gla_paper", "gla_sound", "cla"):
         entry = headline[f"synthetic_mi/simplenet/eps_1/{attack}/lr/auroc"]
         assert entry["chance"] == 0.5 and entry["synthetic"] is True and entry["mean"] is not None
     assert 0 <= headline["synthetic_mi/simplenet/eps_inf/utility/accuracy"]["mean"] <= 1
-    tables = Path(report.tables).read_text()
+    tables = tables_md.read_text()
     assert "SYNTHETIC synthetic_mi" in tables and "FL-SimpleNet" in tables and "DP-FL-SimpleNet" in tables
     assert "| chance |" in tables and "not a cumulative guarantee" in tables
     for name in ("rla_rounds", "grad_norms", "client_accuracy", "loss_gap"):
         assert (tmp_path / "figures" / f"federated_mia_{name}.png").stat().st_size > 0
 
     # Resume: a second run reads every cell from disk and gives the same rows.
-    assert federated_mia.run(args) == 0
+    assert main(argv) == 0
     pd.testing.assert_frame_equal(pd.read_csv(out), rows)
 
 
-def test_dp_at_epsilon_one_changes_the_updates(tiny_params):
-    params = yaml.safe_load(tiny_params.read_text())["federated_mia"]
-    dataset, trials = federated_mia.load_trials("synthetic_mi", params["datasets"]["synthetic_mi"])
+def test_dp_at_epsilon_one_changes_the_updates(tiny_config):
+    config = tiny_config
+    _, trials = mia.load_trials("synthetic_mi", config.datasets["synthetic_mi"])
     assert trials.synthetic
-    member = member_split(trials.y, trials.metadata["subject"], params["test_size"], params["split_seed"])
-    fed = federated_mia.Federation(trials, member, "logvar", params["csp_components"])
+    member = member_split(trials.y, trials.metadata["subject"], config.test_size, config.split_seed)
+    fed = mia.Federation(trials, member, "logvar", config.csp_components)
     updates = {}
     for eps in (math.inf, 1.0):
-        _, result = federated_mia.federate({"model": "simplenet", "epsilon": eps}, 0, fed, params)
+        _, result = mia.federate({"model": "simplenet", "epsilon": eps}, 0, fed, config)
         updates[eps] = np.stack([update_vector(result.updates[1][c], result.sent[1]) for c in sorted(result.updates[1])])
     assert updates[math.inf].shape == updates[1.0].shape
     # Same seed, same initial weights and batches: only the clip + Laplace(0, C/ε) step differs.
     assert not np.allclose(updates[math.inf], updates[1.0])
-    again = federated_mia.federate({"model": "simplenet", "epsilon": 1.0}, 0, fed, params)[1]
+    again = mia.federate({"model": "simplenet", "epsilon": 1.0}, 0, fed, config)[1]
     np.testing.assert_array_equal(update_vector(again.updates[1][0], again.sent[1]), updates[1.0][0])
 
 
@@ -134,34 +139,33 @@ def test_bad_epsilon_is_a_params_error(tmp_path):
     path = tmp_path / "bad.yaml"
     path.write_text(yaml.safe_dump(bad))
     with pytest.raises(ParamsError, match="epsilons"):
-        federated_mia.run(Namespace(dataset="synthetic_mi", params=str(path), out=str(tmp_path / "x.csv"),
-                                    cells=str(tmp_path / "cells"), no_progress=True))
+        main(["federated-mia", "--dataset", "synthetic_mi", "--params", str(path), "--out", str(tmp_path / "x.csv"),
+              "--cells", str(tmp_path / "cells"), "--no-progress"])
     assert not (tmp_path / "x.csv").exists()
 
 
-def test_each_seed_draws_its_own_member_split(tiny_params):
-    params = yaml.safe_load(tiny_params.read_text())["federated_mia"]
-    _, trials = federated_mia.load_trials("synthetic_mi", params["datasets"]["synthetic_mi"])
-    splits = [federated_mia.seed_split(trials, params, seed) for seed in (0, 1)]
+def test_each_seed_draws_its_own_member_split(tiny_config):
+    _, trials = mia.load_trials("synthetic_mi", tiny_config.datasets["synthetic_mi"])
+    splits = [mia.seed_split(trials, tiny_config, seed) for seed in (0, 1)]
     assert not np.array_equal(*splits)
-    np.testing.assert_array_equal(splits[0], federated_mia.seed_split(trials, params, 0))  # reproducible
+    np.testing.assert_array_equal(splits[0], mia.seed_split(trials, tiny_config, 0))  # reproducible
     subjects = trials.metadata["subject"].to_numpy()
     for mask in splits:  # still 80/20 within every subject
         share = pd.Series(mask).groupby(subjects).mean()
         assert share.between(0.7, 0.9).all()
 
 
-def test_attack_rounds_skip_attacks_without_moving_any_number(tiny_params):
+def test_attack_rounds_skip_attacks_without_moving_any_number(tiny_config):
     """``attack_rounds: [2]`` drops round 1's RLA/FLA/GLA rows only; every row it keeps equals the
     all-rounds cell's, bit for bit (utility, losses, gradient norms, CLA and round 2's attacks)."""
-    params = yaml.safe_load(tiny_params.read_text())["federated_mia"]
-    _, trials = federated_mia.load_trials("synthetic_mi", params["datasets"]["synthetic_mi"])
-    config = {"model": "simplenet", "epsilon": 1.0}
-    every = pd.DataFrame(federated_mia.cell_rows(config, 0, trials, params))
-    some = pd.DataFrame(federated_mia.cell_rows(config, 0, trials, {**params, "attack_rounds": [2]}))
+    _, trials = mia.load_trials("synthetic_mi", tiny_config.datasets["synthetic_mi"])
+    cell = {"model": "simplenet", "epsilon": 1.0}
+    every = pd.DataFrame(mia.cell_rows(cell, 0, trials, tiny_config))
+    some = pd.DataFrame(mia.cell_rows(cell, 0, trials, tiny_config.replace(attack_rounds=[2])))
     per_round = every["attack"].isin(["rla", "fla", "gla_paper", "gla_sound"])
     expected = every[~(per_round & (every["round"] == 1))].reset_index(drop=True)
     pd.testing.assert_frame_equal(some.reset_index(drop=True), expected)
     assert set(some.loc[some["attack"].isin(["rla", "gla_sound"]), "round"]) == {2}
     with pytest.raises(ParamsError, match="attack_rounds"):
-        federated_mia.validate({**params, "attack_rounds": [3]}, "tiny.yaml")
+        FederatedMIAConfig.from_mapping({**TINY["federated_mia"], "attack_rounds": [3]}, "tiny.yaml",
+                                        "federated_mia.")

@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from eegprivacy.evaluation.dp_figures import (
+from eegprivacy.reporting.release_figures import (
     BASELINE_LABEL,
     CHANCE_LABEL,
     MECHANISM_COLOURS,

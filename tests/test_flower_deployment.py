@@ -23,7 +23,6 @@ import numpy as np
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
 
 APP = REPO / "deploy" / "flower"
 BIN = Path(sys.executable).parent  # the venv's flwr, flower-superlink, flower-supernode, flower-superexec
@@ -169,13 +168,18 @@ def _run_status(env: dict, folder: Path, connection: str) -> list[dict]:
 
 def _stage_federation():
     """The same cell through the stage's own code: Federation (per-client CSP) and federate (run_fedavg)."""
-    from eegprivacy.federated.splits import member_split
-    from experiments import federated_mia
+    import dataclasses
 
-    _, trials = federated_mia.load_trials("synthetic_mi", SPEC)
+    from eegprivacy.federated.splits import member_split
+    from eegprivacy.studies.federated import mia
+    from eegprivacy.studies.federated.config import DatasetSpec, FederatedMIAConfig
+
+    _, trials = mia.load_trials("synthetic_mi", DatasetSpec.from_mapping(SPEC))
     member = member_split(trials.y, trials.metadata["subject"], PARAMS["test_size"], PARAMS["split_seed"])
-    fed = federated_mia.Federation(trials, member, "logvar", PARAMS["csp_components"])
-    _, result = federated_mia.federate({"model": "simplenet", "epsilon": EPSILON}, SEED, fed, PARAMS)
+    fed = mia.Federation(trials, member, "logvar", PARAMS["csp_components"])
+    shipped = FederatedMIAConfig.load(REPO / "params/federated_mia.yaml", "federated_mia")
+    config = dataclasses.replace(shipped, **PARAMS)  # the shipped knobs with this test's (attack rounds unused)
+    _, result = mia.federate({"model": "simplenet", "epsilon": EPSILON}, SEED, fed, config)
     return result
 
 

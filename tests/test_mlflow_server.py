@@ -15,7 +15,7 @@ import pytest
 from _mlflow_server import serve, ui
 
 from eegprivacy.tracking import EXPERIMENTS, REQUIRED_TAGS, required_tags
-from eegprivacy.tracking.sweep import SweepRunner, expand_grid
+from eegprivacy.pipeline.sweep import SweepRunner, expand_grid
 
 REPO = Path(__file__).resolve().parents[1]
 SCREENSHOT = REPO / "reports" / "figures" / "mlflow_compare_runs.png"

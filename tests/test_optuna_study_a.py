@@ -8,7 +8,6 @@ The cohort has no patient label, so the test registers one (alternating subjects
 from __future__ import annotations
 
 import json
-import sys
 from argparse import Namespace
 from pathlib import Path
 
@@ -18,11 +17,13 @@ import pandas as pd
 import pytest
 import yaml
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from eegprivacy.cli import main
+from eegprivacy.studies.release import table as _study_a
+from eegprivacy.studies.release.config import OptunaStudyAConfig
+from eegprivacy.studies.release.search import hypervolume
+from eegprivacy.tracking import REQUIRED_TAGS, tracking_uri
 
-from eegprivacy.tracking import REQUIRED_TAGS, tracking_uri  # noqa: E402
-from experiments import _study_a, optuna_study_a  # noqa: E402
+REPO = Path(__file__).resolve().parents[1]
 
 CONFIG = {"dataset": "synthetic_rest_task", "label": "alternating", "release_condition": "task",
           "auxiliary_condition": "rest", "delta": 1.0e-5,
@@ -39,12 +40,17 @@ def _alternating_label(monkeypatch):
 
 
 def _args(tmp_path, synthetic_features_dir, name="run", **overrides) -> Namespace:
+    """One run's params file, study database and outputs; ``argv`` is its command line."""
     params = tmp_path / f"{name}.yaml"
     params.write_text(yaml.safe_dump({"optuna_study_a": {**CONFIG, **overrides}}))
-    return Namespace(params=str(params), storage=f"sqlite:///{tmp_path / name}.db", study_name=None,
+    args = Namespace(params=str(params), storage=f"sqlite:///{tmp_path / name}.db",
                      metrics=str(tmp_path / name / "front.json"), trials_csv=str(tmp_path / name / "trials.csv"),
                      figure=str(tmp_path / name / "pareto.png"),
-                     features_dir=str(synthetic_features_dir("synthetic_rest_task")), no_progress=True)
+                     features_dir=str(synthetic_features_dir("synthetic_rest_task")))
+    args.argv = ["optuna-study-a", "--params", args.params, "--storage", args.storage, "--metrics", args.metrics,
+                 "--trials-csv", args.trials_csv, "--figure", args.figure, "--features-dir", args.features_dir,
+                 "--no-progress"]
+    return args
 
 
 def _runs(experiment="study-a-dp-release"):
@@ -64,7 +70,7 @@ def _trials(path) -> pd.DataFrame:
 @pytest.mark.slow
 def test_search_front_tracking_resume_and_determinism(tmp_path, synthetic_features_dir):
     args = _args(tmp_path, synthetic_features_dir)
-    assert optuna_study_a.run(args) == 0
+    assert main(args.argv) == 0
 
     front = json.loads(Path(args.metrics).read_text())
     assert front["n_trials"] == 4 and front["synthetic"] is True and front["n_subjects"] == 12
@@ -99,34 +105,34 @@ def test_search_front_tracking_resume_and_determinism(tmp_path, synthetic_featur
 
     # Resume: a larger target adds exactly the missing trials; the first four are not recomputed.
     args_more = _args(tmp_path, synthetic_features_dir, n_trials=6)
-    assert optuna_study_a.run(args_more) == 0
+    assert main(args_more.argv) == 0
     parents, children = _runs()
     assert len(parents) == 2 and len(children) == 6
     resumed = _trials(args_more.trials_csv)
     pd.testing.assert_frame_equal(resumed.iloc[:4].drop(columns="pareto").reset_index(drop=True),
                                   trials.drop(columns="pareto").reset_index(drop=True))
-    assert optuna_study_a.run(args_more) == 0  # target reached: nothing new
+    assert main(args_more.argv) == 0  # target reached: nothing new
     assert len(_runs()[1]) == 6
 
     # Same seed, fresh storage: the same trials with the same values.
     again = _args(tmp_path, synthetic_features_dir, name="again")
-    assert optuna_study_a.run(again) == 0
+    assert main(again.argv) == 0
     pd.testing.assert_frame_equal(_trials(again.trials_csv).drop(columns="pareto").reset_index(drop=True),
                                   trials.drop(columns="pareto").reset_index(drop=True))
 
 
 def test_hypervolume_of_a_two_point_front():
     # reference (0.5, 1.0): rectangles [0.1, 1] x [0.5, 0.6] and [0.4, 1] x [0.6, 0.8] overlap in [0.4, 1] x [.5, .6]
-    assert optuna_study_a.hypervolume([(0.6, 0.1), (0.8, 0.4)]) == pytest.approx(0.9 * 0.1 + 0.6 * 0.2)
-    assert optuna_study_a.hypervolume([(0.45, 0.1)]) == 0.0  # below chance utility adds nothing
+    assert hypervolume([(0.6, 0.1), (0.8, 0.4)]) == pytest.approx(0.9 * 0.1 + 0.6 * 0.2)
+    assert hypervolume([(0.45, 0.1)]) == 0.0  # below chance utility adds nothing
 
 
 def test_shipped_params_load_and_a_bad_range_is_refused(tmp_path):
-    from eegprivacy.params import ParamsError, load_params
+    from eegprivacy.params import ParamsError
 
-    assert load_params(REPO / "params/optuna.yaml", "optuna_study_a")["sampler"] in ("tpe", "nsga2")
+    assert OptunaStudyAConfig.load(REPO / "params/optuna.yaml", "optuna_study_a").sampler in ("tpe", "nsga2")
     bad = tmp_path / "bad.yaml"
     bad.write_text(yaml.safe_dump({"optuna_study_a": {**CONFIG, "search_space": {
         **CONFIG["search_space"], "epsilon": [10, 0.1]}}}))
     with pytest.raises(ParamsError, match="epsilon"):
-        load_params(bad, "optuna_study_a")
+        OptunaStudyAConfig.load(bad, "optuna_study_a")

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 from argparse import Namespace
 from pathlib import Path
 
@@ -20,11 +19,10 @@ import pandas as pd
 import pytest
 import yaml
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from eegprivacy.cli import main
+from eegprivacy.tracking import REQUIRED_TAGS, tracking_uri
 
-from eegprivacy.tracking import REQUIRED_TAGS, tracking_uri  # noqa: E402
-from experiments import optuna_study_b  # noqa: E402
+REPO = Path(__file__).resolve().parents[1]
 
 TRAIN = {"federated_mia": {
     "datasets": {"synthetic_mi": {"paradigm": "left_right_imagery", "epoch_s": 2.0, "resample": 64.0,
@@ -42,13 +40,16 @@ CONFIG = {"dataset": "synthetic_mi", "model": "simplenet", "num_rounds": 2,
 
 
 def _args(tmp_path, name="run", **overrides) -> Namespace:
+    """The output paths of one invocation, and its command line (``argv``)."""
     (tmp_path / "train.yaml").write_text(yaml.safe_dump(TRAIN))
     params = tmp_path / f"{name}.yaml"
     params.write_text(yaml.safe_dump({"optuna_study_b": {**CONFIG, **overrides}}))
-    return Namespace(params=str(params), training_params=str(tmp_path / "train.yaml"),
-                     storage=f"sqlite:///{tmp_path / name}.db", study_name=None,
-                     metrics=str(tmp_path / name / "front.json"), trials_csv=str(tmp_path / name / "trials.csv"),
-                     figure=str(tmp_path / name / "pareto.png"), no_progress=True)
+    args = Namespace(metrics=str(tmp_path / name / "front.json"), trials_csv=str(tmp_path / name / "trials.csv"),
+                     figure=str(tmp_path / name / "pareto.png"))
+    args.argv = ["optuna-study-b", "--params", str(params), "--training-params", str(tmp_path / "train.yaml"),
+                 "--storage", f"sqlite:///{tmp_path / name}.db", "--metrics", args.metrics,
+                 "--trials-csv", args.trials_csv, "--figure", args.figure, "--no-progress"]
+    return args
 
 
 def _runs(experiment="study-b-federated-mia"):
@@ -66,7 +67,7 @@ def _trials(path) -> pd.DataFrame:
 
 def test_search_front_tracking_resume_and_determinism(tmp_path):
     args = _args(tmp_path)
-    assert optuna_study_b.run(args) == 0
+    assert main(args.argv) == 0
 
     front = json.loads(Path(args.metrics).read_text())
     assert front["n_trials"] == 4 and front["synthetic"] is True and front["n_clients"] == 4
@@ -106,29 +107,33 @@ def test_search_front_tracking_resume_and_determinism(tmp_path):
 
     # Resume: a larger target adds exactly the missing trials; the first four are not recomputed.
     args_more = _args(tmp_path, n_trials=6)
-    assert optuna_study_b.run(args_more) == 0
+    assert main(args_more.argv) == 0
     parents, children = _runs()
     assert len(parents) == 2 and len(children) == 6
     resumed = _trials(args_more.trials_csv)
     pd.testing.assert_frame_equal(resumed.iloc[:4].drop(columns="pareto").reset_index(drop=True),
                                   trials.drop(columns="pareto").reset_index(drop=True))
-    assert optuna_study_b.run(args_more) == 0  # target reached: nothing new
+    assert main(args_more.argv) == 0  # target reached: nothing new
     assert len(_runs()[1]) == 6
 
     # Same seed, fresh storage: the same trials with the same values.
     again = _args(tmp_path, name="again")
-    assert optuna_study_b.run(again) == 0
+    assert main(again.argv) == 0
     pd.testing.assert_frame_equal(_trials(again.trials_csv).drop(columns="pareto").reset_index(drop=True),
                                   trials.drop(columns="pareto").reset_index(drop=True))
 
 
 def test_shipped_params_load_and_a_bad_range_is_refused(tmp_path):
-    from eegprivacy.params import ParamsError, load_params
+    from eegprivacy.params import ParamsError
+    from eegprivacy.studies.federated.config import (
+        FederatedMIAConfig,
+        OptunaStudyBConfig,
+    )
 
-    shipped = load_params(REPO / "params/optuna.yaml", "optuna_study_b")
-    assert shipped["dataset"] in load_params(REPO / "params/federated_mia.yaml", "federated_mia")["datasets"]
+    shipped = OptunaStudyBConfig.load(REPO / "params/optuna.yaml", "optuna_study_b")
+    assert shipped.dataset in FederatedMIAConfig.load(REPO / "params/federated_mia.yaml", "federated_mia").datasets
     bad = tmp_path / "bad.yaml"
     bad.write_text(yaml.safe_dump({"optuna_study_b": {**CONFIG, "search_space": {
         **CONFIG["search_space"], "local_epochs": [3, 1]}}}))
     with pytest.raises(ParamsError, match="local_epochs"):
-        load_params(bad, "optuna_study_b")
+        OptunaStudyBConfig.load(bad, "optuna_study_b")

@@ -64,7 +64,10 @@ def test_dvc_repro_features_on_a_small_synthetic_cohort(tmp_path):
 
     client = mlflow.MlflowClient(os.environ["MLFLOW_TRACKING_URI"])
     experiment = client.get_experiment_by_name("shared-features")
-    runs = client.search_runs([experiment.experiment_id])
+    versions = client.search_runs([experiment.experiment_id], filter_string="tags.stage = 'dataset_version'")
+    assert [r.data.tags["dvc_stage"] for r in versions] == ["dataset_version@synthetic_clinical"]
+    assert versions[0].data.metrics["subjects"] == 4
+    runs = client.search_runs([experiment.experiment_id], filter_string="tags.stage = 'features'")
     assert len(runs) == 1
     tags = runs[0].data.tags
     assert tags["dataset_version"] == version["version"]
@@ -74,4 +77,4 @@ def test_dvc_repro_features_on_a_small_synthetic_cohort(tmp_path):
     again = _repro(repo, "features@synthetic_clinical")
     assert again.returncode == 0, again.stdout + again.stderr
     assert "didn't change, skipping" in again.stdout
-    assert len(client.search_runs([experiment.experiment_id])) == 1  # nothing recomputed, nothing re-logged
+    assert len(client.search_runs([experiment.experiment_id])) == 2  # the version and the features run, not again

@@ -27,7 +27,7 @@ from _mlflow_server import free_port, ui, wait_healthy
 
 from eegprivacy.tracking import EXPERIMENTS
 from eegprivacy.tracking.postgres import LocalPostgres, PostgresNotFound, find_bin_dir
-from eegprivacy.tracking.search import public_url
+from eegprivacy.pipeline.search import public_url
 from test_optuna_study_a import CONFIG
 
 REPO = Path(__file__).resolve().parents[1]

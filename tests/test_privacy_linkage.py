@@ -11,7 +11,6 @@ import pickle
 import re
 import sys
 import time
-from argparse import Namespace
 from pathlib import Path
 
 import mlflow
@@ -20,11 +19,9 @@ import pandas as pd
 import pytest
 import yaml
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from eegprivacy.privacy import linkage as lk  # noqa: E402
-from eegprivacy.privacy.linkage import (  # noqa: E402
+from eegprivacy.cli import main
+from eegprivacy.privacy import linkage as lk
+from eegprivacy.privacy.linkage import (
     BloomEncoder,
     BloomLinker,
     LinkageKey,
@@ -39,7 +36,9 @@ from eegprivacy.privacy.linkage import (  # noqa: E402
     linkage_scenario,
     synthetic_identity_table,
 )
-from eegprivacy.tracking import tracking_uri  # noqa: E402
+from eegprivacy.tracking import tracking_uri
+
+REPO = Path(__file__).resolve().parents[1]
 
 KEY_HEX = bytes(range(32)).hex()
 FIELDS = [("given_name", "family_name"), "date_of_birth", "sex", "postcode"]
@@ -368,6 +367,13 @@ SMALL = {"linkage": {"n_records": 120, "overlap": 0.8, "household_rate": 0.2, "f
                      "thresholds": [0.6, 0.8, 0.9], "default_threshold": 0.8}}
 
 
+def _stage_argv(params_file, outputs, cells, figure: str, *extra: str) -> list[str]:
+    """The stage's command line with its outputs in ``outputs`` and its cell cache in ``cells``."""
+    return ["linkage", "--params", str(params_file), "--out", str(outputs / "linkage.csv"),
+            "--summary", str(outputs / "linkage.json"), "--figure", str(outputs / figure), "--cells", str(cells),
+            *extra]
+
+
 def _secrets(params: dict, deployment_key_hex: str) -> tuple[set[str], set[str]]:
     """What must never leave the stage: (identity values, pseudonyms and key material)."""
     identities, hidden = set(), {deployment_key_hex, deployment_key_hex.upper()}
@@ -391,15 +397,10 @@ def test_stage_releases_rates_only_never_identities_pseudonyms_or_keys(tmp_path,
     deployment_key = bytes(range(200, 232)).hex()  # a real key in the environment must not leak either
     monkeypatch.setenv(lk.KEY_ENV, deployment_key)
     caplog.set_level(logging.DEBUG)
-    from experiments import linkage as stage
-
     params_file = tmp_path / "linkage.yaml"
     params_file.write_text(yaml.safe_dump(SMALL))
     outputs = tmp_path / "outputs"
-    args = Namespace(params=str(params_file), out=str(outputs / "linkage.csv"),
-                     summary=str(outputs / "linkage.json"), figure=str(outputs / "linkage_precision_recall.png"),
-                     cells=str(tmp_path / "cells"), no_progress=False)
-    assert stage.run(args) == 0
+    assert main(_stage_argv(params_file, outputs, tmp_path / "cells", "linkage_precision_recall.png")) == 0
     captured = capfd.readouterr()
     texts = {"stdout": captured.out, "stderr": captured.err, "log": caplog.text}
 
@@ -454,16 +455,13 @@ def test_stage_help_names_synthetic_identities(capsys):
 
 @pytest.mark.slow
 def test_stage_rows_do_not_depend_on_the_number_of_processes(tmp_path):
-    from experiments import linkage as stage
-
     params_file = tmp_path / "linkage.yaml"
     params_file.write_text(yaml.safe_dump(SMALL))
     tables = {}
     for jobs in (1, 2):
         outputs = tmp_path / f"jobs{jobs}"
-        assert stage.run(Namespace(params=str(params_file), out=str(outputs / "linkage.csv"),
-                                   summary=str(outputs / "linkage.json"), figure=str(outputs / "linkage.png"),
-                                   cells=str(outputs / "cells"), no_progress=True, jobs=jobs)) == 0
+        assert main(_stage_argv(params_file, outputs, outputs / "cells", "linkage.png", "--no-progress",
+                                "--jobs", str(jobs))) == 0
         tables[jobs] = pd.read_csv(outputs / "linkage.csv")
     assert set(tables[1]["seed"]) == {0, 1}
     pd.testing.assert_frame_equal(tables[1], tables[2])

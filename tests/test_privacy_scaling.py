@@ -5,10 +5,7 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 import warnings
-from argparse import Namespace
-from pathlib import Path
 
 import mlflow
 import numpy as np
@@ -22,9 +19,9 @@ from sklearn.base import clone
 from eegprivacy.privacy import DPFeatureReleaser, RobustFeatureScaler, make_mechanism
 from eegprivacy.privacy.accounting import basic_composition, split_budget
 from eegprivacy.privacy.scaling import DPQuantileScaler, PublicReferenceScaler, public_bounds
-
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from eegprivacy.studies.release.config import DPReleaseConfig, DPScalingConfig
+from eegprivacy.studies.release.scaling import scaling_sweeps, split_cohort
+from eegprivacy.studies.release.table import write_rows
 
 
 @pytest.fixture
@@ -214,12 +211,21 @@ def test_release_with_dp_quantiles_totals_by_composition(cohorts):
 TINY = {"dp_scaling": {"datasets": ["synthetic_clinical"], "public_fraction": 0.3333, "split_seed": 0,
                        "bounds_margin": 0.1, "mechanisms": ["gaussian_analytic", "laplace_formal"],
                        "total_epsilons": [50], "scaling_fraction": 0.2, "noise_seeds": 2, "n_jobs": 1}}
-RELEASE = {"dp_release": {"clip_norm": 2.0, "delta": 1.0e-5, "datasets": {"synthetic_clinical": {"label": "label"}}}}
+# Only clip_norm, delta and the label are read from study A's release params; the rest completes the section.
+RELEASE = DPReleaseConfig.from_mapping({"clip_norm": 2.0, "delta": 1.0e-5, "epsilons": [1],
+                                        "mechanisms": ["gaussian_analytic"], "noise_seeds": 1,
+                                        "datasets": {"synthetic_clinical": {"label": "label"}}})
+
+
+def _scaling_rows(table, config: dict, folder) -> pd.DataFrame:
+    """The dp_scaling stage's tidy rows of ``table`` (as its CSV reads back)."""
+    frames, _ = scaling_sweeps(table, DPScalingConfig.from_mapping(config), RELEASE, "label",
+                               cells_dir=folder / "cells", progress=False)
+    write_rows(frames, folder / "metrics" / "dp_scaling_synthetic_clinical.csv")
+    return pd.read_csv(folder / "metrics" / "dp_scaling_synthetic_clinical.csv")
 
 
 def test_split_cohort_is_seeded_stratified_and_disjoint():
-    from experiments.dp_scaling import split_cohort
-
     y = np.array([0] * 12 + [1] * 6)
     public, private = split_cohort(y, 1 / 3, 0)
     assert len(public) == 6 and len(private) == 12 and not set(public) & set(private)
@@ -230,21 +236,13 @@ def test_split_cohort_is_seeded_stratified_and_disjoint():
 
 
 @pytest.mark.slow
-def test_dp_scaling_stage_end_to_end(tmp_path, monkeypatch):
-    from experiments import dp_scaling, dp_scaling_aggregate
+def test_dp_scaling_stage_end_to_end(tmp_path):
     from _patient_tables import synthetic_patient_table
 
-    table = synthetic_patient_table(12, 6, 5, seed=0)
-    monkeypatch.setattr(dp_scaling, "load_patient_table", lambda name, label, **kw: table)
-    params, release_params = tmp_path / "dp_scaling.yaml", tmp_path / "dp_release.yaml"
-    params.write_text(yaml.safe_dump(TINY))
-    release_params.write_text(yaml.safe_dump(RELEASE))
-    out = tmp_path / "metrics" / "dp_scaling_synthetic_clinical.csv"
-    args = Namespace(dataset="synthetic_clinical", params=str(params), release_params=str(release_params),
-                     out=str(out), cells=str(tmp_path / "cells"), features_dir="unused", no_progress=True)
-    assert dp_scaling.run(args) == 0
+    from eegprivacy.cli import main
 
-    rows = pd.read_csv(out)
+    table = synthetic_patient_table(12, 6, 5, seed=0)
+    rows = _scaling_rows(table, TINY["dp_scaling"], tmp_path)
     assert {"scaling_source", "total_epsilon", "release_epsilon", "scaling_epsilon", "end_to_end"} <= set(rows)
     cells = rows.drop_duplicates(["mechanism", "scaling_source", "seed"]).set_index(["mechanism", "scaling_source",
                                                                                        "seed"])
@@ -267,10 +265,10 @@ def test_dp_scaling_stage_end_to_end(tmp_path, monkeypatch):
         assert float(tags["delta"]) == (1e-5 if tags["mechanism"] == "gaussian_analytic" else 0.0)
         assert tags["defense"].startswith("scaling_")
 
-    metrics_dir = out.parent
-    aggregate_args = Namespace(params=str(params), metrics_dir=str(metrics_dir), figures_dir=str(tmp_path / "fig"),
-                               plots_dir=str(tmp_path / "plots"))
-    assert dp_scaling_aggregate.run(aggregate_args) == 0
+    metrics_dir, params = tmp_path / "metrics", tmp_path / "dp_scaling.yaml"
+    params.write_text(yaml.safe_dump(TINY))
+    assert main(["dp-scaling-aggregate", "--params", str(params), "--metrics-dir", str(metrics_dir),
+                 "--figures-dir", str(tmp_path / "fig"), "--plots-dir", str(tmp_path / "plots")]) == 0
     summary = json.loads((metrics_dir / "dp_scaling.json").read_text())["synthetic_clinical"]
     entry = summary["results"]["gaussian_analytic"]["dp_quantiles"]["epsilon_50"]
     assert entry["total_epsilon"] == 50.0 and entry["end_to_end"] is True and entry["balanced_accuracy"]["n"] == 2
@@ -280,24 +278,11 @@ def test_dp_scaling_stage_end_to_end(tmp_path, monkeypatch):
 
 
 @pytest.mark.slow
-def test_dp_scaling_rows_do_not_depend_on_the_number_of_processes(tmp_path, monkeypatch):
-    from experiments import dp_scaling
+def test_dp_scaling_rows_do_not_depend_on_the_number_of_processes(tmp_path):
     from _patient_tables import synthetic_patient_table
 
     table = synthetic_patient_table(12, 6, 5, seed=1)
-    monkeypatch.setattr(dp_scaling, "load_patient_table", lambda name, label, **kw: table)
-    release_params = tmp_path / "dp_release.yaml"
-    release_params.write_text(yaml.safe_dump(RELEASE))
-    tables = {}
-    for n_jobs in (1, 2):
-        folder = tmp_path / f"jobs{n_jobs}"
-        folder.mkdir()
-        (folder / "dp_scaling.yaml").write_text(yaml.safe_dump(
-            {"dp_scaling": {**TINY["dp_scaling"], "mechanisms": ["laplace_formal"], "n_jobs": n_jobs}}))
-        args = Namespace(dataset="synthetic_clinical", params=str(folder / "dp_scaling.yaml"),
-                         release_params=str(release_params), out=str(folder / "rows.csv"),
-                         cells=str(folder / "cells"), features_dir="unused", no_progress=True)
-        assert dp_scaling.run(args) == 0
-        tables[n_jobs] = pd.read_csv(folder / "rows.csv")
+    tables = {n_jobs: _scaling_rows(table, {**TINY["dp_scaling"], "mechanisms": ["laplace_formal"], "n_jobs": n_jobs},
+                                    tmp_path / f"jobs{n_jobs}") for n_jobs in (1, 2)}
     assert set(tables[1]["scaling_source"]) == {"none", "private", "public_reference", "dp_quantiles"}
     pd.testing.assert_frame_equal(tables[1], tables[2])

@@ -27,16 +27,15 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-import yaml
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from eegprivacy.privacy.linkage import MissingLinkageKeyError  # noqa: E402
-from eegprivacy.tracking import executors, required_tags  # noqa: E402
-from eegprivacy.tracking.executors import CellFailedError, LocalExecutor, RayExecutor  # noqa: E402
-from eegprivacy.tracking.sweep import SweepRunner, expand_grid, run_prefetched  # noqa: E402
-from experiments import dp_utility  # noqa: E402
+from eegprivacy.pipeline import executors
+from eegprivacy.pipeline.executors import CellFailedError, LocalExecutor, RayExecutor
+from eegprivacy.pipeline.sweep import SweepRunner, expand_grid, run_prefetched
+from eegprivacy.privacy.linkage import MissingLinkageKeyError
+from eegprivacy.studies.release.config import DPReleaseConfig, DPUtilityConfig
+from eegprivacy.studies.release.table import write_rows
+from eegprivacy.studies.release.utility import utility_sweeps
+from eegprivacy.tracking import required_tags
 
 RAY = Path(sys.executable).with_name("ray")
 START_TIMEOUT_S = 90
@@ -147,14 +146,12 @@ def cluster():
             node.stop()
 
 
-def _dp_utility_rows(folder: Path, table, monkeypatch) -> pd.DataFrame:
+def _dp_utility_rows(folder: Path, table) -> pd.DataFrame:
     """The dp_utility stage's tidy rows for the SMALL sweep on ``table``, computed by the current executor."""
-    monkeypatch.setattr(dp_utility, "load_patient_table", lambda name, label, **kw: table)
-    folder.mkdir()
-    (folder / "dp.yaml").write_text(yaml.safe_dump(SMALL))
-    args = Namespace(dataset="synthetic_clinical", params=str(folder / "dp.yaml"), out=str(folder / "rows.csv"),
-                     cells=str(folder / "cells"), features_dir="unused", no_progress=True)
-    assert dp_utility.run(args) == 0
+    frames = utility_sweeps(table, DPReleaseConfig.from_mapping(SMALL["dp_release"]),
+                            DPUtilityConfig.from_mapping(SMALL["dp_utility"]), "label", cells_dir=folder / "cells",
+                            progress=False)
+    write_rows(frames, folder / "rows.csv")
     return pd.read_csv(folder / "rows.csv")
 
 
@@ -165,13 +162,13 @@ def test_study_a_sweep_on_two_nodes_equals_the_local_rows(cluster, tmp_path, mon
     table = synthetic_patient_table(5, 4, 4, seed=3)
     monkeypatch.setattr(executors, "_current", LocalExecutor())
     started = time.perf_counter()
-    local = _dp_utility_rows(tmp_path / "local", table, monkeypatch)
+    local = _dp_utility_rows(tmp_path / "local", table)
     local_s = time.perf_counter() - started
 
     on_ray = RayExecutor(cluster.address)
     monkeypatch.setattr(executors, "_current", on_ray)
     started = time.perf_counter()
-    remote = _dp_utility_rows(tmp_path / "ray", table, monkeypatch)
+    remote = _dp_utility_rows(tmp_path / "ray", table)
     ray_s = time.perf_counter() - started
     print(f"\nsmall dp_utility sweep (10 cells): local {local_s:.1f} s, Ray 2 nodes {ray_s:.1f} s")
 
@@ -226,11 +223,11 @@ def _broken_cell(config: dict, seed: int) -> list[dict]:
 
 
 def _environment_cell(config: dict, seed: int) -> list[dict]:
-    """What a task's worker sees: which secrets are set, BLAS threads, whether ``experiments`` imports."""
+    """What a task's worker sees: which secrets are set, BLAS threads, whether the study library imports."""
     import numpy  # noqa: F401 - loads the BLAS whose threads are counted
     from threadpoolctl import threadpool_info
 
-    import experiments._study_a  # noqa: F401 - importable from the driver's checkout
+    import eegprivacy.studies.release.table  # noqa: F401 - importable from the driver's checkout
 
     rows = [{"metric": name, "value": float(name in os.environ)} for name in executors.WORKER_UNSET_ENV]
     return rows + [{"metric": "max_blas_threads", "value": float(max(p["num_threads"] for p in threadpool_info()))}]

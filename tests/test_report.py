@@ -10,7 +10,7 @@ import mlflow
 import pytest
 
 from eegprivacy.cli import main
-from eegprivacy.tracking.report import LABELS
+from eegprivacy.reporting.study_reports import LABELS
 from _hand_made_runs import hand_made_b_and_c
 
 NUMBER = re.compile(r"-?\d+\.\d+")

@@ -4,8 +4,6 @@ runs with the required tags and noise_scale, resume without recomputation, aggre
 from __future__ import annotations
 
 import json
-import sys
-from argparse import Namespace
 from pathlib import Path
 
 import mlflow
@@ -13,12 +11,14 @@ import pandas as pd
 import pytest
 import yaml
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from eegprivacy.cli import main
+from eegprivacy.data import get_dataset
+from eegprivacy.studies.release.config import DPReleaseConfig, DPUtilityConfig
+from eegprivacy.studies.release.table import write_rows
+from eegprivacy.studies.release.utility import utility_sweeps
+from eegprivacy.tracking import tracking_uri
 
-from eegprivacy.data import get_dataset  # noqa: E402
-from eegprivacy.tracking import tracking_uri  # noqa: E402
-from experiments import dp_aggregate, dp_release, dp_utility  # noqa: E402
+REPO = Path(__file__).resolve().parents[1]
 
 SMALL = {
     "dp_release": {"clip_norm": 2.0, "delta": 1.0e-5, "epsilons": [1, 10],
@@ -39,10 +39,10 @@ def test_study_a_sweep_end_to_end(tmp_path, features_dir, monkeypatch):
     monkeypatch.chdir(REPO)  # stages read params/features.yaml for the dataset's constructor arguments
     params = tmp_path / "dp.yaml"
     params.write_text(yaml.safe_dump(SMALL))
-    common = dict(dataset="synthetic_clinical", params=str(params), cells=str(tmp_path / "cells"),
-                  features_dir=str(features_dir), no_progress=True)
-    assert dp_release.run(Namespace(out=str(tmp_path / "dp_release_synthetic_clinical.csv"), **common)) == 0
-    assert dp_utility.run(Namespace(out=str(tmp_path / "dp_utility_synthetic_clinical.csv"), **common)) == 0
+    common = ["--dataset", "synthetic_clinical", "--params", str(params), "--cells", str(tmp_path / "cells"),
+              "--features-dir", str(features_dir), "--no-progress"]
+    assert main(["dp-release", "--out", str(tmp_path / "dp_release_synthetic_clinical.csv"), *common]) == 0
+    assert main(["dp-utility", "--out", str(tmp_path / "dp_utility_synthetic_clinical.csv"), *common]) == 0
 
     release_rows = pd.read_csv(tmp_path / "dp_release_synthetic_clinical.csv")
     assert set(release_rows["seed"]) == {0, 1} and release_rows["config_key"].nunique() == 4
@@ -71,16 +71,15 @@ def test_study_a_sweep_end_to_end(tmp_path, features_dir, monkeypatch):
     assert any(k.endswith("balanced_accuracy_mean") for p in parents for k in p.data.metrics)
 
     # a second run finds every cell on disk and recomputes nothing
-    assert dp_utility.run(Namespace(out=str(tmp_path / "again.csv"), **common)) == 0
+    assert main(["dp-utility", "--out", str(tmp_path / "again.csv"), *common]) == 0
     latest = client.search_runs([experiment.experiment_id], order_by=["attributes.start_time DESC"],
                                 max_results=1)[0]
     assert latest.data.metrics["cells_resumed"] == latest.data.metrics["cells"]
     assert pd.read_csv(tmp_path / "again.csv")["value"].equals(utility_rows["value"])
 
     # aggregation: mean and CI per (mechanism, ε, protocol), headline JSON, figures
-    agg_args = Namespace(params=str(params), metrics_dir=str(tmp_path), figures_dir=str(tmp_path / "fig"),
-                         plots_dir=str(tmp_path / "plots"))
-    assert dp_aggregate.run(agg_args) == 0
+    assert main(["dp-aggregate", "--params", str(params), "--metrics-dir", str(tmp_path), "--figures-dir",
+                 str(tmp_path / "fig"), "--plots-dir", str(tmp_path / "plots")]) == 0
     summary = json.loads((tmp_path / "dp_release.json").read_text())["synthetic_clinical"]
     assert summary["synthetic"] is True and summary["n_patients"] == 17
     assert summary["baseline"]["optimistic"]["n"] == 2
@@ -96,22 +95,19 @@ def test_study_a_sweep_end_to_end(tmp_path, features_dir, monkeypatch):
 
 
 @pytest.mark.slow
-def test_dp_utility_rows_do_not_depend_on_the_number_of_processes(tmp_path, monkeypatch):
+def test_dp_utility_rows_do_not_depend_on_the_number_of_processes(tmp_path):
     """Cells computed in 2 processes (one fit at a time in each) give the rows of a serial run, nested included."""
     from _patient_tables import synthetic_patient_table
 
     table = synthetic_patient_table(8, 5, 4, seed=3)
-    monkeypatch.setattr(dp_utility, "load_patient_table", lambda name, label, **kw: table)
+    release = DPReleaseConfig.from_mapping(SMALL["dp_release"])
     tables = {}
     for n_jobs in (1, 2):
         folder = tmp_path / f"jobs{n_jobs}"
-        folder.mkdir()
-        (folder / "dp.yaml").write_text(yaml.safe_dump(
-            {**SMALL, "dp_utility": {**SMALL["dp_utility"], "nested_seeds": 2, "nested_inner_folds": 3,
-                                     "n_jobs": n_jobs}}))
-        args = Namespace(dataset="synthetic_clinical", params=str(folder / "dp.yaml"), out=str(folder / "rows.csv"),
-                         cells=str(folder / "cells"), features_dir="unused", no_progress=True)
-        assert dp_utility.run(args) == 0
+        utility = DPUtilityConfig.from_mapping({**SMALL["dp_utility"], "nested_seeds": 2, "nested_inner_folds": 3,
+                                                "n_jobs": n_jobs})
+        frames = utility_sweeps(table, release, utility, "label", cells_dir=folder / "cells", progress=False)
+        write_rows(frames, folder / "rows.csv")
         tables[n_jobs] = pd.read_csv(folder / "rows.csv")
     assert set(tables[1][tables[1].protocol == "nested"]["seed"]) == {0, 1}
     assert set(tables[1]["mechanism"]) == {"none", "permuted_labels", "gaussian_analytic", "laplace_implemented"}

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from eegprivacy.tracking import required_tags, tracking_uri
-from eegprivacy.tracking.sweep import SweepRunner, expand_grid
+from eegprivacy.pipeline.sweep import SweepRunner, expand_grid
 
 
 def _runner(tmp_path):
@@ -90,7 +90,7 @@ def _noisy_cell(config, seed):
 
 
 def test_prefetched_cells_in_two_processes_give_the_serial_tables(tmp_path):
-    from eegprivacy.tracking.sweep import PrefetchedCells
+    from eegprivacy.pipeline.sweep import PrefetchedCells
 
     cells = expand_grid({"epsilon": [1, 10]}, seeds=[0, 1, 2])
     serial = _runner(tmp_path / "serial").run(cells, _noisy_cell)
@@ -119,7 +119,7 @@ def _linkage_key_seen(config: dict, seed: int) -> list[dict]:
 def test_local_workers_see_a_linkage_key_set_after_the_pool_started(monkeypatch):
     """Loky reuses its workers across sweeps; a key set later in the same process (a notebook, the test suite) must
     still reach the cells that read it (dp-scenarios' server-side scenario), so the pool is restarted."""
-    from eegprivacy.tracking.executors import LocalExecutor
+    from eegprivacy.pipeline.executors import LocalExecutor
 
     jobs = [({"cell": i}, 0) for i in range(4)]
     monkeypatch.delenv("EEGPRIVACY_LINKAGE_KEY", raising=False)

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
-from argparse import Namespace
 from pathlib import Path
 
 import mlflow
@@ -14,18 +12,18 @@ import pytest
 import yaml
 from sklearn.base import clone
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from eegprivacy.attacks.metrics import attack_summary, auroc, tpr_at_fpr  # noqa: E402
-from eegprivacy.attacks.table import (  # noqa: E402
+from eegprivacy.attacks.metrics import attack_summary, auroc, tpr_at_fpr
+from eegprivacy.attacks.table import (
     NearestNeighbourReidentifier,
     TableMembershipInference,
     pairwise_distances,
     top_k_hits,
 )
-from eegprivacy.privacy import DPFeatureReleaser, make_mechanism  # noqa: E402
-from eegprivacy.tracking import tracking_uri  # noqa: E402
+from eegprivacy.cli import main
+from eegprivacy.privacy import DPFeatureReleaser, make_mechanism
+from eegprivacy.tracking import tracking_uri
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def _people(n=30, d=40, seed=0):
@@ -119,20 +117,19 @@ def _small_params(folder, mechanism: str, epsilons: list) -> str:
     return str(path)
 
 
-def _stage_args(out, params: str, features_dir, **extra) -> Namespace:
-    """The stage's arguments with every output under ``out``."""
-    return Namespace(dataset="synthetic_rest_task", params=params, release_params="params/dp_release.yaml",
-                     out=str(out / "rows.csv"), metrics=str(out / "ta.json"), figure=str(out / "ta.png"),
-                     cells=str(out / "cells"), features_dir=str(features_dir), no_progress=True, **extra)
+def _stage_argv(out, params: str, features_dir, *extra: str) -> list[str]:
+    """The stage's command line with every output under ``out``."""
+    return ["table-attacks", "--dataset", "synthetic_rest_task", "--params", params,
+            "--release-params", "params/dp_release.yaml", "--out", str(out / "rows.csv"),
+            "--metrics", str(out / "ta.json"), "--figure", str(out / "ta.png"), "--cells", str(out / "cells"),
+            "--features-dir", str(features_dir), "--no-progress", *extra]
 
 
 @pytest.mark.slow
 def test_table_attacks_stage_rows_runs_and_resume(tmp_path, rest_task_features, monkeypatch):
-    from experiments import table_attacks
-
     monkeypatch.chdir(REPO)
-    args = _stage_args(tmp_path, _small_params(tmp_path, "gaussian_analytic", [1, 1000]), rest_task_features)
-    assert table_attacks.run(args) == 0
+    argv = _stage_argv(tmp_path, _small_params(tmp_path, "gaussian_analytic", [1, 1000]), rest_task_features)
+    assert main(argv) == 0
     rows = pd.read_csv(tmp_path / "rows.csv")
     top1 = rows[(rows.metric == "top1_accuracy")].groupby(["mechanism", "epsilon"])["value"].mean()
     assert top1["none", np.inf] > top1["gaussian_analytic", 1.0]  # noise must cost the attacker something
@@ -154,7 +151,7 @@ def test_table_attacks_stage_rows_runs_and_resume(tmp_path, rest_task_features, 
     assert all("S01" not in json.dumps(run.data.params) for run in runs)
 
     before = len(runs)
-    assert table_attacks.run(args) == 0  # resumes: every cell on disk, only the parents are new
+    assert main(argv) == 0  # resumes: every cell on disk, only the parents are new
     runs = client.search_runs([experiment.experiment_id], max_results=500)
     assert len([r for r in runs if "mlflow.parentRunId" in r.data.tags]) == len(children)
     assert len(runs) == before + 4
@@ -163,14 +160,12 @@ def test_table_attacks_stage_rows_runs_and_resume(tmp_path, rest_task_features, 
 
 @pytest.mark.slow
 def test_table_attacks_rows_do_not_depend_on_the_number_of_processes(tmp_path, rest_task_features, monkeypatch):
-    from experiments import table_attacks
-
     monkeypatch.chdir(REPO)
     params = _small_params(tmp_path, "laplace_implemented", [1, 10])
     tables = {}
     for jobs in (1, 2):
         out = tmp_path / f"jobs{jobs}"
-        assert table_attacks.run(_stage_args(out, params, rest_task_features, jobs=jobs)) == 0
+        assert main(_stage_argv(out, params, rest_task_features, "--jobs", str(jobs))) == 0
         tables[jobs] = pd.read_csv(out / "rows.csv")
     assert tables[1].groupby(["attack", "mechanism", "epsilon"])["seed"].nunique().eq(2).all()
     assert len(tables[1].groupby(["attack", "mechanism", "epsilon"])) == 2 * (1 + 2)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from eegprivacy.tracking import search
+from eegprivacy.pipeline import search
 
 
 def test_hypervolume_of_hand_computed_fronts():
@@ -30,7 +30,7 @@ def test_json_number_turns_nan_into_null():
 def test_interval_bounds_are_clipped_to_the_unit_range():
     import math
 
-    from eegprivacy.tracking.search import unit_bound
+    from eegprivacy.pipeline.search import unit_bound
 
     assert unit_bound(-5.39) == 0.0 and unit_bound(6.33) == 1.0 and unit_bound(0.42) == 0.42
     assert unit_bound(None) is None and math.isnan(unit_bound(float("nan")))

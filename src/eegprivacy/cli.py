@@ -1,12 +1,12 @@
 """``eegprivacy``: one subcommand per pipeline stage (DVC calls these) plus ``datasets``.
 
-Stage subcommands are the modules in ``experiments/``; each declares NAME, HELP, add_arguments and run.
+Stage subcommands come from the stage registry (:mod:`eegprivacy.pipeline.stages`): one per stage, its shared
+flags declared there once, its own in its entry module under ``experiments/`` (``add_arguments``, ``run``).
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import os
 import sys
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import eegprivacy
 from eegprivacy.paths import DATA_ENV, data_root, repo_root
-from eegprivacy.tracking import executors
+from eegprivacy.pipeline import executors, stages
 
 EPILOG = f"""
 data: real public EEG is read from ${DATA_ENV} (else <repo>/data/raw); files are checked against shipped sha256
@@ -25,30 +25,6 @@ Sweeps: cells run in local processes, or as Ray tasks with `--executor ray --add
 EEGPRIVACY_EXECUTOR=ray and RAY_ADDRESS, which `dvc repro` passes on); this process still writes every cell file and
 MLflow run, and the rows are the same either way.
 """
-
-
-def _experiments_dir() -> Path | None:
-    for candidate in (Path(eegprivacy.__file__).resolve().parents[2] / "experiments", repo_root() / "experiments"):
-        if (candidate / "__init__.py").exists():
-            return candidate
-    return None
-
-
-def stage_modules() -> list:
-    """Import every stage module under experiments/ (sorted by file name)."""
-    folder = _experiments_dir()
-    if folder is None:
-        return []
-    if str(folder.parent) not in sys.path:
-        sys.path.insert(0, str(folder.parent))
-    modules = []
-    for path in sorted(folder.glob("*.py")):
-        if path.name.startswith("_"):
-            continue
-        module = importlib.import_module(f"experiments.{path.stem}")
-        if all(hasattr(module, attr) for attr in ("NAME", "HELP", "add_arguments", "run")):
-            modules.append(module)
-    return modules
 
 
 def cmd_datasets(args) -> int:
@@ -90,7 +66,7 @@ def cmd_datasets(args) -> int:
 def cmd_report(args) -> int:
     """Write reports/study-<a|b|c>.md with a figure each from the MLflow runs alone (no stage is rerun). A study
     with no runs gets a report that says so and a warning here; that is not an error."""
-    from eegprivacy.tracking.report import STUDIES, write_report
+    from eegprivacy.reporting.study_reports import STUDIES, write_report
     from eegprivacy.tracking.runs import tracking_uri
 
     studies = [s.strip().lower() for s in args.study.split(",") if s.strip()]
@@ -134,6 +110,24 @@ def cmd_to_bids(args) -> int:
     return 0
 
 
+def cmd_stages(args) -> int:
+    """List the registered pipeline stages (name, datasets, params section, code hash), or with --missing-runs
+    the DVC stages that have no MLflow run in the store yet, one per line: what `make reproduce` reruns after
+    `dvc repro`, since DVC skips a stage whose git-tracked outputs already match dvc.lock (e.g. on a fresh
+    clone) and so would leave its runs missing."""
+    from eegprivacy.tracking.runs import tracking_uri
+
+    if args.missing_runs:
+        print("\n".join(stages.stages_without_runs(args.tracking_uri or tracking_uri())))
+        return 0
+    print(f"{'stage':<22} {'items':<32} {'params section':<40} code hash")
+    for stage in stages.STAGES:
+        section = f"{stage.params_file}:{stage.section}" if stage.section else "-"
+        kind = "" if stage.in_dvc else "  (not in dvc.yaml: runs on your data)"
+        print(f"{stage.name:<22} {','.join(stage.items) or '-':<32} {section:<40} {stage.code_hash()}{kind}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="eegprivacy",
@@ -163,6 +157,13 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--out-dir", default=str(repo_root() / "reports"), help="folder for the reports and figures")
     report.add_argument("--study", default="a,b,c", help="comma-separated studies to report (default: a,b,c)")
     report.set_defaults(func=cmd_report)
+    listing = sub.add_parser("stages", help="list the pipeline stages, or those with no MLflow run yet",
+                             description=cmd_stages.__doc__)
+    listing.add_argument("--missing-runs", action="store_true",
+                         help="print the DVC stage names (name@item) that have no finished MLflow run in the store")
+    listing.add_argument("--tracking-uri", default=None,
+                         help="MLflow store to read (default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db)")
+    listing.set_defaults(func=cmd_stages)
     to_bids = sub.add_parser("to-bids", help="write a dataset (e.g. your clinical_folder) as a BIDS-EEG tree",
                              description=cmd_to_bids.__doc__)
     to_bids.add_argument("--dataset", default="clinical_folder",
@@ -178,10 +179,7 @@ def build_parser() -> argparse.ArgumentParser:
                          help="EDF (16-bit, most widely read) or BrainVision (32-bit float, the signal as read)")
     to_bids.add_argument("--overwrite", action="store_true", help="replace an existing tree at --out")
     to_bids.set_defaults(func=cmd_to_bids)
-    for module in stage_modules():
-        stage = sub.add_parser(module.NAME, help=module.HELP, description=module.HELP)
-        module.add_arguments(stage)
-        stage.set_defaults(func=module.run)
+    stages.add_stage_parsers(sub)
     return parser
 
 

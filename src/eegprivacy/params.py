@@ -1,204 +1,158 @@
-"""Reading ``params/*.yaml``: the single source of every knob a stage uses.
+"""Typed params: one :class:`Config` dataclass per ``params/*.yaml`` section, constraints beside the fields.
 
-Every section is checked on reading (:func:`validate_params`), so a privacy parameter out of range (ε ≤ 0,
-δ ∉ (0, 1), C ≤ 0) or an empty grid stops a stage before it loads data or writes anything, with an error that
-names the file, the parameter and the range it must be in. Only keys present are checked; a missing key is the
-stage's own ``KeyError``.
+A stage's section is read once into its config type (:meth:`Config.load`), which checks every value against the
+constraint declared next to its field (:mod:`eegprivacy.validation`; the constraint's text is the error), and
+treats an unknown key or a missing required one as an error naming the file and the dotted key. So a privacy
+parameter out of range (ε ≤ 0, δ ∉ (0, 1), C ≤ 0), a typo'd key or an empty grid stops a stage before it loads
+data or writes anything. Code then reads ``config.epsilons``, never ``params["epsilons"]``.
+
+Declaring a section::
+
+    @dataclass(frozen=True)
+    class DPReleaseConfig(Config):
+        epsilons: list = param(EPSILONS, doc="privacy budgets of the sweep (per patient)")
+        delta: float = param(DELTA)
+        noise_seeds: int = param(count(1, "seeds"), default=10)
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Mapping
+import dataclasses
+import typing
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from eegprivacy.validation import Constraint
+
 
 class ParamsError(ValueError):
-    """A params value is out of range; the message names the file, the key and what it must be."""
+    """A params value is invalid, unknown or missing; the message names the file, the key and what it must be."""
 
 
-def _number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+def param(constraint: Constraint | None = None, *, default: Any = dataclasses.MISSING, doc: str = ""):
+    """A config field with its constraint (checked on load) and a one-line description (``--help``, docs).
+    A mutable default (list or dict) is copied per instance."""
+    metadata = {"constraint": constraint, "doc": doc}
+    if isinstance(default, (list, dict)):
+        return dataclasses.field(default_factory=lambda d=default: type(d)(d), metadata=metadata)
+    return dataclasses.field(default=default, metadata=metadata)
 
 
-def _integer(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
+def _numeric_text(value) -> bool:
+    texts = value if isinstance(value, list) else [value]
+    for text in texts:
+        if isinstance(text, str):
+            try:
+                float(text)
+                return True
+            except ValueError:
+                pass
+    return False
 
 
-def _positive(value) -> bool:
-    return _number(value) and value > 0
+def _config_type(hint) -> type | None:
+    return hint if isinstance(hint, type) and issubclass(hint, Config) else None
 
 
-def _open_unit(value) -> bool:
-    return _number(value) and 0 < value < 1
+def _mapping_of_config(hint) -> type | None:
+    """``dict[str, SomeConfig]`` -> SomeConfig."""
+    if typing.get_origin(hint) in (dict, Mapping):
+        args = typing.get_args(hint)
+        return _config_type(args[1]) if len(args) == 2 else None
+    return None
 
 
-def _closed_unit(value) -> bool:
-    return _number(value) and 0 <= value <= 1
+def _unwrap_optional(hint):
+    if typing.get_origin(hint) in (typing.Union, getattr(__import__("types"), "UnionType", typing.Union)):
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        return args[0] if len(args) == 1 else hint
+    return hint
 
 
-def _count(minimum: int) -> Callable[[Any], bool]:
-    return lambda value: _integer(value) and value >= minimum
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """Base of every typed params section (a frozen dataclass; see the module docstring)."""
+
+    @classmethod
+    def from_mapping(cls, mapping: Any, source: str | Path = "params", prefix: str = ""):
+        """Build the config from a YAML mapping, checking keys and constraints (errors name ``source`` and the
+        dotted key; ``prefix`` is the section path, e.g. ``"dp_release."``)."""
+        where = prefix.rstrip(".") or cls.__name__
+        if not isinstance(mapping, Mapping):
+            raise ParamsError(f"{source}: {where} must be a mapping of keys to values, not {mapping!r}")
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        unknown = sorted(set(mapping) - set(fields))
+        if unknown:
+            raise ParamsError(f"{source}: unknown key {prefix}{unknown[0]}; {where} takes "
+                              f"{', '.join(sorted(fields))}. Fix it in {source} (nothing was computed or written)")
+        hints = typing.get_type_hints(cls)
+        values = {}
+        for name, field in fields.items():
+            key = f"{prefix}{name}"
+            if name not in mapping:
+                if field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING:
+                    raise ParamsError(f"{source}: missing key {key}"
+                                      + (f" ({field.metadata['doc']})" if field.metadata.get("doc") else "")
+                                      + f"; add it to {source}")
+                continue
+            value, hint = mapping[name], _unwrap_optional(hints[name])
+            if _config_type(hint) and value is not None and not isinstance(value, hint):
+                value = hint.from_mapping(value, source, key + ".")
+            elif _mapping_of_config(hint) and value is not None:
+                if not isinstance(value, Mapping):
+                    raise ParamsError(f"{source}: {key} must be a mapping of names to settings, not {value!r}")
+                inner = _mapping_of_config(hint)
+                value = {k: v if isinstance(v, inner) else inner.from_mapping({} if v is None else v, source,
+                                                                                f"{key}.{k}.")
+                         for k, v in value.items()}
+            constraint = field.metadata.get("constraint")
+            if constraint is not None and not constraint.is_satisfied_by(value):
+                hint_text = (" (YAML read a number as text: write 1.0e-5, with a dot, not 1e-5)"
+                             if _numeric_text(value) else "")
+                raise ParamsError(f"{source}: {key} = {value!r} is invalid; it must be {constraint}{hint_text}. "
+                                  f"Fix it in {source} and run the stage again (nothing was computed or written)")
+            values[name] = value
+        config = cls(**values)
+        config.check(source, prefix)
+        return config
+
+    def check(self, source: str | Path, prefix: str) -> None:
+        """Cross-field rules (e.g. low < high of two fields); raise :class:`ParamsError`. None by default."""
+
+    @classmethod
+    def load(cls, path: str | Path, section: str):
+        """Read ``section`` of the params file at ``path`` into this config type."""
+        return cls.from_mapping(load_section(path, section), path, f"{section}.")
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain nested dict (what MLflow logs and what cell configs hash)."""
+        return dataclasses.asdict(self)
+
+    def replace(self, **changes):
+        """A copy with some fields changed (re-checked against their constraints)."""
+        return type(self).from_mapping({**{f.name: getattr(self, f.name) for f in dataclasses.fields(self)},
+                                        **changes}, "replace()")
 
 
-def _non_empty_list(item: Callable[[Any], bool]) -> Callable[[Any], bool]:
-    return lambda value: isinstance(value, list) and len(value) > 0 and all(item(v) for v in value)
-
-
-def _mechanism_names(value) -> bool:
-    from eegprivacy.privacy.mechanisms import MECHANISMS  # lazy: reading params needs no privacy layer otherwise
-
-    return _non_empty_list(lambda v: v in MECHANISMS)(value)
-
-
-def _seeds(value) -> bool:
-    """A seed count (≥ 1) or a non-empty list of seeds."""
-    return _count(1)(value) or _non_empty_list(_integer)(value)
-
-
-def _range(value) -> bool:
-    """A search range [low, high] of positive finite numbers, low < high (sampled log-uniformly)."""
-    return isinstance(value, list) and len(value) == 2 and all(_positive(v) for v in value) and value[0] < value[1]
-
-
-EPSILONS = (_non_empty_list(_positive), "a non-empty list of positive finite ε values (ε > 0)")
-EPSILON = (_positive, "a positive finite ε (ε > 0)")
-DELTA = (_open_unit, "a δ strictly between 0 and 1")
-CLIP_NORM = (_positive, "a positive finite clipping norm C (C > 0)")
-MECHANISM_LIST = (_mechanism_names, "a non-empty list of mechanism names (eegprivacy.privacy.MECHANISMS: "
-                                "gaussian_analytic, gaussian_classic, laplace_implemented, laplace_formal)")
-SEED_COUNT = (_count(1), "a whole number of seeds, at least 1")
-FRACTION_OPEN = (_open_unit, "a fraction strictly between 0 and 1")
-FRACTION = (_closed_unit, "a fraction between 0 and 1")
-
-# section -> dotted key -> (check, what it must be). Keys of nested blocks are dotted: "membership.trials".
-RULES: dict[str, dict[str, tuple[Callable[[Any], bool], str]]] = {
-    "dp_release": {"epsilons": EPSILONS, "delta": DELTA, "clip_norm": CLIP_NORM, "mechanisms": MECHANISM_LIST,
-                   "noise_seeds": SEED_COUNT},
-    "dp_utility": {"baseline_mlp_seeds": SEED_COUNT, "nested_seeds": (_count(0), "a whole number ≥ 0"),
-                   "figure_epsilon": EPSILON},
-    "table_attacks": {"epsilons": EPSILONS, "mechanisms": MECHANISM_LIST, "noise_seeds": SEED_COUNT,
-                      "reidentification.top_k": (_non_empty_list(_count(1)), "a non-empty list of k ≥ 1"),
-                      "reidentification.metrics": (_non_empty_list(lambda v: isinstance(v, str)),
-                                                   "a non-empty list of distance names"),
-                      "membership.member_fraction": FRACTION_OPEN,
-                      "membership.trials": (_count(1), "a whole number of trials, at least 1"),
-                      "membership.scores": (_non_empty_list(lambda v: isinstance(v, str)),
-                                            "a non-empty list of score names"),
-                      "membership.fprs": (_non_empty_list(_open_unit),
-                                          "a non-empty list of false-positive rates in (0, 1)")},
-    "deployment": {"epsilons": EPSILONS, "mechanisms": MECHANISM_LIST, "noise_seeds": SEED_COUNT,
-                   "scenarios": (_non_empty_list(lambda v: isinstance(v, str)), "a non-empty list of scenarios"),
-                   "n_hospitals": (_count(2), "a whole number of hospitals, at least 2"),
-                   "shared_fraction": (lambda v: _number(v) and 0 <= v < 1, "a fraction in [0, 1)"),
-                   "federated.num_rounds": (_count(1), "a whole number of rounds, at least 1"),
-                   "federated.local_epochs": (_count(1), "a whole number of epochs, at least 1"),
-                   "federated.learning_rate_init": (_positive, "a positive learning rate")},
-    "dp_scaling": {"total_epsilons": EPSILONS, "mechanisms": MECHANISM_LIST, "noise_seeds": SEED_COUNT,
-                   "public_fraction": FRACTION_OPEN, "scaling_fraction": FRACTION_OPEN,
-                   "bounds_margin": (lambda v: _number(v) and v >= 0, "a margin ≥ 0"),
-                   "datasets": (_non_empty_list(lambda v: isinstance(v, str)), "a non-empty list of datasets")},
-    "dp_audit": {"epsilons": EPSILONS, "delta": DELTA, "clip_norm": CLIP_NORM, "mechanisms": MECHANISM_LIST,
-                 "dims": (_non_empty_list(_count(1)), "a non-empty list of dimensions d ≥ 1"),
-                 "n_trials": (_count(1), "a whole number of trials, at least 1"),
-                 "seeds": (_seeds, "a seed count ≥ 1"),
-                 "confidence": FRACTION_OPEN},
-    "federated_accounting": {"delta": DELTA,
-                             "accountants": (_non_empty_list(lambda v: v in ("basic", "rdp", "pld")),
-                                             "a non-empty list of accountants from [basic, rdp, pld]"),
-                             "units": (_non_empty_list(lambda v: v in ("example", "client")),
-                                       "a non-empty list of privacy units from [example, client]"),
-                             "calibrations": (_non_empty_list(lambda v: v in ("nominal", "certified")),
-                                              "a non-empty list of calibrations from [nominal, certified]"),
-                             "pld.value_discretization_interval": (_positive, "a positive interval"),
-                             "paper_protocol.num_rounds": (_count(1), "a whole number of rounds, at least 1"),
-                             "paper_protocol.local_epochs": (_count(1), "a whole number of epochs, at least 1"),
-                             "paper_protocol.epsilons": EPSILONS},
-    "optuna_study_a": {"delta": DELTA, "noise_seeds": SEED_COUNT,
-                       "n_trials": (_count(1), "a whole number of trials, at least 1"),
-                       "n_jobs": (_count(1), "a whole number of processes, at least 1"),
-                       "search_space.mechanisms": MECHANISM_LIST,
-                       "search_space.epsilon": (_range, "a [low, high] range of ε with 0 < low < high"),
-                       "search_space.clip_norm": (_range, "a [low, high] range of C with 0 < low < high"),
-                       "protocol": (lambda v: v in ("optimistic", "nested"), "optimistic or nested"),
-                       "sampler": (lambda v: v in ("tpe", "nsga2"), "tpe or nsga2"),
-                       "heartbeat_interval": (_count(1), "a whole number of seconds, at least 1")},
-    "optuna_study_b": {"noise_seeds": SEED_COUNT,
-                       "n_trials": (_count(1), "a whole number of trials, at least 1"),
-                       "n_jobs": (_count(1), "a whole number of processes, at least 1"),
-                       "num_rounds": (_count(1), "a whole number of rounds, at least 1"),
-                       "model": (lambda v: v in ("simplenet", "eegnet"), "simplenet or eegnet"),
-                       "search_space.mechanisms": (_non_empty_list(lambda v: v in ("laplace_gradient", "none")),
-                                                   "a non-empty subset of [laplace_gradient, none]"),
-                       "search_space.epsilon": (_range, "a [low, high] range of per-step ε with 0 < low < high"),
-                       "search_space.clip_norm": (_range, "a [low, high] range of C with 0 < low < high"),
-                       "search_space.local_epochs": (lambda v: _range(v) and all(_integer(x) for x in v),
-                                                     "a [low, high] range of whole epochs with 1 ≤ low < high"),
-                       "sampler": (lambda v: v in ("tpe", "nsga2"), "tpe or nsga2"),
-                       "heartbeat_interval": (_count(1), "a whole number of seconds, at least 1")},
-    "linkage": {"n_records": (_count(1), "a whole number of records, at least 1"), "overlap": FRACTION,
-                "household_rate": FRACTION, "format_rate": FRACTION,
-                "typo_rates": (_non_empty_list(_closed_unit), "a non-empty list of rates in [0, 1]"),
-                "seeds": (_seeds, "a non-empty list of seeds (or a count ≥ 1)"),
-                "q": (_count(1), "a q-gram length ≥ 1"), "num_bits": (_count(1), "a filter length ≥ 1"),
-                "num_hashes": (_count(1), "a hash count ≥ 1"),
-                "thresholds": (_non_empty_list(_closed_unit), "a non-empty list of Dice thresholds in [0, 1]"),
-                "default_threshold": (_closed_unit, "a Dice threshold in [0, 1]")},
-}
-
-_MISSING = object()
-
-
-def _numeric_text(text: str) -> bool:
-    try:
-        float(text)
-    except ValueError:
-        return False
-    return True
-
-
-def _lookup(section: Mapping, dotted: str):
-    value: Any = section
-    for part in dotted.split("."):
-        if not isinstance(value, Mapping) or part not in value:
-            return _MISSING
-        value = value[part]
-    return value
-
-
-def validate_params(params: Mapping[str, Any], source: str | Path = "params",
-                    sections: list[str] | None = None) -> None:
-    """Check the known keys of each section against :data:`RULES`; raise :class:`ParamsError` on the first
-    value out of range. ``sections=None`` checks every section the file has."""
-    for section in sections if sections is not None else list(params):
-        rules, block = RULES.get(section), params.get(section)
-        if rules is None or not isinstance(block, Mapping):
-            continue
-        for key, (check, must_be) in rules.items():
-            value = _lookup(block, key)
-            if value is not _MISSING and not check(value):
-                texts = value if isinstance(value, list) else [value]
-                hint = (" (YAML read a number as text: write 1.0e-5, with a dot, not 1e-5)"
-                        if any(isinstance(v, str) and _numeric_text(v) for v in texts) else "")
-                raise ParamsError(f"{source}: {section}.{key} = {value!r} is invalid; it must be {must_be}"
-                                  f"{hint}. Fix it in {source} and run the stage again (nothing was computed or "
-                                  "written)")
-
-
-def load_params(path: str | Path, section: str | None = None) -> dict[str, Any]:
-    """Load a params file (optionally one top-level section), with a clear error when it is missing; the
-    section(s) returned are validated first (:func:`validate_params`)."""
+def read_params_file(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"params file {path} not found (run from the repository root)")
-    params = yaml.safe_load(path.read_text()) or {}
-    if section is None:
-        validate_params(params, path)
-        return params
+    return yaml.safe_load(path.read_text()) or {}
+
+
+def load_section(path: str | Path, section: str) -> dict[str, Any]:
+    """The raw mapping of one top-level section, with an error naming the file when it is absent."""
+    params = read_params_file(path)
     if section not in params:
-        raise KeyError(f"{path} has no section {section!r}; sections: {sorted(params)}")
-    validate_params(params, path, [section])
+        raise ParamsError(f"{path} has no section {section!r}; sections: {sorted(params)}")
     return params[section]
+
+
+def load_params(path: str | Path, section: str | None = None) -> dict[str, Any]:
+    """Raw YAML of a params file or one section, unchecked. Stages read their sections through their
+    :class:`Config` type instead; this is for tools that only pass values on (e.g. DVC's params view)."""
+    return read_params_file(path) if section is None else load_section(path, section)

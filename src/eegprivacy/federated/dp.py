@@ -29,6 +29,7 @@ from typing import ClassVar
 import torch
 
 from eegprivacy.privacy.sensitivity import l1_sensitivity_replace_one, l2_sensitivity_replace_one
+from eegprivacy.validation import EPSILON_OR_INF, check
 
 __all__ = ["LaplaceGradientDP", "laplace_noise", "PER_STEP_NOTE"]
 
@@ -66,8 +67,7 @@ class LaplaceGradientDP:
         clip_norm, epsilon = float(self.clip_norm), float(self.epsilon)
         if not (math.isfinite(clip_norm) and clip_norm > 0):
             raise ValueError(f"clip_norm must be a positive finite number, got {self.clip_norm!r}")
-        if math.isnan(epsilon) or epsilon <= 0:
-            raise ValueError(f"epsilon must be > 0 (math.inf for no noise), got {self.epsilon!r}")
+        check(epsilon, EPSILON_OR_INF, "epsilon")
         if self.clip_only and math.isfinite(epsilon):
             raise ValueError("clip_only=True means clipping without noise, which only fits epsilon=inf; "
                              f"got epsilon={epsilon}")

@@ -22,12 +22,12 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from eegprivacy.privacy.sensitivity import l1_sensitivity_replace_one
+from eegprivacy.validation import EPSILON_OR_INF, EPSILON_SPENT, check
 
 
 def _check_budget(epsilon, delta) -> tuple[float, float]:
     epsilon, delta = float(epsilon), float(delta)
-    if not (math.isfinite(epsilon) and epsilon >= 0):
-        raise ValueError(f"epsilon must be a finite number ≥ 0, got {epsilon}")
+    check(epsilon, EPSILON_SPENT, "epsilon")
     if not 0.0 <= delta < 1.0:
         raise ValueError(f"delta must lie in [0, 1), got {delta}")
     return epsilon, delta
@@ -427,8 +427,7 @@ ROUND_BASES = {
 def per_step_epsilon(epsilon: float, calibration: str, dim: int, clip_norm: float = 1.0) -> float:
     """ε of one local step: the nominal ε itself, or Δ1 / b with Δ1 = 2·sqrt(d)·C and b = C/ε (C cancels)."""
     epsilon = float(epsilon)
-    if math.isnan(epsilon) or epsilon <= 0:
-        raise ValueError(f"epsilon must be > 0 (inf for no DP), got {epsilon}")
+    check(epsilon, EPSILON_OR_INF, "epsilon")
     if calibration not in CALIBRATIONS:
         raise ValueError(f"unknown calibration {calibration!r}; known: {', '.join(CALIBRATIONS)}")
     if math.isinf(epsilon):

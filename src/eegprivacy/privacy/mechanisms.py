@@ -25,6 +25,7 @@ from typing import ClassVar
 import numpy as np
 
 from eegprivacy.privacy.sensitivity import l1_sensitivity_replace_one, l2_sensitivity_replace_one
+from eegprivacy.validation import EPSILON, check
 
 DEFAULT_DELTA = 1e-5
 _CONDITIONAL = "conditional on fixed scaling statistics and replace-one patient adjacency"
@@ -49,8 +50,7 @@ class Calibration:
 
 
 def _check_epsilon(epsilon: float) -> None:
-    if not (isinstance(epsilon, (int, float, np.floating, np.integer)) and math.isfinite(epsilon) and epsilon > 0):
-        raise ValueError(f"epsilon must be a positive finite number, got {epsilon!r}")
+    check(epsilon, EPSILON, "epsilon")
 
 
 def _sensitivities(clip_norm: float, dim: int) -> tuple[float, float]:

@@ -23,6 +23,7 @@ from sklearn.exceptions import NotFittedError
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from eegprivacy.privacy.release import IQR_FLOOR, RobustFeatureScaler
+from eegprivacy.validation import EPSILON, check
 
 QUANTILES = (0.25, 0.5, 0.75)
 
@@ -128,8 +129,7 @@ class DPQuantileScaler(TransformerMixin, BaseEstimator):
         from diffprivlib.tools import quantile
 
         epsilon = float(self.epsilon)
-        if not (math.isfinite(epsilon) and epsilon > 0):
-            raise ValueError(f"epsilon must be a positive finite number, got {self.epsilon!r}")
+        check(epsilon, EPSILON, "epsilon")
         X = validate_data(self, X, dtype=np.float64, ensure_all_finite=True, ensure_min_samples=1)
         low, high = _check_bounds(self.bounds, X.shape[1])
         width = high - low

@@ -22,9 +22,13 @@ from tqdm.auto import tqdm
 
 from eegprivacy.atomic import atomic_path
 from eegprivacy.data.base import DataQualityWarning
+from eegprivacy.params import Config, ParamsError, param
 from eegprivacy.signal.features import FeatureConfig, feature_columns, window_features
 from eegprivacy.signal.preprocess import PreprocessConfig, min_samples, preprocess_raw
 from eegprivacy.signal.windows import WindowConfig, sliding_windows
+from eegprivacy.validation import InstanceOf
+
+MAPPING = InstanceOf((dict,), text="a mapping of settings")
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +56,34 @@ class FeaturePipelineConfig:
 
     def config_hash(self) -> str:
         return hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class FeaturesParams(Config):
+    """``features`` of ``params/features.yaml``: the typed section behind :class:`FeaturePipelineConfig`, plus
+    each dataset's constructor arguments. The blocks are checked by the config dataclasses they build."""
+
+    preprocess: dict = param(MAPPING, default={}, doc="band-pass, notch and reference (PreprocessConfig)")
+    window: dict = param(MAPPING, default={}, doc="window length and overlap (WindowConfig)")
+    welch: dict = param(MAPPING, default={}, doc="Welch PSD set-up (FeatureConfig)")
+    datasets: dict = param(MAPPING, default={}, doc="constructor arguments per dataset")
+
+    def check(self, source, prefix) -> None:
+        try:
+            self.pipeline()
+        except (TypeError, ValueError) as err:
+            raise ParamsError(f"{source}: {prefix.rstrip('.')}: {err}. Fix it in {source} (nothing was computed "
+                              "or written)") from err
+        for name, kwargs in self.datasets.items():
+            if kwargs is not None and not isinstance(kwargs, dict):
+                raise ParamsError(f"{source}: {prefix}datasets.{name} must be a mapping of constructor arguments")
+
+    def pipeline(self) -> FeaturePipelineConfig:
+        return FeaturePipelineConfig.from_params(self.to_dict())
+
+    def dataset_kwargs(self, name: str) -> dict:
+        """Constructor arguments of dataset ``name`` ({} when the params name none)."""
+        return dict(self.datasets.get(name) or {})
 
 
 def recording_features(raw, config: FeaturePipelineConfig) -> tuple[np.ndarray, np.ndarray, list[str], list[str]]:

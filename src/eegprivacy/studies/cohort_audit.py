@@ -13,7 +13,7 @@ Stages, each resumable:
 3. **Table attacks** — re-identification when subjects have two recordings (sessions/runs; with one recording per
    subject, optionally its two halves, labelled *same-session*), and membership inference on the released table.
 
-Every cell is a :class:`~eegprivacy.tracking.sweep.SweepRunner` cell: a resumable cache file, a nested MLflow child
+Every cell is a :class:`~eegprivacy.pipeline.sweep.SweepRunner` cell: a resumable cache file, a nested MLflow child
 run under one parent per sweep. Per-patient LOSO predictions (needed for the patient-level bootstrap) are kept in
 the cell cache beside the rows and are never logged. Summaries (:func:`summarise`) are computed from the cells' rows
 and those predictions, logged as metrics of one ``summary`` run, and written as ``rows.csv``/``summary.json``.
@@ -58,7 +58,7 @@ from eegprivacy.signal.table import (
     write_feature_table,
 )
 from eegprivacy.tracking import required_tags
-from eegprivacy.tracking.sweep import Cell, PrefetchedCells, SweepRunner, config_key, expand_grid
+from eegprivacy.pipeline.sweep import Cell, PrefetchedCells, SweepRunner, config_key, expand_grid
 
 log = logging.getLogger(__name__)
 
@@ -457,17 +457,10 @@ def audit_cell(config: dict, seed: int, *, cohort_arrays: dict, audit: dict) -> 
 # Sweeps
 # ---------------------------------------------------------------------------------------------------------------
 def code_hash() -> str:
-    """sha256 over the sources a cell runs (privacy release, evaluation, table attacks, this module)."""
-    import eegprivacy
+    """The cell cache's code key: the registry's hash of what ``audit_cohort`` runs (eegprivacy.pipeline.stages)."""
+    from eegprivacy.pipeline.stages import code_hash as stage_code_hash
 
-    package = Path(eegprivacy.__file__).parent
-    files = sorted([*(package / "privacy" / n for n in ("mechanisms.py", "release.py", "sensitivity.py")),
-                    *(p for p in (package / "evaluation").glob("*.py") if "figures" not in p.name),
-                    package / "attacks" / "table.py", package / "attacks" / "metrics.py", Path(__file__)])
-    digest = hashlib.sha256()
-    for path in files:
-        digest.update(path.name.encode() + path.read_bytes())
-    return digest.hexdigest()[:16]
+    return stage_code_hash("audit_cohort")
 
 
 def run_tags(cohort: Cohort, seed: int | None, **extra) -> dict:
@@ -855,7 +848,7 @@ def run_audit(dataset: EEGDataset, config: AuditConfig = AuditConfig(), out_dir:
     """The whole audit: cohort -> sweeps -> summary rows -> one MLflow summary run -> rows.csv, summary.json,
     figures and report.html in ``out_dir`` (written together, atomically; the report reads the logged rows).
     ``cache_dir`` keeps the feature table and every finished cell, so a rerun computes only what is missing."""
-    from eegprivacy.studies import cohort_report
+    from eegprivacy.reporting import cohort as cohort_report
     from eegprivacy.tracking import log_artifact, log_metrics, start_run
 
     out = Path(out_dir) if out_dir is not None else default_out_dir(dataset.name, dataset.version())

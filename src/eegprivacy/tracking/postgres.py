@@ -17,7 +17,7 @@ requested folder records where.
 The password is never printed: it sits in ``<dir>/pgpass`` (mode 0600, libpq's password-file format), which
 every libpq client (psycopg, hence SQLAlchemy, Optuna and ``mlflow server``) reads when ``PGPASSFILE`` names it,
 so the URLs this module prints carry no password. :meth:`LocalPostgres.url` with ``password=True`` returns the
-full URL for code that needs it, and :func:`eegprivacy.tracking.search.public_url` masks it wherever it is shown.
+full URL for code that needs it, and :func:`eegprivacy.pipeline.search.public_url` masks it wherever it is shown.
 
 CLI (the Makefile's ``postgres`` and ``postgres-stop`` targets)::
 
@@ -122,7 +122,7 @@ class LocalPostgres:
 
     def url(self, database: str = "optuna", password: bool = False) -> str:
         """``postgresql://USER@127.0.0.1:PORT/DATABASE``; with ``password`` the password too (never print that
-        one: :func:`eegprivacy.tracking.search.public_url` masks it)."""
+        one: :func:`eegprivacy.pipeline.search.public_url` masks it)."""
         secret = f":{self.password}" if password else ""
         return f"postgresql://{self.user}{secret}@127.0.0.1:{self.port}/{database}"
 

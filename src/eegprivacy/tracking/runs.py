@@ -360,3 +360,36 @@ def log_artifact(path: str | Path, artifact_path: str | None = None) -> None:
     import mlflow
 
     mlflow.log_artifact(str(path), artifact_path=artifact_path)
+
+
+def dvc_stages_with_runs(uri: str | None = None) -> set[str]:
+    """Every ``dvc_stage`` tag value among the store's finished runs (all experiments): which DVC stages have
+    left runs there. An empty set when the store has none (or does not exist yet)."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(uri or tracking_uri())
+    experiment_ids = [e.experiment_id for e in client.search_experiments()]
+    found: set[str] = set()
+    if not experiment_ids:
+        return found
+    token = None
+    while True:
+        page = client.search_runs(experiment_ids, filter_string="attributes.status = 'FINISHED'",
+                                  max_results=5000, page_token=token)
+        found.update(run.data.tags["dvc_stage"] for run in page if "dvc_stage" in run.data.tags)
+        token = page.token
+        if not token:
+            return found
+
+
+def has_finished_run(study: str, uri: str | None = None, **tags: str) -> bool:
+    """Whether the study's experiment already holds a finished run with all these tag values (so a stage that
+    reruns on every ``dvc repro``, such as the data-version check, logs each distinct result once)."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(uri or tracking_uri())
+    experiment = client.get_experiment_by_name(EXPERIMENTS[study])
+    if experiment is None:
+        return False
+    clauses = ["attributes.status = 'FINISHED'", *(f"tags.{k} = '{v}'" for k, v in tags.items())]
+    return bool(client.search_runs([experiment.experiment_id], filter_string=" and ".join(clauses), max_results=1))

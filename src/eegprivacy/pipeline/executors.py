@@ -2,7 +2,7 @@
 
 A sweep's cells are pure functions ``cell_fn(config, seed) -> rows``. An executor only computes them and yields
 each cell's rows in job order; the process that runs the sweep (the driver) keeps writing the cell files and the
-MLflow runs itself (:class:`~eegprivacy.tracking.sweep.PrefetchedCells`). So the workers never need the tracking
+MLflow runs itself (:class:`~eegprivacy.pipeline.sweep.PrefetchedCells`). So the workers never need the tracking
 store or the linkage key, and the rows are identical whichever executor computed them: each cell runs on one
 BLAS / OpenMP / torch thread in either, and is seeded by its config alone.
 
@@ -76,7 +76,7 @@ class CellFailedError(RuntimeError):
 
 def describe_cell(config: Mapping[str, Any], seed: int) -> str:
     """The cell's key (its cell file's name) with its seed and config, for error messages."""
-    from eegprivacy.tracking.sweep import config_key
+    from eegprivacy.pipeline.sweep import config_key
 
     return f"cell {config_key({**config, 'seed': seed})} (seed {seed}, config {dict(config)})"
 

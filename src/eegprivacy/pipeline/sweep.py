@@ -11,7 +11,7 @@ and 95% CI over seeds).
 ``PrefetchedCells`` computes the cells of several runners ahead in worker processes, so a 2-core machine stays
 busy across runner boundaries, while each runner still logs and writes its cells in order in the main process.
 Where those workers are (local processes or a Ray cluster) is the executor's business
-(:mod:`eegprivacy.tracking.executors`), chosen once per process.
+(:mod:`eegprivacy.pipeline.executors`), chosen once per process.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from eegprivacy.evaluation.intervals import mean_ci
-from eegprivacy.tracking.executors import Executor, current_executor
+from eegprivacy.pipeline.executors import Executor, current_executor
 from eegprivacy.tracking.runs import _host_key, log_metrics, start_run
 
 log = logging.getLogger(__name__)
@@ -219,7 +219,7 @@ class PrefetchedCells:
     so logging, cell files and the returned tables are exactly those of a serial run. A cell must be a pure
     function of (config, seed) and picklable arguments; on a crash the cells already handed over are on disk and
     at most the ones being computed ahead are lost. ``executor`` (default: the process-wide one,
-    :func:`~eegprivacy.tracking.executors.current_executor`) computes them: local processes, where ``n_jobs``
+    :func:`~eegprivacy.pipeline.executors.current_executor`) computes them: local processes, where ``n_jobs``
     counts them, or a Ray cluster, whose CPUs do.
     """
 

@@ -16,8 +16,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from eegprivacy.evaluation.dp_figures import mechanism_colour  # noqa: E402
-from eegprivacy.evaluation.figures import titled  # noqa: E402
+from eegprivacy.reporting.release_figures import mechanism_colour  # noqa: E402
+from eegprivacy.reporting.figures import titled  # noqa: E402
 
 METRIC_LABELS = {"auroc": "LOSO AUROC (threshold-free)", "balanced_accuracy": "balanced accuracy (nested threshold)"}
 

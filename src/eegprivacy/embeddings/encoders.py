@@ -2,7 +2,7 @@
 
 Study C audits what a provider leaks when it releases ``z = f(x)`` instead of ``x``. Every encoder here is an
 sklearn-style transformer: ``fit`` does nothing (the encoder is frozen; weights come from :func:`load_checkpoint`,
-from :mod:`eegprivacy.audit.pretrain`, or stay at a seeded random initialisation), and ``transform`` maps windows
+from :mod:`eegprivacy.embeddings.pretrain`, or stay at a seeded random initialisation), and ``transform`` maps windows
 ``(n, channels, samples)`` given *at the dataset's own sampling rate and montage* to embeddings ``(n, d)``.
 
 What ``transform`` does, and why it is explicit (protocol, "Encoders"):
@@ -24,7 +24,7 @@ What ``transform`` does, and why it is explicit (protocol, "Encoders"):
    window length).
 
 Weights: ``weights_source`` is one of ``"checkpoint"`` (an official checkpoint from a local path),
-``"self_pretrained"`` (:mod:`eegprivacy.audit.pretrain`) or ``"random_init"`` (explicit baseline); the band-power
+``"self_pretrained"`` (:mod:`eegprivacy.embeddings.pretrain`) or ``"random_init"`` (explicit baseline); the band-power
 reference has no weights (``"none"``). Nothing is ever downloaded: no hub access is possible or attempted.
 """
 
@@ -311,7 +311,7 @@ class FrozenEncoder:
         return self.fit(X, y).transform(X)
 
     def trainable_forward(self, x):
-        """Pooled embedding *with* gradients, for :mod:`eegprivacy.audit.pretrain` (x from :meth:`prepare`)."""
+        """Pooled embedding *with* gradients, for :mod:`eegprivacy.embeddings.pretrain` (x from :meth:`prepare`)."""
         return self._embed(x)
 
     def encoder_state_dict(self) -> dict:
@@ -613,7 +613,7 @@ def load_checkpoint(encoder: FrozenEncoder, path: str | Path | None, sha256: str
             f"{encoder.name}: weights_source='checkpoint' needs a local checkpoint file; this code never downloads "
             f"from a model hub. Download the official {encoder.name} weights on a machine with internet access and "
             f"pass their local path (load_checkpoint(encoder, path='/path/to/{encoder.name}.pt', sha256=...)), or "
-            f"use weights_source='self_pretrained' (eegprivacy.audit.pretrain) or 'random_init'.")
+            f"use weights_source='self_pretrained' (eegprivacy.embeddings.pretrain) or 'random_init'.")
     path = Path(path)
     if not path.is_file():
         raise CheckpointRequiredError(f"{encoder.name}: checkpoint file {path} does not exist; pass the local path of "
@@ -669,7 +669,7 @@ def resolve_weights(encoder: FrozenEncoder, weights_source: str, path: str | Pat
         return encoder.reinit()
     if weights_source == "self_pretrained" and path is None:
         raise CheckpointRequiredError(f"{encoder.name}: weights_source='self_pretrained' needs the checkpoint written "
-                                      f"by eegprivacy.audit.pretrain.pretrain (its record names path and sha256)")
+                                      f"by eegprivacy.embeddings.pretrain.pretrain (its record names path and sha256)")
     return load_checkpoint(encoder, path, sha256, source=weights_source)
 
 

@@ -28,7 +28,7 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from eegprivacy.audit.encoders import BandPowerEncoder, FrozenEncoder, save_checkpoint
+from eegprivacy.embeddings.encoders import BandPowerEncoder, FrozenEncoder, save_checkpoint
 
 log = logging.getLogger(__name__)
 

@@ -42,6 +42,8 @@ from sklearn.utils.validation import check_is_fitted
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
+from eegprivacy.validation import EPSILON_OR_INF, check
+
 __all__ = ["EPSILONS", "DELTA", "DPSGDHead"]
 
 EPSILONS = (1.0, 4.0, 8.0, math.inf)  # protocol grid
@@ -110,7 +112,7 @@ class DPSGDHead(ClassifierMixin, TransformerMixin, BaseEstimator):
 
     # ------------------------------------------------------------------ validation helpers
     def _check_params(self) -> dict:
-        eps = _check_positive("epsilon", self.epsilon, allow_inf=True)
+        eps = float(check(float(self.epsilon), EPSILON_OR_INF, "epsilon"))
         try:
             delta = float(self.delta)
         except (TypeError, ValueError):

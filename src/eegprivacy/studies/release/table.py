@@ -1,11 +1,11 @@
-"""Glue shared by study A's stages: the patient table a release starts from, one release, and run tags.
+"""Glue shared by study A's stages: the patient table a release starts from, one release, the release cells of
+a sweep, its runner and run tags.
 
 Patient identifiers stay in this process: the table handed on has a 0..n-1 index and no id column.
 """
 
 from __future__ import annotations
 
-import hashlib
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,21 +14,17 @@ import numpy as np
 import pandas as pd
 
 from eegprivacy.data import get_dataset
-from eegprivacy.params import load_params
+from eegprivacy.pipeline.sweep import SweepRunner, expand_grid
 from eegprivacy.privacy import DPFeatureReleaser, make_mechanism, patient_vectors
-from eegprivacy.signal.table import INDEX_COLUMNS, FeaturePipelineConfig, read_feature_table
+from eegprivacy.signal.table import INDEX_COLUMNS, FeaturesParams, read_feature_table
+from eegprivacy.studies.release.config import DPReleaseConfig
 from eegprivacy.tracking import required_tags
-from eegprivacy.tracking.sweep import SweepRunner
 
 # Patient labels derived from dataset metadata (name -> function of the per-subject metadata rows).
 METADATA_LABELS = {
     # eegmat: the minority class (bad counters, count quality 0) is the positive class
     "bad_counter": lambda meta: (meta["count_quality"] == 0).astype(int),
 }
-
-
-# The privacy modules a release runs through (linkage, scaling alternatives and accounting are not on its path).
-RELEASE_MODULES = ("mechanisms.py", "release.py", "sensitivity.py")
 
 
 @dataclass
@@ -43,26 +39,11 @@ class PatientTable:
 
     @property
     def base_config(self) -> dict:
-        """What every cell of a study-A sweep depends on besides its own knobs; stages add ``code_hash`` so a
-        cached cell is never reused after the code that computed it changed."""
+        """What every cell of a study-A sweep depends on besides its own knobs; stages add ``code_hash`` (their
+        registered code, :func:`eegprivacy.pipeline.stages.code_hash`) so a cached cell is never reused after the
+        code that computed it changed."""
         return {"dataset_version": self.dataset_version, "features_hash": self.features_hash,
                 "n_patients": int(len(self.X)), "n_features": int(self.X.shape[1])}
-
-
-def code_hash(*stage_files: str) -> str:
-    """sha256 over the sources a study-A cell runs: the release modules of the privacy layer, the evaluation layer's computing modules
-    (not its figures), this module and the named stage modules."""
-    import eegprivacy
-
-    package = Path(eegprivacy.__file__).parent
-    here = Path(__file__).parent
-    files = sorted([*(package / "privacy" / name for name in RELEASE_MODULES),
-                    *(p for p in package.joinpath("evaluation").glob("*.py") if "figures" not in p.name),
-                    Path(__file__), *(here / name for name in stage_files)])
-    digest = hashlib.sha256()
-    for path in files:
-        digest.update(path.name.encode() + path.read_bytes())
-    return digest.hexdigest()[:16]
 
 
 @dataclass
@@ -84,10 +65,10 @@ class WindowTable:
 def load_window_table(dataset_name: str, features_params: str | Path = "params/features.yaml",
                       features_dir: str | Path = "data/features") -> WindowTable:
     """Window features of the dataset's current version (refuses a table built from other data or config)."""
-    params = load_params(features_params, "features")
-    dataset = get_dataset(dataset_name, **((params.get("datasets") or {}).get(dataset_name) or {}))
+    params = FeaturesParams.load(features_params, "features")
+    dataset = get_dataset(dataset_name, **params.dataset_kwargs(dataset_name))
     version = dataset.version()
-    config = FeaturePipelineConfig.from_params(params)
+    config = params.pipeline()
     table = read_feature_table(Path(features_dir) / f"{dataset_name}.parquet", dataset_version=version,
                                config=config)
     return WindowTable(dataset_name, version, config.config_hash(), dataset.synthetic, table, dataset.metadata())
@@ -125,6 +106,17 @@ def calibration(table: PatientTable, mechanism: str, epsilon: float, delta: floa
     """Calibrated noise scale and guarantee scope, known before any noise is drawn."""
     calib = make_mechanism(mechanism, epsilon, delta).calibrate(clip_norm, table.X.shape[1])
     return {"noise_scale": float(calib.noise_scale), "formal_guarantee": bool(calib.formal_guarantee)}
+
+
+def release_cells(table: PatientTable, config: DPReleaseConfig, mechanism: str, extra: dict | None = None) -> list:
+    """ε × noise-seed cells of one mechanism; each cell's config carries its calibrated noise scale."""
+    cells = []
+    for epsilon in config.epsilons:
+        base = {**table.base_config, **(extra or {}), "clip_norm": config.clip_norm, "delta": config.delta,
+                **calibration(table, mechanism, epsilon, config.delta, config.clip_norm)}
+        cells += expand_grid({"mechanism": [mechanism], "epsilon": [float(epsilon)]},
+                             seeds=range(config.noise_seeds), base=base)
+    return cells
 
 
 def tags(table: PatientTable, stage: str, seed: int | None, **extra) -> dict:

@@ -3,7 +3,7 @@
 Defenses are scikit-learn transformers fitted on the *release* side (the provider's own embeddings) and
 applied to what is released. Randomness is seeded through ``random_state`` so a defense sweep is
 reproducible. DP-SGD fine-tuning of the downstream head is not here (it trains a model, not a transform): see
-``eegprivacy.audit.dp_head.DPSGDHead``.
+``eegprivacy.embeddings.dp_head.DPSGDHead``.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 from sklearn.utils import check_random_state
 
-from eegprivacy.audit.endpoints import AttributeDecoder, LeakageResult
+from eegprivacy.embeddings.endpoints import AttributeDecoder, LeakageResult
 
 __all__ = [
     "NOISE_SIGMAS",

@@ -1,12 +1,13 @@
-"""audit layer: Study C, the split-controlled privacy audit of frozen EEG-encoder embeddings.
+"""embeddings layer: Study C, the split-controlled privacy audit of frozen EEG-encoder embeddings.
 
 Encoder-agnostic core (works on embedding matrices; see docs in each module and
 shared/spec/study-c-protocol.md): ``splits`` (temporal-gap, subject-disjoint, reference-set splitters),
 ``attributes`` (centered PSD), ``endpoints`` (attribute leakage with negative controls, raw-copy check,
 BPID@1, membership, reconstruction, AEDS), ``bridge`` (cross-encoder bridge D_s(B(z_t)) with its lower bound),
 ``defenses`` (noise, PCA bottleneck, dropout, Wiener attacker) and ``dp_head`` (DP-SGD-trained downstream head,
-Opacus; its hidden layer is the released representation). The stage that runs them all on real data is
-``experiments/embedding_audit.py``; the encoders and their pretraining are in ``encoders`` and ``pretrain``.
-Submodules are imported explicitly (``from eegprivacy.audit.endpoints import attribute_leakage``) so that
+Opacus; its hidden layer is the released representation). Study C composes them on real data in
+:mod:`eegprivacy.studies.embedding_audit` (stage ``embedding_audit``); the encoders and their pretraining are in
+``encoders`` and ``pretrain``.
+Submodules are imported explicitly (``from eegprivacy.embeddings.endpoints import attribute_leakage``) so that
 importing the package stays cheap and independent of the encoders.
 """

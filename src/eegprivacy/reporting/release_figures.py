@@ -5,6 +5,7 @@ ci_low, ci_high, n, chance) and return a matplotlib Figure; the caller saves it.
 rows with mechanism ``"none"`` (epsilon = inf). A figure shows one dataset, so the figure functions raise
 ``ValueError`` when ``agg`` holds several; mechanisms or protocols that are absent are skipped, and a NaN CI
 simply draws no band. Colours come from ``MECHANISM_COLOURS`` so a mechanism looks the same in every figure.
+The one exception to one dataset per figure is :func:`scaling_vs_epsilon` (``dp_scaling``), a row per dataset.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
-from eegprivacy.evaluation.figures import titled  # noqa: E402
+from eegprivacy.reporting.figures import titled  # noqa: E402
 
 BASELINE = "none"
 BASELINE_LABEL = "non-private baseline"
@@ -143,14 +144,14 @@ def _eps_grid(rows: pd.DataFrame) -> list[float]:
     return sorted(eps[np.isfinite(eps)].unique())
 
 
-def _legend_once(fig: Figure, axes) -> None:
+def _legend_once(fig: Figure, axes, loc: str = "outside right upper", ncols: int = 1) -> None:
     """One figure-level legend with every label that appears in any panel (first occurrence wins)."""
     seen: dict[str, object] = {}
     for ax in axes:
         for handle, label in zip(*ax.get_legend_handles_labels()):
             seen.setdefault(label, handle)
     if seen:
-        fig.legend(list(seen.values()), list(seen.keys()), loc="outside right upper", fontsize=8)
+        fig.legend(list(seen.values()), list(seen.keys()), loc=loc, ncols=ncols, fontsize=8)
 
 
 def _lines_figure(panels: list[tuple[str, pd.DataFrame, str]], title: str, synthetic: bool, sharey: bool) -> Figure:
@@ -167,17 +168,19 @@ def _lines_figure(panels: list[tuple[str, pd.DataFrame, str]], title: str, synth
     return fig
 
 
+def _metric_panels(agg: pd.DataFrame, specs: Sequence[tuple[str, str, str]]) -> list[tuple[str, pd.DataFrame, str]]:
+    """(panel title, rows, y label) for each (title, metric, protocol) that has rows, labelled by its metric."""
+    return [(title, rows, _METRIC_LABELS.get(metric, metric)) for title, metric, protocol in specs
+            if len(rows := _rows(agg, metric, protocol))]
+
+
 def utility_vs_epsilon(agg: pd.DataFrame, metric: str = "balanced_accuracy",
                        protocols: Sequence[str] = ("optimistic", "nested"), title: str | None = None,
                        synthetic: bool = False) -> Figure:
     """Classification utility against ε, one panel per LOSO protocol, so the privacy cost reads against the
     non-private baseline and chance. Protocols with no rows for ``metric`` are skipped; none at all raises."""
     dataset = _single_dataset(agg)
-    panels = []
-    for protocol in protocols:
-        rows = _rows(agg, metric, protocol)
-        if len(rows):
-            panels.append((protocol, rows, _METRIC_LABELS.get(metric, metric)))
+    panels = _metric_panels(agg, [(protocol, metric, protocol) for protocol in protocols])
     if not panels:
         raise ValueError(f"no rows for metric {metric!r} in protocols {list(protocols)}")
     return _lines_figure(panels, title or f"{dataset}: {metric} vs ε", synthetic, sharey=True)
@@ -188,11 +191,7 @@ def intrinsic_vs_epsilon(agg: pd.DataFrame, metrics: Sequence[str] = ("correlati
     """How far the released features are from the mechanism's input, per metric, before any model is trained.
     A baseline row is drawn only where its value is finite (a noise-free SNR is inf and is left out)."""
     dataset = _single_dataset(agg)
-    panels = []
-    for metric in metrics:
-        rows = _rows(agg, metric, protocol)
-        if len(rows):
-            panels.append((metric, rows, _METRIC_LABELS.get(metric, metric)))
+    panels = _metric_panels(agg, [(metric, metric, protocol) for metric in metrics])
     if not panels:
         raise ValueError(f"no {protocol!r} rows for metrics {list(metrics)}")
     return _lines_figure(panels, title or f"{dataset}: intrinsic utility vs ε", synthetic, sharey=False)
@@ -311,4 +310,52 @@ def scenarios_vs_epsilon(agg: pd.DataFrame, panels: Sequence[tuple[str, str]], t
         ax.grid(True, alpha=0.3)
     _legend_once(fig, axes[0])
     fig.suptitle(titled(title, synthetic), fontsize=10)
+    return fig
+
+
+# Scaling sources: the paper's private statistics in grey, the end-to-end alternatives in colour.
+SOURCE_STYLE = {"private": ("#7F7F7F", "s", "private scaling (paper; no end-to-end ε)"),
+                "public_reference": ("#0072B2", "o", "public reference scaling (end to end)"),
+                "dp_quantiles": ("#D55E00", "^", "DP-quantile scaling (end to end)")}
+
+
+def _scaling_panel(ax, a: pd.DataFrame, mechanism: str) -> None:
+    """One dataset × mechanism: a line (CI band) per scaling source, the no-DP level and chance."""
+    for source, (colour, marker, label) in SOURCE_STYLE.items():
+        sub = a[(a.mechanism == mechanism) & (a.scaling_source == source)].sort_values("epsilon")
+        if sub.empty:
+            continue
+        eps = sub.epsilon.to_numpy(float)
+        ax.plot(eps, sub.value, marker=marker, ms=4, color=colour, label=label)
+        ax.fill_between(eps, sub.ci_low.to_numpy(float), sub.ci_high.to_numpy(float), color=colour,
+                        alpha=0.15, linewidth=0)
+    base = a[a.mechanism == BASELINE]
+    if len(base):
+        ax.axhline(float(base.value.iloc[0]), color="#009E73", lw=1.2, ls="-.", label="no DP (private cohort)")
+    ax.axhline(0.5, color="black", ls="--", lw=1, label=CHANCE_LABEL)
+    ax.set_xscale("log")
+    ticks = sorted(a.loc[a.mechanism == mechanism, "epsilon"].astype(float).unique())
+    ax.set_xticks(ticks, [f"{e:g}" for e in ticks])
+    ax.minorticks_off()
+    ax.set_xlabel("total ε (scaling + release)")
+    ax.grid(True, alpha=0.3)
+
+
+def scaling_vs_epsilon(agg: pd.DataFrame, datasets: Sequence[str]) -> Figure:
+    """Balanced accuracy vs total ε by source of the scaling statistics: a row per dataset, a column per
+    mechanism, a line (CI band) per source. Unlike the other figures this takes several datasets (``dataset``
+    column), each row titled SYNTHETIC where it is."""
+    mechanisms = sorted(set(agg.mechanism) - {BASELINE})
+    fig, axes = plt.subplots(len(datasets), len(mechanisms), figsize=(4.3 * len(mechanisms), 3.2 * len(datasets) + 0.8),
+                             squeeze=False, sharey=True, layout="constrained")
+    for i, dataset in enumerate(datasets):
+        for j, mechanism in enumerate(mechanisms):
+            ax = axes[i, j]
+            _scaling_panel(ax, agg[agg.dataset == dataset], mechanism)
+            ax.set_ylabel("balanced accuracy (LOSO, optimistic)" if j == 0 else "")
+            ax.set_title(titled(f"{dataset} — {mechanism}", dataset.startswith("synthetic")), fontsize=8.5)
+    _legend_once(fig, axes.ravel(), loc="outside lower center", ncols=3)
+    fig.suptitle("Utility by source of the scaling statistics at equal total ε"
+                 + (" (panels marked SYNTHETIC DATA are synthetic)" if any(d.startswith("synthetic") for d in datasets)
+                    else ""), fontsize=10)
     return fig

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import matplotlib
 
 matplotlib.use("Agg")
@@ -37,3 +39,12 @@ def band_power_by_condition(table: pd.DataFrame, bands: list[str], title: str, s
     fig.suptitle(titled(title, synthetic), fontsize=10)
     fig.tight_layout()
     return fig
+
+
+def save_figure(fig, path: str | Path, dpi: int) -> Path:
+    """Write ``fig`` to ``path`` (creating the folder) and close it."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=dpi)
+    plt.close(fig)
+    return path

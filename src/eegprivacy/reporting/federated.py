@@ -1,0 +1,352 @@
+"""Study B's reports: ``federated_mia_report``'s headline JSON, Tables 4-9-shaped markdown and figures (from the
+summary :mod:`eegprivacy.studies.federated.report` computes), ``csp_exploration``'s PCA figure and
+``optuna_study_b``'s Pareto figure. Cumulative ε (:class:`~eegprivacy.studies.federated.cumulative.Cumulative`)
+stands beside every per-step ε.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from eegprivacy.atomic import atomic_path, write_text_atomic  # noqa: E402
+from eegprivacy.reporting.figures import titled  # noqa: E402
+from eegprivacy.reporting.format import DASH, epsilon_key  # noqa: E402
+from eegprivacy.studies.federated.cumulative import Cumulative  # noqa: E402
+from eegprivacy.studies.federated.report import EPSILON_SCOPE, REGRESSIONS  # noqa: E402
+
+CALIBRATIONS = ("nominal", "certified")
+
+
+def _clean(v):
+    return None if isinstance(v, float) and not math.isfinite(v) else v
+
+
+# ---- headline JSON -----------------------------------------------------------------------------------------
+def headline(summary: pd.DataFrame, regressions: dict, cum: Cumulative) -> dict:
+    """Utility and attack scores per (dataset, model, ε[, attack, attacker]) with both spreads and chance, the
+    loss-gap regressions and the cumulative ε of every run."""
+    out: dict = {"epsilon_scope": EPSILON_SCOPE, "loss_gap_vs_rla_accuracy": regressions}
+    keep = summary[summary["metric"].isin(["utility_accuracy", "utility_f1", "utility_auroc", "accuracy", "auroc"])
+                   & ((summary["attack"] == "") | (summary["metric"].isin(["accuracy", "auroc"])))]
+    for r in keep.to_dict("records"):
+        key = "/".join([r["dataset"], r["model"], f"eps_{epsilon_key(r['epsilon'])}",
+                        *([r["attack"], r["attacker"]] if r["attack"] else ["utility"]),
+                        r["metric"].removeprefix("utility_")])
+        out[key] = {"mean": _clean(float(r["mean"])), "std_across_rounds": _clean(float(r["std"])),
+                    "ci95_across_seeds": [_clean(float(r["ci_low"])), _clean(float(r["ci_high"]))],
+                    "n_seeds": int(r["n_seeds"]), "chance": _clean(float(r["chance"])),
+                    "synthetic": bool(r["synthetic"])}
+    out["cumulative_epsilon"] = {
+        f"{d}/{m}/eps_{epsilon_key(e)}": {c: _clean(cum.value(d, m, e, c)) for c in CALIBRATIONS}
+        for d, m, e in summary[["dataset", "model", "epsilon"]].drop_duplicates().itertuples(index=False)}
+    out["cumulative_epsilon_scope"] = cum.note()
+    return out
+
+
+def write_headline(path, payload: dict) -> None:
+    write_text_atomic(path, json.dumps(payload, indent=1, sort_keys=True) + "\n")
+
+
+# ---- markdown tables ---------------------------------------------------------------------------------------
+def _cell(summary, dataset, model, eps, metric, attack="", attacker="", pct=True) -> str:
+    hit = summary[(summary["dataset"] == dataset) & (summary["model"] == model) & (summary["epsilon"] == eps)
+                  & (summary["metric"] == metric) & (summary["attack"] == attack)
+                  & (summary["attacker"] == attacker)]
+    if hit.empty or not np.isfinite(hit["mean"].iloc[0]):
+        return DASH
+    m, s = float(hit["mean"].iloc[0]), float(hit["std"].iloc[0])
+    lo, hi = float(hit["ci_low"].iloc[0]), float(hit["ci_high"].iloc[0])
+    k = 100.0 if pct else 1.0
+    digits = 1 if pct else 2
+    text = f"{k * m:.{digits}f} ± {k * s:.{digits}f}" if np.isfinite(s) else f"{k * m:.{digits}f}"
+    return text + (f" [{k * lo:.{digits}f}, {k * hi:.{digits}f}]" if np.isfinite(lo) else "")
+
+
+def _chance(summary, dataset, metric, attack) -> str:
+    hit = summary[(summary["dataset"] == dataset) & (summary["metric"] == metric) & (summary["attack"] == attack)]
+    values = hit["chance"].dropna()
+    return f"{100 * values.mean():.1f}" if len(values) else DASH
+
+
+def _methods(model: str, eps: float) -> str:
+    name = {"simplenet": "SimpleNet", "eegnet": "EEGNet"}.get(model, model)
+    return f"FL-{name}" if not math.isfinite(eps) else f"DP-FL-{name}"
+
+
+def _eps_cells(cum: Cumulative, dataset: str, model: str, e: float) -> str:
+    per_step = DASH if not math.isfinite(e) else f"{e:g}"
+    return (f"{per_step} | {cum.text(dataset, model, e, 'nominal', 'epsilon_per_round')} | "
+            f"{cum.text(dataset, model, e, 'nominal')} | {cum.text(dataset, model, e, 'certified')}")
+
+
+EPS_HEADER = "| Methods | ε per step | ε per round | Σε nominal | Σε certified | "
+ATTACK_COLUMNS = [("rla", "accuracy"), ("rla", "auroc"), ("fla", "accuracy"), ("fla", "auroc"),
+                  ("gla_paper", "accuracy"), ("gla_paper", "auroc"), ("gla_paper", "tpr_at_fpr_0.01"),
+                  ("gla_sound", "accuracy"), ("gla_sound", "auroc"), ("gla_sound", "tpr_at_fpr_0.01"),
+                  ("cla", "accuracy"), ("cla", "auroc")]
+CONTROL_COLUMNS = [("rla_untrained_control", "auroc"), ("fla_untrained_control", "auroc")]
+PREAMBLE = [
+    "# Study B: federated membership inference — tables", "",
+    ("Each cell: mean ± std across federated rounds (the paper's ±: how a score moves during one run, averaged over "
+     "seeds) [95 % t-interval across seeds of each seed's mean over rounds: the uncertainty; clipped to the score's "
+     f"range]. Scores in %, losses as they are. {EPSILON_SCOPE} Chance levels in the last row of each attack table "
+     "(accuracy chance is the majority share of the attacker-test half: members are 80 % of the trials, so RLA/FLA "
+     "accuracy near 80 % is no leakage; read AUROC and TPR at low FPR)."), "",
+    ("GLA (paper) classifies real client updates against Gaussian vectors matched to their mean and variance. It can "
+     "score near 100 % with no membership signal at all: it detects that an update is a real update rather than "
+     "noise (structure, correlations, tails the matching leaves out), which holds for updates computed on "
+     "non-members just as well; under DP the noised updates look more like noise, so its fall says nothing about "
+     "membership either. GLA (sound) compares updates of the same global model on equally many member and "
+     "non-member trials, split by client, so membership is the only difference it can learn."), ""]
+
+
+def _method_rows(part, dataset, order, cum, columns, attacker="") -> list[str]:
+    """One row per (model, ε): the method, its ε columns and ``columns`` ((attack, metric) pairs)."""
+    return [f"| {_methods(m, e)} | {_eps_cells(cum, dataset, m, e)} | "
+            + " | ".join(_cell(part, dataset, m, e, metric, attack, attacker) for attack, metric in columns) + " |"
+            for m, e in order]
+
+
+def _classification_table(part, dataset, title, order, cum) -> list[str]:
+    lines = [f"## {title}: classification (shape of Tables 4/7)", "",
+             EPS_HEADER + "Acc | Precision | Recall | F1 | AUROC | Avg training loss | Avg testing loss |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for m, e in order:
+        cells = [_cell(part, dataset, m, e, f"utility_{k}") for k in ("accuracy", "precision", "recall", "f1",
+                                                                    "auroc")]
+        cells += [_cell(part, dataset, m, e, k, pct=False) for k in ("train_loss", "test_loss")]
+        lines.append(f"| {_methods(m, e)} | {_eps_cells(cum, dataset, m, e)} | " + " | ".join(cells) + " |")
+    return lines + [""]
+
+
+def _attack_tables(part, dataset, title, order, cum, attacker) -> list[str]:
+    lines = [f"## {title}: attacks, {attacker.upper()} attacker (shape of Tables 5/6, 8/9)", "",
+             EPS_HEADER + "RLA Acc | RLA AUROC | FLA Acc | FLA AUROC | GLA (paper) Acc | GLA (paper) AUROC | "
+             "GLA (paper) TPR@1%FPR | GLA (sound) Acc | GLA (sound) AUROC | GLA (sound) TPR@1%FPR | "
+             "CLA Acc | CLA AUROC |",
+             "| --- | --- | --- | --- | --- |" + " --- |" * 12]
+    lines += _method_rows(part, dataset, order, cum, ATTACK_COLUMNS, attacker)
+    lines.append("| chance | | | | | " + " | ".join(_chance(part, dataset, metric, attack)
+                                                   for attack, metric in ATTACK_COLUMNS) + " |")
+    lines.append("")
+    if (part["attack"] == CONTROL_COLUMNS[0][0]).any():
+        lines += [(f"Negative control, {attacker.upper()} attacker: RLA and FLA on the untrained initial model (it "
+                   "has seen no trial; anything above chance comes from each client's member-fitted CSP, not from "
+                   "training)."), "",
+                  EPS_HEADER + "RLA AUROC (untrained) | FLA AUROC (untrained) |",
+                  "| --- | --- | --- | --- | --- | --- | --- |"]
+        lines += _method_rows(part, dataset, order, cum, CONTROL_COLUMNS, attacker)
+        lines.append("")
+    return lines
+
+
+def _regression_lines(regressions: dict, dataset: str) -> list[str]:
+    lines = []
+    for attacker, metric in REGRESSIONS:
+        reg = regressions.get(f"{dataset}/rla_{metric}_{attacker}")
+        what = f"RLA {metric} ({attacker.upper()} attacker)"
+        if reg and "error" in reg:
+            lines += [f"Loss gap vs {what}: no regression ({reg['error']}).", ""]
+        elif reg:
+            lines += [(f"Loss gap (test − train loss) vs {what}, OLS over rounds and cells: slope "
+                       f"{reg['slope']:.3g}, R² = {reg['r2']:.3f}, p = {reg['p_value']:.3g}, n = {reg['n']} "
+                       "(successive rounds are autocorrelated: p is optimistic)."), ""]
+    return lines
+
+
+def _epsilon_order(epsilons) -> list:
+    """∞ first, then ε from large to small."""
+    return sorted(epsilons, key=lambda x: (math.isfinite(x), -x))
+
+
+def tables_md(summary: pd.DataFrame, regressions: dict, cum: Cumulative | None = None) -> str:
+    """The markdown of reports/federated_mia_tables.md: per dataset, the classification table, one attack table
+    per attacker (with chance and the untrained control) and the loss-gap regressions."""
+    cum = cum or Cumulative(None)
+    lines = [*PREAMBLE, "ε is per step; " + cum.note(), ""]
+    for dataset in sorted(summary["dataset"].unique()):
+        part = summary[summary["dataset"] == dataset]
+        title = f"{'SYNTHETIC ' if bool(part['synthetic'].iloc[0]) else ''}{dataset}"
+        order = [(m, e) for e in _epsilon_order(part["epsilon"].unique()) for m in part["model"].unique()]
+        lines += _classification_table(part, dataset, title, order, cum)
+        for attacker in sorted(a for a in part["attacker"].unique() if a):
+            lines += _attack_tables(part, dataset, title, order, cum, attacker)
+        lines += _regression_lines(regressions, dataset)
+    return "\n".join(lines) + "\n"
+
+
+# ---- figures -----------------------------------------------------------------------------------------------
+def _suffix(synthetic: bool) -> str:
+    return " (SYNTHETIC)" if synthetic else ""
+
+
+def save_png(fig, path: Path) -> Path:
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=110, format="png")
+    plt.close(fig)
+    return path
+
+
+class _Panels:
+    """What every federated_mia figure lays out: datasets (rows or columns), models, ε, and the ε labels."""
+
+    def __init__(self, tidy: pd.DataFrame, cum: Cumulative):
+        self.tidy, self.cum = tidy, cum
+        self.datasets = sorted(tidy["dataset"].unique())
+        self.models = list(dict.fromkeys(tidy["model"]))
+        self.epsilons = _epsilon_order(tidy["epsilon"].unique())
+        self.synthetic = {d: bool(tidy[tidy["dataset"] == d]["synthetic"].iloc[0]) for d in self.datasets}
+
+    def title(self, dataset: str) -> str:
+        return f"{dataset}{_suffix(self.synthetic[dataset])}"
+
+    def eps_label(self, d, m, e) -> str:
+        """Per-step ε with the per-round and cumulative (nominal, worst case) beside it."""
+        cum = self.cum
+        return (f"ε={epsilon_key(e)}/step, {cum.text(d, m, e, 'nominal', 'epsilon_per_round')}/round, "
+                f"Σε={cum.text(d, m, e)}")
+
+
+def rla_rounds_figure(p: _Panels):
+    """RLA accuracy across rounds for ε ∈ {∞, 5, 1}, LR and RF attackers, chance beside."""
+    tidy = p.tidy
+    fig, axes = plt.subplots(len(p.datasets), len(p.models), figsize=(4.5 * len(p.models), 3.2 * len(p.datasets)),
+                             squeeze=False)
+    for i, d in enumerate(p.datasets):
+        for j, m in enumerate(p.models):
+            ax = axes[i, j]
+            rla = tidy[(tidy["dataset"] == d) & (tidy["model"] == m) & (tidy["attack"] == "rla")
+                       & (tidy["metric"] == "accuracy")]
+            for k, e in enumerate((math.inf, 5.0, 1.0)):
+                for attacker, style in (("lr", "-"), ("rf", "--")):
+                    one = rla[(rla["epsilon"] == e) & (rla["attacker"] == attacker)]
+                    line = one.groupby("round")["value"].mean()
+                    if len(line):
+                        ax.plot(line.index, line.values, style, color=f"C{k}", marker="o", ms=3,
+                                label=f"{p.eps_label(d, m, e)}, {attacker.upper()}")
+            if len(rla):
+                ax.axhline(rla["chance"].mean(), color="grey", ls="--", lw=1, label="chance (majority)")
+            ax.set(title=f"{p.title(d)}: {m}", xlabel="round", ylabel="RLA accuracy")
+            ax.legend(fontsize=7)
+    fig.tight_layout(rect=(0, 0.04, 1, 1))
+    fig.text(0.01, 0.01, "per round: one round's local steps composed; Σε: cumulative ε after all rounds (nominal, "
+             "per example, worst case); see reports/federated_accounting.md", fontsize=7)
+    return fig
+
+
+def grad_norms_figure(p: _Panels):
+    """Member vs non-member per-sample gradient norms of the last round, as quantile curves (CDF)."""
+    tidy = p.tidy
+    qs = tidy[tidy["metric"].str.match(r"grad_norm_(member|nonmember)_q\d+")]
+    pairs = [(d, m) for d in p.datasets for m in p.models]
+    fig, axes = plt.subplots(len(pairs), len(p.epsilons), figsize=(3.2 * len(p.epsilons), 2.6 * len(pairs)),
+                             squeeze=False)
+    for i, (d, m) in enumerate(pairs):
+        for j, e in enumerate(p.epsilons):
+            ax = axes[i, j]
+            part = qs[(qs["dataset"] == d) & (qs["model"] == m) & (qs["epsilon"] == e)]
+            for who, color in (("member", "C0"), ("nonmember", "C1")):
+                q = part[part["metric"].str.startswith(f"grad_norm_{who}_q")]
+                if len(q):
+                    q = q.assign(q=q["metric"].str[-3:].astype(int) / 100).groupby("q")["value"].mean()
+                    ax.plot(q.values, q.index, color=color, label=who)
+            ax.set_title(f"{p.title(d)}\n{m} {p.eps_label(d, m, e)} (last round)", fontsize=8)
+            ax.set(xlabel="per-sample gradient norm", ylabel="CDF")
+            if len(part):
+                ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def client_accuracy_figure(p: _Panels):
+    """Per-client accuracy of the last round's global model, boxplots per (model, ε)."""
+    tidy = p.tidy
+    fig, axes = plt.subplots(1, len(p.datasets), figsize=(6 * len(p.datasets), 3.6), squeeze=False)
+    for i, d in enumerate(p.datasets):
+        part = tidy[(tidy["dataset"] == d) & (tidy["metric"] == "client_accuracy")]
+        last = part[part["round"] == part["round"].max()]
+        groups = [(m, e) for m in p.models for e in p.epsilons]
+        data = [last[(last["model"] == m) & (last["epsilon"] == e)]["value"].to_numpy() for m, e in groups]
+        axes[0, i].boxplot(data, tick_labels=[f"{m}\nε={epsilon_key(e)}\nΣε={p.cum.text(d, m, e)}"
+                                              for m, e in groups])
+        axes[0, i].axhline(0.5, color="grey", ls="--", lw=1)
+        axes[0, i].set(title=f"{p.title(d)}: per-client accuracy (last round)", ylabel="accuracy")
+        axes[0, i].tick_params(axis="x", labelsize=7)
+    fig.tight_layout()
+    return fig
+
+
+def loss_gap_figure(p: _Panels, regressions: dict):
+    """Loss gap vs RLA score over rounds and cells, with the OLS line (or why there is none)."""
+    fig, axes = plt.subplots(len(REGRESSIONS), len(p.datasets),
+                             figsize=(4.8 * len(p.datasets), 3.4 * len(REGRESSIONS)), squeeze=False)
+    for i, d in enumerate(p.datasets):
+        for j, (attacker, metric) in enumerate(REGRESSIONS):
+            ax, reg = axes[j, i], regressions.get(f"{d}/rla_{metric}_{attacker}", {})
+            if "points" in reg:
+                x, y = np.asarray(reg["points"]["gap"]), np.asarray(reg["points"]["rla"])
+                ax.scatter(x, y, s=10)
+                grid = np.linspace(x.min(), x.max(), 10)
+                ax.plot(grid, reg["intercept"] + reg["slope"] * grid, color="C3",
+                        label=f"OLS R²={reg['r2']:.2f}, p={reg['p_value']:.2g}")
+                ax.legend(fontsize=7)
+            elif reg:
+                ax.text(0.5, 0.5, "no regression:\n" + reg.get("error", "")[:60], ha="center", va="center",
+                        fontsize=7, transform=ax.transAxes)
+            ax.set(title=p.title(d), xlabel="loss gap (test − train)", ylabel=f"RLA {metric} ({attacker.upper()})")
+    fig.tight_layout()
+    return fig
+
+
+def figures(tidy: pd.DataFrame, regressions: dict, folder: Path, cum: Cumulative | None = None) -> list[Path]:
+    """The four federated_mia figures into ``folder``; their paths."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    panels = _Panels(tidy, cum or Cumulative(None))
+    draw = {"rla_rounds": rla_rounds_figure, "grad_norms": grad_norms_figure,
+            "client_accuracy": client_accuracy_figure,
+            "loss_gap": lambda p: loss_gap_figure(p, regressions)}
+    return [save_png(fig(panels), folder / f"federated_mia_{name}.png") for name, fig in draw.items()]
+
+
+# ---- csp_exploration ---------------------------------------------------------------------------------------
+def csp_pca_figure(projections: dict, explained, title: str, synthetic: bool):
+    """The members' PCA of the per-client CSP log-variances: both classes, members (o) and non-members (x)."""
+    fig, ax = plt.subplots(figsize=(6.4, 4.8), layout="constrained")
+    for label, colour in ((0, "#0072B2"), (1, "#D55E00")):
+        for what, marker in (("member", "o"), ("non-member", "x")):
+            proj = projections[(label, what)]
+            ax.scatter(proj[:, 0], proj[:, 1], s=12, marker=marker, color=colour, alpha=0.6,
+                       label=f"class {label}, {what}")
+    ax.set_xlabel(f"PC1 ({explained[0]:.0%})")
+    ax.set_ylabel(f"PC2 ({explained[1]:.0%})")
+    ax.legend(fontsize=8)
+    ax.grid(True, alpha=0.3)
+    ax.set_title(titled(title, synthetic), fontsize=9)
+    return fig
+
+
+# ---- optuna_study_b ----------------------------------------------------------------------------------------
+def pareto_figure(tidy: pd.DataFrame, summary: dict, path) -> None:
+    """All complete trials by mechanism, the front as a step line, chance levels and the chance point."""
+    from eegprivacy.pipeline import search
+    from eegprivacy.studies.federated.search import OBJECTIVES
+
+    search.pareto_figure(
+        tidy, OBJECTIVES, "mechanism", path, xlabel="record-level attack TPR at 1 % FPR (strongest attacker) ↓",
+        ylabel="global model AUROC on non-members (client mean) ↑",
+        title=titled(f"{summary['dataset']} {summary['model']}: DP federated learning search, "
+                     f"{summary['n_trials']} trials, {summary['num_rounds']} rounds, mean of "
+                     f"{summary['noise_seeds']} seeds", summary["synthetic"]),
+        chance=summary["chance"], chance_point="chance (no information)",
+        chance_labels={"utility_auroc": "chance AUROC (0.5)", "rla_tpr_at_fpr_0.01": "attack chance (TPR = FPR = 0.01)"})

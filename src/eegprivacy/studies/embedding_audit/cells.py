@@ -1,0 +1,219 @@
+"""The rows of one unit (an endpoint, a defense at one seed, or a bridge pair): each a pure function of its
+context, unit and seed, so a cached cell never depends on the order or the process cells ran in.
+
+Every row has the same columns (:func:`row`): the endpoint, the split it was measured under, the defense and
+attacker, the metric with its CI and the chance level it is read against.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from eegprivacy.studies.embedding_audit.context import Context
+
+# Who the members and non-members of each membership attack are.
+MEMBERSHIP_SPLITS = {"head": "head_subjects_vs_release_subjects",
+                     "dp_head": "head_subjects_vs_release_subjects",
+                     "encoder": "pretrain_windows_vs_later_windows_same_subjects"}
+AEDS_SPLIT = "subject_disjoint+reference_set"
+RELEASE_HALF = "subject_disjoint_release_half"
+
+
+def row(endpoint, split, metric, value, *, defense="none", attacker="none", ci=(np.nan, np.nan), chance=np.nan,
+        n=np.nan) -> dict:
+    return {"endpoint": endpoint, "split": split, "defense": defense, "attacker": attacker, "metric": metric,
+            "value": float(value), "ci_low": float(ci[0]), "ci_high": float(ci[1]), "chance": float(chance),
+            "n": float(n)}
+
+
+def leakage_rows(result, split, defense="none", attacker="ridge") -> list[dict]:
+    common = {"defense": defense, "attacker": attacker, "n": result.n_test_windows}
+    return [row("attribute", split, "gain", result.gain, ci=result.ci, chance=0.0, **common),
+            row("attribute", split, "score", result.score, **common),
+            row("attribute", split, "control_gaussian", result.control_gaussian, **common),
+            row("attribute", split, "control_permuted", result.control_permuted, **common),
+            row("attribute", split, "p_value", result.p_value, **common)]
+
+
+def utility_rows(result, split, defense="none", endpoint="utility") -> list[dict]:
+    common = {"defense": defense, "attacker": "logistic_head", "n": result.n_windows}
+    return [row(endpoint, split, "balanced_accuracy", result.balanced_accuracy, ci=result.ci, chance=0.5, **common),
+            row(endpoint, split, "control_gaussian", result.control_gaussian, chance=0.5, **common),
+            row(endpoint, split, "control_permuted", result.control_permuted, chance=0.5, **common)]
+
+
+def membership_rows(results: dict, defense="none") -> list[dict]:
+    rows = []
+    for target, res in results.items():
+        attacker = "lira_online" if target.endswith("_lira") else "loss_threshold"
+        target = target.removesuffix("_lira")
+        common = {"defense": defense, "attacker": attacker, "n": res.n_members + res.n_nonmembers}
+        split = MEMBERSHIP_SPLITS[target]
+        rows += [row(f"membership_{target}", split, "auc", res.auc, ci=res.ci, chance=0.5, **common),
+                 row(f"membership_{target}", split, "residual", res.residual, chance=0.0, **common)]
+    return rows
+
+
+def _noise(Z, sigma, seed):
+    from eegprivacy.embeddings.defenses import GaussianNoiseDefense
+
+    return GaussianNoiseDefense(sigma=sigma, random_state=seed).fit(Z).transform(Z)
+
+
+def _identity_rows(ctx: Context) -> list[dict]:
+    b = ctx.bpid()
+    common = {"attacker": "centroid_cosine", "n": b.n_queries}
+    return [row("identity", "reference_set_rest_to_arithmetic", "bpid_at_1", b.accuracy, ci=b.ci, chance=b.chance,
+                **common),
+            row("identity", "reference_set_rest_to_arithmetic", "residual", b.residual, chance=0.0, **common)]
+
+
+def _aeds_rows(seed: int, ctx: Context) -> list[dict]:
+    from eegprivacy.embeddings.endpoints import aeds
+
+    la = ctx.leakage("subject_disjoint", seed)
+    mem = max(ctx.membership().values(), key=lambda m: m.residual)
+    b = ctx.bpid()
+    res = aeds(la, mem, b, n_bootstrap=ctx.config.bootstrap, random_state=seed)
+    return [row("aeds", AEDS_SPLIT, "aeds", res.value, ci=res.ci, chance=0.0),
+            row("aeds", AEDS_SPLIT, "l_a", la.gain, ci=la.ci, chance=0.0),
+            row("aeds", AEDS_SPLIT, "r_m", mem.residual, chance=0.0),
+            row("aeds", AEDS_SPLIT, "r_i", b.residual, chance=0.0)]
+
+
+def _deployment_rows(sigma: float, seed: int, ctx: Context) -> list[dict]:
+    """Rest vs arithmetic of held-out subjects from the clean (σ = 0) or noised release."""
+    from eegprivacy.embeddings.defenses import utility_with_controls
+
+    Z = ctx.Z if sigma == 0 else _noise(ctx.Z, sigma, seed)
+    u = utility_with_controls(Z, ctx.state, ctx.groups, ctx.splitter("subject_disjoint", seed),
+                              n_bootstrap=ctx.config.bootstrap, random_state=seed)
+    return utility_rows(u, "subject_disjoint", defense=f"noise_{sigma:g}" if sigma else "none",
+                        endpoint="deployment_state")
+
+
+def core_rows(unit: str, seed: int, ctx: Context) -> list[dict]:
+    """One endpoint of the undefended embeddings."""
+    from eegprivacy.embeddings.endpoints import raw_copy_fraction, reconstruction_r2
+
+    if unit == "raw_copy":
+        # Cosine after removing the mean embedding (ours): a common offset (e.g. log powers of ~1e-11 V²) would
+        # otherwise make every pair of windows look like a copy.
+        frac = raw_copy_fraction(ctx.Z - ctx.Z.mean(axis=0), ctx.recording, ctx.order)
+        return [row("raw_copy", "adjacent_windows", "fraction_cosine_ge_0.99", frac, n=len(ctx.Z))]
+    if unit.startswith("attribute/"):
+        return leakage_rows(ctx.leakage(unit.split("/")[1], seed), unit.split("/")[1])
+    if unit == "identity":
+        return _identity_rows(ctx)
+    if unit == "membership":
+        return membership_rows(ctx.membership())
+    if unit == "reconstruction":
+        r = reconstruction_r2(ctx.Z, ctx.X_down, ctx.groups, ctx.splitter("subject_disjoint", seed),
+                              random_state=seed)
+        return [row("reconstruction", "subject_disjoint", "r2", r.r2, chance=0.0, n=len(ctx.Z))]
+    if unit == "aeds":
+        return _aeds_rows(seed, ctx)
+    if unit.startswith("deployment/"):
+        return _deployment_rows(float(unit.split("/")[1]), seed, ctx)
+    raise KeyError(f"unknown unit {unit!r}")
+
+
+def dp_head_rows(epsilon: float, seed: int, ctx: Context) -> list[dict]:
+    """The DP-SGD head trained on the head subjects; its hidden layer of the release subjects is what is
+    released: L_A of that, the head's own held-out accuracy, its membership and the ε it spent."""
+    from eegprivacy.embeddings.defenses import (
+        UtilityResult,
+        balanced_accuracy_ci,
+        closes_channel,
+        utility_with_controls,
+    )
+    from eegprivacy.embeddings.dp_head import DPSGDHead
+    from eegprivacy.embeddings.endpoints import attribute_leakage, membership_auc
+
+    cfg, boot = ctx.config.defenses.dp_head, ctx.config.bootstrap
+    head = DPSGDHead(epsilon=epsilon, delta=cfg.delta, max_grad_norm=float(cfg.max_grad_norm), hidden=cfg.hidden,
+                     epochs=cfg.epochs, batch_size=cfg.batch_size, random_state=seed)
+    fit, rel = ctx.head_rows, ~ctx.head_rows
+    head.fit(ctx.Z[fit], ctx.state[fit])
+    released, groups = head.transform(ctx.Z[rel]), ctx.groups[rel]
+    split = ctx.splitter("subject_disjoint", seed, groups)
+    la = attribute_leakage(released, ctx.A[rel], groups, split, n_bootstrap=boot,
+                           n_permutations=ctx.config.defense_permutations, random_state=seed)
+    truth = ctx.state[rel]
+    # The head's own held-out accuracy (it was trained on the other half), beside the controls of a logistic
+    # read-out of its released representation.
+    acc, ci = balanced_accuracy_ci(truth, head.predict(ctx.Z[rel]), groups, boot, random_state=seed)
+    util = utility_with_controls(released, truth, groups, split, n_bootstrap=boot, random_state=seed)
+    util = UtilityResult(acc, ci, util.control_gaussian, util.control_permuted, util.n_windows, util.n_subjects)
+    losses_in = head.sample_losses(ctx.Z[fit], ctx.state[fit])
+    losses_out = head.sample_losses(ctx.Z[rel], truth)
+    mia = membership_auc(losses_in, losses_out, boot, random_state=seed)
+    defense = f"dp_head_eps{epsilon:g}"
+    rows = [*leakage_rows(la, RELEASE_HALF, defense), *utility_rows(util, RELEASE_HALF, defense),
+            *membership_rows({"dp_head": mia}, defense)]
+    if math.isfinite(head.epsilon_):  # no row for the non-private head (an ∞ would poison the means)
+        rows.append(row("defense", RELEASE_HALF, "epsilon_spent", head.epsilon_, defense=defense))
+    rows.append(row("defense", RELEASE_HALF, "closes_channel",
+                    closes_channel(la, util.balanced_accuracy, ctx.config.utility_threshold), defense=defense))
+    return rows
+
+
+def _released(kind: str, value: float, seed: int, ctx: Context) -> tuple:
+    """What a transform defense releases, its name, and its attackers (name -> (decoder, clean fit data))."""
+    from eegprivacy.embeddings.defenses import CoordinateDropout, PCABottleneck, WienerAttacker
+
+    if kind == "noise":
+        return (_noise(ctx.Z, value, seed), f"noise_{value:g}",
+                {"ridge": (None, None), "wiener": (WienerAttacker(sigma=value, random_state=seed), ctx.Z)})
+    if kind == "pca":
+        released = PCABottleneck(int(value), random_state=seed).fit(ctx.Z).transform(ctx.Z)
+        return released, f"pca_{int(value)}", {"ridge": (None, None)}
+    if kind == "dropout":
+        released = CoordinateDropout(value, random_state=seed).fit(ctx.Z).transform(ctx.Z)
+        return released, f"dropout_{value:g}", {"ridge": (None, None)}
+    raise KeyError(f"unknown defense {kind!r}")
+
+
+def defense_rows(unit: str, seed: int, ctx: Context) -> list[dict]:
+    """One defense at one seed: L_A of what is released (subject-disjoint) next to the head's balanced accuracy,
+    and whether it closes the channel."""
+    from eegprivacy.embeddings.defenses import closes_channel, utility_with_controls
+    from eegprivacy.embeddings.endpoints import attribute_leakage
+
+    kind, value = unit.split("/")[1], float(unit.split("/")[2])
+    if kind == "dp_head":
+        return dp_head_rows(value, seed, ctx)
+    boot = ctx.config.bootstrap
+    split = ctx.splitter("subject_disjoint", seed)
+    released, defense, attackers = _released(kind, value, seed, ctx)
+    util = utility_with_controls(released, ctx.state, ctx.groups, split, n_bootstrap=boot, random_state=seed)
+    rows = utility_rows(util, "subject_disjoint", defense)
+    closed = True
+    for attacker, (decoder, Z_fit) in attackers.items():
+        # The Wiener attacker trains on clean shadow embeddings (the encoder is public) and decodes the release.
+        la = attribute_leakage(released, ctx.A, ctx.groups, split, decoder=decoder, Z_fit=Z_fit, n_bootstrap=boot,
+                               n_permutations=ctx.config.defense_permutations, random_state=seed)
+        rows += leakage_rows(la, "subject_disjoint", defense, attacker)
+        closed &= closes_channel(la, util.balanced_accuracy, ctx.config.utility_threshold)
+    rows.append(row("defense", "subject_disjoint", "closes_channel", float(closed), defense=defense,
+                    attacker="strongest"))
+    return rows
+
+
+def bridge_rows(config: dict, seed: int, embeddings: dict, A, groups, audit_config, splitter) -> list[dict]:
+    """The cross-encoder bridge from ``config["target"]``'s embeddings to ``config["source"]``'s decoder."""
+    from eegprivacy.embeddings.bridge import bridge_transfer
+
+    res = bridge_transfer(embeddings[config["source"]], embeddings[config["target"]], A, groups, splitter,
+                          n_bootstrap=audit_config.bootstrap, n_permutations=audit_config.bridge_permutations,
+                          random_state=seed)
+    d = res.as_dict()
+    rows = [row("bridge", "subject_disjoint", "gain", d["gain"], ci=(d["ci_low"], d["ci_high"]), chance=0.0)]
+    for k in ("score", "control_gaussian", "control_permuted", "p_value", "beta", "tau2", "bridge_error", "rho0",
+              "bound"):
+        rows.append(row("bridge", "subject_disjoint", k, d[k]))
+    for r in rows:
+        r["unit"] = "bridge"
+    return rows

@@ -1,0 +1,142 @@
+"""What every cell of one (encoder, weights) pair needs, and the endpoints several cells share.
+
+AEDS combines the subject-disjoint leakage, the membership and the BPID@1 results that other cells report. A
+:class:`Context` computes each of them once per stage run and hands every asker the same object -- across the
+worker processes too (:meth:`Context.memoized`), so AEDS neither recomputes them nor gets other numbers than the
+cells that reported them.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import time
+from pathlib import Path
+
+import numpy as np
+
+from eegprivacy.atomic import atomic_path
+from eegprivacy.studies.embedding_audit.data import AuditData, audit_targets
+
+
+class Context:
+    """Everything a cell of one (encoder, weights) needs, with a memo so AEDS reuses the endpoints it combines."""
+
+    def __init__(self, Z, data: AuditData, config, emb: dict, targets: tuple | None = None):
+        audit = data.select("audit")
+        self.Z, self.config, self.emb = Z, config, emb
+        self.groups = data.subject[audit]
+        self.state = data.state[audit]
+        self.order = data.order[audit]
+        self.A, self.X_down = targets if targets is not None else audit_targets(data, config)
+        # recordings: (subject, state) -> time order within it
+        self.recording = np.char.add(self.groups.astype(str), self.state.astype(str))
+        subjects = np.unique(self.groups)
+        half = np.random.default_rng(config.subject_seed + 1).permutation(subjects)[: subjects.size // 2]
+        self.head_rows = np.isin(self.groups, half)
+        self.memo: dict = {}
+        self.shared: Path | None = None  # set in worker processes: a folder the workers share memo results in
+
+    def memoized(self, key: tuple, compute):
+        """``compute()`` once per stage run. In worker processes the result goes through ``shared``: the worker
+        that claims a key first computes it, any other one waits for its file, so AEDS neither recomputes the
+        subject-disjoint leakage nor gets other numbers than the cell that reported it."""
+        if key in self.memo:
+            return self.memo[key]
+        if self.shared is None:
+            self.memo[key] = compute()
+            return self.memo[key]
+        path = self.shared / ("-".join(map(str, key)) + ".pkl")
+        failed = path.with_suffix(".failed")
+        try:
+            os.close(os.open(path.with_suffix(".claim"), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        except FileExistsError:  # another worker computes it
+            while not path.exists():
+                if failed.exists():
+                    raise RuntimeError(f"the worker computing {key} failed") from None
+                time.sleep(0.05)
+            self.memo[key] = pickle.loads(path.read_bytes())
+            return self.memo[key]
+        try:
+            self.memo[key] = compute()
+        except BaseException:
+            failed.touch()
+            raise
+        with atomic_path(path) as tmp:
+            Path(tmp).write_bytes(pickle.dumps(self.memo[key]))
+        return self.memo[key]
+
+    def splitter(self, name: str, seed: int = 0, groups=None):
+        """The ``name`` split of ``config.splits`` over the audited windows (or ``groups``)."""
+        from eegprivacy.embeddings.splits import SubjectDisjointSplit, TemporalGapSplit
+
+        split = getattr(self.config.splits, name)
+        if name == "temporal_gap":
+            return TemporalGapSplit(split.n_splits, split.gap, times=self.times())
+        n_subjects = np.unique(self.groups if groups is None else groups).size
+        return SubjectDisjointSplit(min(split.n_splits, n_subjects), random_state=seed)
+
+    def times(self):
+        # time order within a subject: the rest recording first, then arithmetic, windows in order
+        return self.state * 10_000 + self.order
+
+    def leakage(self, split: str, seed: int = 0):
+        from eegprivacy.embeddings.endpoints import attribute_leakage
+
+        return self.memoized(("leakage", split, seed), lambda: attribute_leakage(
+            self.Z, self.A, self.groups, self.splitter(split, seed), n_bootstrap=self.config.bootstrap,
+            n_permutations=self.config.permutations, random_state=seed))
+
+    def bpid(self):
+        from eegprivacy.embeddings.endpoints import bpid_at_1
+        from eegprivacy.embeddings.splits import ReferenceSetSplit
+
+        def compute():
+            ref, qry = next(ReferenceSetSplit(parts=self.state, reference_part=0, query_part=1)
+                            .split(self.Z, groups=self.groups))
+            return bpid_at_1(self.Z[ref], self.groups[ref], self.Z[qry], self.groups[qry])
+        return self.memoized(("bpid",), compute)
+
+    def head_lira(self, head, n_shadows: int, seed: int) -> np.ndarray:
+        """LiRA (online, global variance) against the head: shadow heads trained like it on random halves of the
+        audited subjects (subject-level IN/OUT, independent of the target's half); φ = logit confidence of the
+        true state. Higher score = more likely a member."""
+        from sklearn.base import clone
+
+        from eegprivacy.attacks.lira import LiRA, logit_confidence_from_proba
+
+        rng = np.random.default_rng(seed + 7919)
+        subjects = np.unique(self.groups)
+        phis, masks = [], []
+        for _ in range(n_shadows):
+            half = rng.permutation(subjects)[: subjects.size // 2]
+            inside = np.isin(self.groups, half)
+            shadow = clone(head).fit(self.Z[inside], self.state[inside])
+            phis.append(logit_confidence_from_proba(shadow.predict_proba(self.Z), self.state))
+            masks.append(inside)
+        lira = LiRA(mode="online", variance="global").fit(np.array(phis), np.array(masks))
+        return lira.score_samples(logit_confidence_from_proba(head.predict_proba(self.Z), self.state))
+
+    def membership(self):
+        """Loss-threshold attacks: on the rest/arithmetic head (members = its training subjects' windows) and,
+        where the encoder was pretrained here, on the encoder (members = its pretraining windows)."""
+        from eegprivacy.embeddings.defenses import default_head
+        from eegprivacy.embeddings.endpoints import membership_auc
+
+        def compute():
+            head = default_head()
+            head.fit(self.Z[self.head_rows], self.state[self.head_rows])
+            proba = np.clip(head.predict_proba(self.Z)[np.arange(len(self.Z)), self.state], 1e-12, 1.0)
+            loss = -np.log(proba)
+            seed, boot = self.config.subject_seed, self.config.bootstrap
+            results = {"head": membership_auc(loss[self.head_rows], loss[~self.head_rows], boot,
+                                              random_state=seed)}
+            if self.config.lira_shadows > 0:
+                score = self.head_lira(head, self.config.lira_shadows, seed)
+                results["head_lira"] = membership_auc(-score[self.head_rows], -score[~self.head_rows], boot,
+                                                      random_state=seed)
+            if "mia_members" in self.emb:
+                results["encoder"] = membership_auc(self.emb["mia_members"], self.emb["mia_nonmembers"], boot,
+                                                    random_state=seed)
+            return results
+        return self.memoized(("membership",), compute)

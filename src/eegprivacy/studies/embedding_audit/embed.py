@@ -1,0 +1,121 @@
+"""The embeddings of the audited windows, per (encoder, weights), cached on disk by a key of everything they
+depend on (dataset version, code, windows, encoder config, pretraining schedule).
+
+A self-pretrained encoder first pretrains on the pretraining subjects' member windows (its checkpoint and
+record go to ``work/checkpoints``); the masked-reconstruction losses of its member and non-member windows are
+kept for the encoder-membership attack. Each encoder pretrains and embeds on one torch / BLAS thread, so its
+weights and embeddings depend neither on ``--jobs`` nor on the machine's core count (how a reduction is split
+over threads changes its last bits, and 120 optimiser steps carry them into the weights).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+
+from eegprivacy.atomic import atomic_path, write_text_atomic
+from eegprivacy.pipeline.sweep import PrefetchedCells, config_key
+from eegprivacy.studies.embedding_audit.data import AuditData
+from eegprivacy.studies.embedding_audit.units import encoder_label
+from eegprivacy.studies.embedding_audit.workers import one_thread
+
+WINDOW_KNOBS = ("window_s", "windows_per_recording", "pretrain_subjects", "subject_seed")
+
+
+def embedding_keys(config, cells: list[tuple[str, str]], dataset_version: str, code: str) -> dict:
+    """Cache key of each cell's embeddings: every knob its numbers depend on, so a params change recomputes
+    exactly what it affects."""
+    plain, profile = config.to_dict(), config.active_profile.to_dict()
+    return {(e, w): config_key({"dataset_version": dataset_version, "code": code,
+                                **{k: plain[k] for k in WINDOW_KNOBS}, "encoder": e, "weights": w,
+                                "config": profile["configs"].get(e),
+                                "pretrain": profile["pretrain"] if w == "self_pretrained" else None})
+            for e, w in cells}
+
+
+def _cached(cache: Path) -> dict | None:
+    meta_path = cache.with_suffix(".json")
+    if not (cache.exists() and meta_path.exists()):
+        return None
+    with np.load(cache) as saved:
+        out = {k: saved[k] for k in saved.files}
+    out["meta"] = json.loads(meta_path.read_text())
+    return out
+
+
+def _pretrain(encoder, name: str, data: AuditData, config, work: Path, out: dict) -> dict:
+    """Pretrain ``encoder`` on the member windows; its losses go to ``out``, its record (sans subjects) back."""
+    from eegprivacy.embeddings.pretrain import masked_losses, pretrain
+
+    pre, seed = config.active_profile.pretrain, config.subject_seed
+    members, nonmembers = data.select("pretrain_member"), data.select("pretrain_nonmember")
+    (work / "checkpoints").mkdir(parents=True, exist_ok=True)
+    record = pretrain(encoder, data.X[members], data.subject[members],
+                      audit_subjects=set(data.subject[data.select("audit")]),
+                      checkpoint_path=work / "checkpoints" / f"{name}.pt", budget_s=float(pre.budget_s),
+                      max_steps=pre.max_steps[name], batch_size=pre.batch_size, lr=float(pre.lr), seed=seed)
+    if record.steps < pre.max_steps[name]:
+        print(f"WARNING {name}: the {pre.budget_s} s budget stopped pretraining after {record.steps} of "
+              f"{pre.max_steps[name]} steps; the weights now depend on this machine's speed")
+    record.write_json(work / "checkpoints" / f"{name}.json")
+    out["pretrain_losses"] = np.asarray(record.losses)
+    out["mia_members"] = masked_losses(encoder, record, data.X[members], seed=seed)
+    out["mia_nonmembers"] = masked_losses(encoder, record, data.X[nonmembers], seed=seed)
+    return {k: v for k, v in record.to_dict().items() if k not in ("losses", "subject_hashes", "encoder_description")}
+
+
+def embed_cell(name: str, weights: str, data: AuditData, config, work: Path, key: str) -> dict:
+    """Embeddings of the audit windows (+ the encoder-membership losses when self-pretrained), cached by key."""
+    from eegprivacy.embeddings.encoders import make_encoder, time_embedding
+
+    cache = work / "embeddings" / f"{name}-{weights}-{key}.npz"
+    cached = _cached(cache)
+    if cached is not None:
+        return cached
+    encoder = make_encoder(name, data.ch_names, data.sfreq, float(config.window_s),
+                           config=config.active_profile.configs.get(name) or None, seed=config.subject_seed)
+    audit = data.select("audit")
+    out: dict = {}
+    meta: dict = {"pretrain": _pretrain(encoder, name, data, config, work, out)
+                  if weights == "self_pretrained" else None}
+    timing = time_embedding(encoder, data.X[audit[:32]])
+    t0 = time.perf_counter()
+    out["Z"] = encoder.transform(data.X[audit]).astype(np.float64)
+    meta.update(describe=encoder.describe(), embed_s=time.perf_counter() - t0,
+                ms_per_window=1000 * timing["seconds"] / max(1, timing["n_windows"]))
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_path(cache) as tmp, open(tmp, "wb") as fh:
+        np.savez(fh, **out)
+    write_text_atomic(cache.with_suffix(".json"), json.dumps(meta, indent=1, default=str))
+    out["meta"] = meta
+    return out
+
+
+def _embed_job(job: dict, seed: int, data: AuditData, config, work: Path) -> tuple[dict, float]:
+    """One (encoder, weights) embedding job for :class:`PrefetchedCells` (``seed`` is unused: the encoders are
+    seeded from the config)."""
+    started = time.perf_counter()
+    with one_thread():
+        emb = embed_cell(job["encoder"], job["weights"], data, config, work, job["key"])
+    return emb, time.perf_counter() - started
+
+
+def embed_all(cells: list[tuple[str, str]], keys: dict, data: AuditData, config, work: Path,
+              n_jobs: int = 1) -> dict:
+    """Every (encoder, weights) cell's embeddings, computed side by side in ``n_jobs`` processes, the ones that
+    pretrain first (see the module docstring for why each runs on one thread)."""
+    order = sorted(cells, key=lambda cell: cell[1] != "self_pretrained")  # stable: the long jobs start first
+    jobs = [({"encoder": e, "weights": w, "key": keys[(e, w)]}, 0) for e, w in order]
+    compute = PrefetchedCells(functools.partial(_embed_job, data=data, config=config, work=work), jobs,
+                              n_jobs=n_jobs)
+    out = {}
+    for job, seed in jobs:
+        emb, seconds = compute(job, seed)
+        out[(job["encoder"], job["weights"])] = emb
+        print(f"{encoder_label(job['encoder'], job['weights'])}: {emb['Z'].shape[1]}-d embeddings ready "
+              f"({seconds:.0f} s on one thread)")
+    return out

@@ -1,0 +1,173 @@
+"""Study C end to end: embed the audited windows with every encoder, then compute every cell of every runner.
+
+One :class:`~eegprivacy.pipeline.sweep.SweepRunner` per (encoder, weights) -- an MLflow parent run with a child
+per unit (endpoint or defense) and seed -- and one for the cross-encoder bridge over every ordered pair of the
+audited encoders (their primary weights). Cells are cached under ``cells_dir/embedding_audit/<dataset>``; the
+key of each holds the stage's code hash (:func:`eegprivacy.pipeline.stages.code_hash`) and every knob its numbers
+depend on, so a params change recomputes exactly what it affects. The encoders embed first, in ``jobs`` worker
+processes; then ``jobs`` workers compute the cells of every runner ahead (``PrefetchedCells``), each cell on one
+thread, so no number depends on ``jobs``.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from eegprivacy.pipeline.stages import code_hash
+from eegprivacy.pipeline.sweep import Cell, PrefetchedCells, SweepRunner, config_key
+from eegprivacy.studies.embedding_audit.config import EmbeddingAuditConfig
+from eegprivacy.studies.embedding_audit.context import Context
+from eegprivacy.studies.embedding_audit.data import audit_targets, load_windows
+from eegprivacy.studies.embedding_audit.embed import embed_all, embedding_keys
+from eegprivacy.studies.embedding_audit.summaries import summarise, tidy_table
+from eegprivacy.studies.embedding_audit.units import audited_cells, encoder_label, primary_weights, unit_tags, units
+from eegprivacy.studies.embedding_audit.workers import AuditCells
+from eegprivacy.tracking import required_tags
+
+STAGE = "embedding_audit"
+# The knobs an encoder's cells depend on beyond its embeddings, and those the bridge's cells depend on.
+AUDIT_KNOBS = ("splits", "bootstrap", "permutations", "defense_permutations", "reconstruction_points",
+               "utility_threshold", "defenses", "lira_shadows", "deployment_sigma", "subject_seed")
+BRIDGE_KNOBS = ("splits", "bootstrap", "bridge_permutations")
+
+
+def parent_run_name(dataset: str, *parts: str) -> str:
+    """MLflow name of a runner's parent run: ``embedding_audit-<dataset>-<encoder>-<weights>``, or ``-bridge``."""
+    return "-".join((STAGE, dataset, *parts))
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """Where the rows come from: the dataset, its version, whether it is synthetic, and the code."""
+
+    dataset: str
+    version: str
+    synthetic: bool
+    code: str
+
+    def tags(self, seed: int | None, **extra) -> dict[str, str]:
+        return required_tags(study="c", stage=STAGE, dataset=self.dataset, dataset_version=self.version,
+                             synthetic=self.synthetic, seed=seed, dvc_stage=STAGE, **extra)
+
+
+@dataclass
+class AuditRun:
+    """What one run of the audit produced; the stage writes it out."""
+
+    config: EmbeddingAuditConfig
+    cells: list[tuple[str, str]]
+    tidy: pd.DataFrame            # one row per metric, unit and seed
+    summary: pd.DataFrame         # mean over seeds with the interval that fits (see ``summaries``)
+    meta: dict                    # the headline's description of the run
+    encoders_meta: dict           # (encoder, weights) -> describe(), pretraining record, dim, timing
+    title: str                    # "<dataset>", "SYNTHETIC <dataset>" for a synthetic cohort
+
+
+def encoder_runner(prov: Provenance, config, cell: tuple[str, str], meta: dict, key: str, cells_dir: Path,
+                   progress: bool) -> tuple[str, SweepRunner, list[Cell]]:
+    """The runner of one (encoder, weights) cell and its (unit, seed) cells."""
+    e, w = cell
+    plain = config.to_dict()
+    base = {"dataset_version": prov.version, "code_hash": prov.code, "encoder": e, "weights": w,
+            "embedding_key": key, "audit_knobs": config_key({k: plain[k] for k in AUDIT_KNOBS})}
+
+    def tags(unit, seed):
+        return prov.tags(seed, encoder=e, model=e,
+                         **({"split": "all", "defense": "all"} if unit is None else unit_tags(unit)))
+
+    describe = meta["describe"]
+    run_params = {STAGE: {**{k: v for k, v in plain.items() if k != "profiles"},
+                          "profile_config": plain["profiles"][config.profile]},
+                  "encoder": {k: v for k, v in describe.items() if k not in ("channels", "channel_mapping")},
+                  "channel_mapping": describe["channel_mapping"], "weights_source": w,
+                  "pretrain": meta.get("pretrain") or {}, "synthetic": prov.synthetic}
+    runner = SweepRunner(name=parent_run_name(config.dataset, e, w), study="c", dataset=config.dataset,
+                         out_dir=cells_dir / STAGE / config.dataset / f"{e}-{w}", parent_tags=tags(None, None),
+                         tags_fn=lambda c: tags(c.config["unit"], c.seed), params=run_params, progress=progress)
+    return encoder_label(e, w), runner, [Cell({**base, "unit": u}, s) for u, seeds in units(config, w) for s in seeds]
+
+
+def bridge_runner(prov: Provenance, config, names: list[str], encoders_meta: dict, cells_dir: Path,
+                  progress: bool) -> tuple[str, SweepRunner, list[Cell]]:
+    """The runner of the bridge: one cell per ordered pair of ``names``."""
+    plain = config.to_dict()
+    base = {"dataset_version": prov.version, "code_hash": prov.code,
+            "bridge_knobs": config_key({k: plain[k] for k in BRIDGE_KNOBS}),
+            "embedding_keys": config_key({n: encoders_meta[(n, primary_weights(n))]["describe"] for n in names})}
+
+    def tags(seed, encoder="all"):
+        return prov.tags(seed, encoder=encoder, split="subject_disjoint", attack="bridge")
+
+    runner = SweepRunner(name=parent_run_name(config.dataset, "bridge"), study="c", dataset=config.dataset,
+                         out_dir=cells_dir / STAGE / config.dataset / "bridge", parent_tags=tags(None),
+                         tags_fn=lambda c: tags(c.seed, f"{c.config['source']}->{c.config['target']}"),
+                         params={STAGE: {k: plain[k] for k in ("bootstrap", "bridge_permutations", "splits")},
+                                 "synthetic": prov.synthetic}, progress=progress)
+    return "bridge", runner, [Cell({**base, "source": s, "target": t}, 0) for s in names for t in names if s != t]
+
+
+def compute(plan: list, contexts: dict, bridge: dict, jobs: int) -> list[pd.DataFrame]:
+    """Every runner's rows; the pending cells of all runners are computed ahead in ``jobs`` processes."""
+    frames = []
+    with tempfile.TemporaryDirectory(prefix="embedding_audit-") as folder, \
+            AuditCells(contexts, bridge, Path(folder)) as cell_fn:
+        ahead = PrefetchedCells(cell_fn, [(c.config, c.seed) for _, runner, cells in plan
+                                          for c in runner.pending(cells)], n_jobs=jobs)
+        for name, runner, cells in plan:
+            t0 = time.perf_counter()
+            frame = runner.run(cells, ahead)
+            if name == "bridge":  # encoder/weights columns carry source/target for the bridge rows
+                frame["encoder"], frame["weights"] = frame["source"], frame["target"]
+                frame = frame.drop(columns=["source", "target"])
+            frames.append(frame)
+            print(f"{name}: {len(cells)} cells done ({time.perf_counter() - t0:.0f} s)")
+    return frames
+
+
+def run_audit(config: EmbeddingAuditConfig, *, work: Path, cells_dir: Path, jobs: int = 1,
+              progress: bool = True) -> AuditRun:
+    """The whole audit of ``config.dataset``: embeddings cached in ``work``, cells in ``cells_dir``."""
+    from eegprivacy.data import get_dataset
+    from eegprivacy.embeddings.splits import SubjectDisjointSplit
+
+    dataset = get_dataset(config.dataset)
+    prov = Provenance(config.dataset, dataset.version(), bool(getattr(dataset, "synthetic", False)),
+                      code_hash(STAGE))
+    title = f"{'SYNTHETIC ' if prov.synthetic else ''}{config.dataset}"
+    data = load_windows(dataset, config)
+    audit = data.select("audit")
+    groups = data.subject[audit]
+    print(f"{title}: {len(data.X)} windows; {audit.size} audited windows of {np.unique(groups).size} subjects")
+    cells = audited_cells(config)
+    keys = embedding_keys(config, cells, prov.version, prov.code)
+    embedded = embed_all(cells, keys, data, config, work, n_jobs=jobs)
+    targets = audit_targets(data, config)
+    embeddings, encoders_meta, contexts, plan = {}, {}, {}, []
+    for cell in cells:
+        emb = embedded[cell]
+        emb["meta"]["dim"] = int(emb["Z"].shape[1])
+        encoders_meta[cell] = emb["meta"]
+        if cell[1] != "random_init":
+            embeddings[cell[0]] = emb["Z"]
+        contexts[cell] = Context(emb["Z"], data, config, emb, targets)
+        plan.append(encoder_runner(prov, config, cell, emb["meta"], keys[cell], cells_dir, progress))
+    if len(embeddings) > 1:
+        plan.append(bridge_runner(prov, config, list(embeddings), encoders_meta, cells_dir, progress))
+    splitter = SubjectDisjointSplit(config.splits.subject_disjoint.n_splits, random_state=0)
+    bridge = {"embeddings": embeddings, "A": targets[0], "groups": groups, "audit_config": config,
+              "splitter": splitter}
+    tidy = tidy_table(compute(plan, contexts, bridge, jobs), prov.synthetic)
+    meta = {"dataset": config.dataset, "profile": config.profile, "synthetic": prov.synthetic,
+            "n_audit_subjects": int(np.unique(groups).size), "n_audit_windows": int(audit.size),
+            "n_pretrain_subjects": config.pretrain_subjects, "window_s": float(config.window_s),
+            "deployment_sigma": float(config.deployment_sigma),
+            "utility_threshold": float(config.utility_threshold),
+            "defense_seeds": len(config.defense_seeds), "dataset_version": prov.version}
+    return AuditRun(config=config, cells=cells, tidy=tidy, summary=summarise(tidy), meta=meta,
+                    encoders_meta=encoders_meta, title=title)

@@ -1,0 +1,72 @@
+"""What study C computes: the (encoder, weights) cells, each cell's units (one endpoint or defense) and their
+seeds, and the MLflow tags of a unit's child run.
+
+The core endpoints run once (seed 0: their intervals are subject bootstraps); the randomised defenses and the
+noised deployment check run once per noise seed. A random-init baseline gets the endpoints only: it answers
+"how much of the leakage is the architecture, not the pretraining", which the defenses do not change.
+"""
+
+from __future__ import annotations
+
+import math
+
+from eegprivacy.studies.embedding_audit.config import NEURAL
+
+LABELS = {"bandpower": "band power", "biot": "BIOT", "labram": "LaBraM", "eegpt": "EEGPT"}
+
+
+def primary_weights(encoder: str) -> str:
+    """The weights an encoder is audited (and bridged) with: self-pretrained; band power has none."""
+    return "none" if encoder == "bandpower" else "self_pretrained"
+
+
+def audited_cells(config) -> list[tuple[str, str]]:
+    """(encoder, weights) of every audited cell: each encoder with its primary weights, then the random-init
+    baselines of the neural ones when asked for."""
+    cells = [(e, primary_weights(e)) for e in config.encoders]
+    if config.random_init_baseline:
+        cells += [(e, "random_init") for e in config.encoders if e in NEURAL]
+    return cells
+
+
+def encoder_label(encoder: str, weights: str) -> str:
+    """Display name of a cell: "BIOT", "BIOT (random init)", "band power"."""
+    return LABELS.get(encoder, encoder) + ("" if weights in ("none", "self_pretrained")
+                                           else f" ({weights.replace('_', ' ')})")
+
+
+def units(config, weights: str) -> list[tuple[str, list[int]]]:
+    """(unit, seeds) of one (encoder, weights) cell: the core endpoints once, the defenses per noise seed."""
+    seeds = list(config.defense_seeds)
+    out = [("raw_copy", [0]), ("attribute/temporal_gap", [0]), ("attribute/subject_disjoint", [0]),
+           ("identity", [0]), ("membership", [0]), ("reconstruction", [0]), ("aeds", [0]),
+           ("deployment/0", [0]), (f"deployment/{config.deployment_sigma:g}", seeds)]
+    if weights == "random_init":
+        return out  # the explicit baseline row: endpoints only
+    d = config.defenses
+    out += [(f"defense/noise/{s:g}", seeds) for s in d.noise_sigmas]
+    out += [(f"defense/pca/{k}", [0]) for k in d.pca_components]
+    out += [(f"defense/dropout/{r:g}", seeds) for r in d.dropout_rates]
+    out += [(f"defense/dp_head/{e:g}", seeds) for e in d.dp_head.epsilons]
+    return out
+
+
+def unit_tags(unit: str) -> dict:
+    """The optional MLflow tags a unit's child run carries (split / defense / mechanism / ε)."""
+    parts = unit.split("/")
+    if parts[0] == "defense":
+        kind, value = parts[1], float(parts[2])
+        if kind == "dp_head":
+            return {"split": "subject_disjoint_release_half", "defense": f"dp_head_eps{value:g}",
+                    "mechanism": "dp_sgd_gaussian" if math.isfinite(value) else "none", "epsilon": f"{value:g}",
+                    "delta": "1e-05"}
+        return {"split": "subject_disjoint", "defense": f"{kind}_{value:g}",
+                "mechanism": "gaussian_embedding_noise" if kind == "noise" else "none"}
+    if parts[0] == "deployment":
+        noised = float(parts[1]) > 0
+        return {"split": "subject_disjoint", "defense": f"noise_{float(parts[1]):g}" if noised else "none",
+                "mechanism": "gaussian_embedding_noise" if noised else "none"}
+    split = parts[1] if parts[0] == "attribute" else {
+        "raw_copy": "adjacent_windows", "identity": "reference_set", "membership": "members_vs_nonmembers",
+        "reconstruction": "subject_disjoint", "aeds": "subject_disjoint+reference_set"}.get(parts[0])
+    return {"split": split, "defense": "none", "mechanism": "none"}

@@ -1,0 +1,337 @@
+"""Study B: per-subject FedAvg with per-step Laplace gradient DP, attacked per round.
+
+One cell is (model, ε, seed) on one dataset: every subject is a client, its trials split 80/20 into members and
+non-members (:func:`seed_split`, a new split per seed); each client fits its own CSP on its members only
+(:class:`Federation`); FedAvg runs in-process through Flower's strategy code with ``clients_per_round`` clients
+sampled per round (seeded, so a cell is reproducible). After every round the global model is scored on every
+client's non-members (utility) and, in the attacked rounds, attacked: RLA, FLA, GLA as the paper ran it (real vs
+matched Gaussian updates) and GLA sound (same global model, member vs non-member batches of equal size, split by
+client); the CLA runs once per cell on the updates of all rounds. ε is per mechanism application (one local
+step), not a cumulative guarantee (:data:`NOTE`).
+
+The library a notebook, the ``federated_mia`` stage, federated_lira's shadows and optuna_study_b's trials share:
+every knob comes from a :class:`~eegprivacy.studies.federated.config.FederatedMIAConfig`.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+from eegprivacy.atomic import atomic_path
+from eegprivacy.attacks.membership import (
+    ClientLevelAttack,
+    FeatureLevelAttack,
+    GradientLevelAttack,
+    RecordLevelAttack,
+    SyntheticGradientAttack,
+)
+from eegprivacy.attacks.metrics import auroc
+from eegprivacy.evaluation.metrics import classification_metrics, confusion_counts
+from eegprivacy.pipeline.sweep import config_key
+from eegprivacy.studies.federated.config import DatasetSpec, FederatedMIAConfig
+
+UTILITY = ("accuracy", "precision", "recall", "f1", "auroc", "loss")
+ATTACK_KEEP = ("accuracy", "balanced_accuracy", "auroc", "tpr_at_fpr_0.01", "tpr_at_fpr_0.001")
+QUANTILES = np.linspace(0.0, 1.0, 21)
+NOTE = ("epsilon is per mechanism application (one local optimiser step on one batch gradient), not a "
+        "cumulative guarantee over steps, epochs or rounds")
+# The knobs every cell records (its cache key, its tidy rows' columns, its MLflow params).
+CELL_KNOBS = ("clip_norm", "test_size", "split_seed", "csp_components", "clients_per_round", "num_rounds",
+              "local_epochs", "learning_rate", "batch_size", "rf_estimators", "attack_test_size", "cla_components")
+
+
+def load_trials(name: str, spec: DatasetSpec):
+    """The dataset and its trials under the paradigm ``spec`` names (shared with the SuperNode's ClientApp)."""
+    from eegprivacy.federated.cohort import load_trials as load
+
+    return load(name, spec.as_mapping())
+
+
+def mechanism(epsilon: float) -> str:
+    """The DP mechanism of a per-step ε: Laplace gradient noise, or none for ε = ∞ (the no-DP baseline)."""
+    return "laplace_gradient" if math.isfinite(epsilon) else "none"
+
+
+def cell_knobs(config: FederatedMIAConfig) -> dict:
+    """What every cell of the sweep records besides its model, ε and seed (``attack_rounds`` as text)."""
+    knobs = {key: getattr(config, key) for key in CELL_KNOBS}
+    rounds = config.attack_rounds
+    knobs["attack_rounds"] = rounds if rounds == "all" else ",".join(str(r) for r in rounds)
+    return knobs
+
+
+class Federation:
+    """Per-client member/non-member data after each client's own CSP, for one model input type."""
+
+    def __init__(self, trials, member, output: str, n_components: int):
+        from eegprivacy.federated.cohort import client_data
+
+        # (X_members, y_members, X_nonmembers, y_nonmembers); index = partition id. The subject id never leaves
+        # this loop: clients are indices.
+        self.clients = [client_data(trials, member, subject, output, n_components) for subject in trials.subjects()]
+        self.input_shape = self.clients[0][0].shape[1:]
+
+    def partitions(self):
+        return [(Xm.reshape(len(Xm), -1), ym) for Xm, ym, _, _ in self.clients]
+
+    def pooled(self, members: bool):
+        i = (0, 1) if members else (2, 3)
+        X = np.concatenate([c[i[0]] for c in self.clients])
+        y = np.concatenate([c[i[1]] for c in self.clients])
+        client = np.concatenate([np.full(len(c[i[1]]), k) for k, c in enumerate(self.clients)])
+        return X, y, client
+
+
+def sampling_strategy(per_round: int, seed: int):
+    """FedAvg sampling `per_round` clients per round, seeded from the cell seed (shared with the ServerApp)."""
+    from eegprivacy.federated.server_app import sampling_strategy as sampling
+
+    return sampling(per_round, seed)
+
+
+def seed_split(trials, config: FederatedMIAConfig, seed: int) -> np.ndarray:
+    """The member mask of one seed. Each seed draws its own 80/20 split per subject (from ``split_seed`` and the
+    seed), so the spread across seeds covers the split as well as initialisation, client sampling and noise."""
+    from eegprivacy.federated.splits import member_split, run_split_seed
+
+    return member_split(trials.y, trials.metadata["subject"], config.test_size,
+                        run_split_seed(config.split_seed, int(seed)))
+
+
+def federate(cell: dict, seed: int, fed: Federation, config: FederatedMIAConfig):
+    """One seeded FedAvg run of the cell's model at its ε (``cell``: ``model``, ``epsilon``), keeping every
+    round's client updates."""
+    import torch
+
+    from eegprivacy.federated import run_fedavg
+    from eegprivacy.federated.dp import LaplaceGradientDP
+    from eegprivacy.federated.torch_task import TorchTask
+
+    torch.set_num_threads(1)
+    eps = float(cell["epsilon"])
+    dp = LaplaceGradientDP(float(config.clip_norm), eps) if math.isfinite(eps) else None
+    task = TorchTask(cell["model"], fed.input_shape, learning_rate=float(config.learning_rate),
+                     batch_size=config.batch_size, dp=dp)
+    result = run_fedavg(task, fed.partitions(), config.num_rounds, config.local_epochs, seed, "inprocess",
+                        keep_updates=True, strategy_factory=sampling_strategy(config.clients_per_round, seed))
+    return task, result
+
+
+def _flat(X: np.ndarray) -> np.ndarray:
+    return X.reshape(len(X), -1)
+
+
+def _attack_rows(scores: dict, attack: str, attacker: str, rnd) -> list[dict]:
+    rows = []
+    for metric in ATTACK_KEEP:
+        if metric not in scores:
+            continue
+        chance = (scores["chance_accuracy"] if metric == "accuracy" else
+                  scores["chance_balanced_accuracy"] if metric == "balanced_accuracy" else
+                  0.5 if metric == "auroc" else float(metric.rsplit("_", 1)[1]))
+        rows.append({"metric": metric, "value": float(scores[metric]), "chance": chance, "attack": attack,
+                     "attacker": attacker, "round": rnd, "n": scores.get("n_test")})
+    return rows
+
+
+def utility_rows(task, weights, fed: Federation, rnd: int) -> list[dict]:
+    """Global model on every client's non-members: pooled metrics, client means, per-client accuracy."""
+    rows, per_client = [], []
+    for k, (_, _, Xn, yn) in enumerate(fed.clients):
+        proba = task.predict_proba(weights, _flat(Xn))
+        loss = float(task.losses(weights, _flat(Xn), yn).mean())
+        cm = classification_metrics(**confusion_counts(yn, proba.argmax(1)))
+        one = {"accuracy": cm["accuracy"], "precision": cm["precision"], "recall": cm["recall"], "f1": cm["f1"],
+               "auroc": auroc(yn, proba[:, 1]), "loss": loss}
+        per_client.append(one)
+        rows.append({"metric": "client_accuracy", "value": one["accuracy"], "client": k, "round": rnd,
+                     "chance": 0.5, "n": len(yn)})
+    for metric in UTILITY:
+        values = np.array([c[metric] for c in per_client], dtype=float)
+        rows.append({"metric": f"utility_{metric}", "value": float(np.nanmean(values)), "round": rnd,
+                     "chance": 0.5 if metric != "loss" else float("nan"), "n": len(values)})
+    return rows
+
+
+class Scoring:
+    """One cell's pooled members and non-members, and what the attacks read off a global model's weights."""
+
+    def __init__(self, task, fed: Federation, config: FederatedMIAConfig, seed: int):
+        self.task, self.fed, self.config, self.seed = task, fed, config, seed
+        self.Xm, self.ym, _ = fed.pooled(True)
+        self.Xn, self.yn, _ = fed.pooled(False)
+
+    def record(self, weights) -> tuple:
+        """The record-level attack's inputs: probabilities, targets and losses of members, then non-members."""
+        task, Xm, ym, Xn, yn = self.task, self.Xm, self.ym, self.Xn, self.yn
+        pm, pn = task.predict_proba(weights, _flat(Xm)), task.predict_proba(weights, _flat(Xn))
+        lm, ln = task.losses(weights, _flat(Xm), ym), task.losses(weights, _flat(Xn), yn)
+        return pm, task._targets(ym).numpy(), pn, task._targets(yn).numpy(), lm, ln
+
+    def embeddings(self, weights) -> tuple:
+        return self.task.embed(weights, _flat(self.Xm)), self.task.embed(weights, _flat(self.Xn))
+
+    def attackers(self, *seed_keys: int):
+        """(name, keyword arguments) of every configured attacker, seeded from the cell seed and ``seed_keys``."""
+        from eegprivacy.federated.task import derive_seed
+
+        for attacker in self.config.attackers:
+            yield attacker, {"attacker": attacker, "n_estimators": self.config.rf_estimators,
+                             "random_state": derive_seed(self.seed, *seed_keys)}
+
+    def record_and_feature_rows(self, record, embeddings, rnd: int, attacker: str, kw: dict,
+                                suffix: str = "") -> list[dict]:
+        half = self.config.attack_test_size
+        rla, fla = RecordLevelAttack(**kw), FeatureLevelAttack(**kw)
+        return (_attack_rows(rla.evaluate(*rla.attack_data(*record), test_size=half), "rla" + suffix, attacker, rnd)
+                + _attack_rows(fla.evaluate(*fla.attack_data(*embeddings), test_size=half), "fla" + suffix,
+                               attacker, rnd))
+
+    def untrained_control_rows(self, initial) -> list[dict]:
+        """Negative control (round 0): the record- and feature-level attacks on the untrained initial model,
+        which has seen no trial. Each client's CSP and its scaling are fitted on its members only, so members and
+        non-members can differ before any training; whatever these attacks find above chance comes from that
+        pipeline, not from the federated model, and the trained-model scores should be read against it."""
+        record, embeddings = self.record(initial), self.embeddings(initial)
+        rows = []
+        for attacker, kw in self.attackers(0, 11):
+            rows += self.record_and_feature_rows(record, embeddings, 0, attacker, kw, "_untrained_control")
+        return rows
+
+    def sound_updates(self, clients, before, rnd: int) -> tuple[list, list]:
+        """Sound GLA's data: the same global model trained by the same local procedure on equally many member
+        and non-member trials of each sampled client."""
+        from eegprivacy.federated.task import derive_seed
+        from eegprivacy.models.gradients import update_vector
+
+        sound_m, sound_n = [], []
+        for c in clients:
+            Xcm, ycm, Xcn, ycn = self.fed.clients[c]
+            pick = np.random.default_rng(derive_seed(self.seed, c, rnd, 7)).choice(len(ycm), len(ycn), replace=False)
+            for X_, y_, out, tag in ((Xcm[pick], ycm[pick], sound_m, 1), (Xcn, ycn, sound_n, 2)):
+                w, _ = self.task.train(before, _flat(X_), y_, epochs=self.config.local_epochs,
+                                       seed=derive_seed(self.seed, c, rnd, tag))
+                out.append(update_vector(w, before))
+        return sound_m, sound_n
+
+    def round_attack_rows(self, record, embeddings, updates, sound, clients, rnd: int) -> list[dict]:
+        """RLA, FLA, GLA (paper) and GLA (sound, when two or more clients were sampled) after round ``rnd``."""
+        half, rows = self.config.attack_test_size, []
+        for attacker, kw in self.attackers(rnd, 11):
+            rows += self.record_and_feature_rows(record, embeddings, rnd, attacker, kw)
+            gla = SyntheticGradientAttack(**kw)
+            rows += _attack_rows(gla.evaluate(*gla.attack_data(updates), test_size=half), "gla_paper", attacker, rnd)
+            if len(clients) >= 2:
+                gla_sound = GradientLevelAttack(**kw)
+                X_, y_ = gla_sound.attack_data(np.stack(sound[0]), np.stack(sound[1]))
+                scores = gla_sound.evaluate(X_, y_, test_size=half, groups=np.concatenate([clients, clients]))
+                rows += _attack_rows(scores, "gla_sound", attacker, rnd)
+        return rows
+
+    def grad_norms(self, weights, record) -> tuple[np.ndarray, np.ndarray]:
+        """Per-sample gradient norms of the global model, members and non-members."""
+        import torch
+
+        from eegprivacy.models.gradients import per_sample_grad_norms
+
+        net, ce, (_, ym_i, _, yn_i, _, _) = self.task.model(weights), torch.nn.CrossEntropyLoss(), record
+        gm = per_sample_grad_norms(net, self.task._inputs(_flat(self.Xm)), torch.from_numpy(ym_i), ce)
+        gn = per_sample_grad_norms(net, self.task._inputs(_flat(self.Xn)), torch.from_numpy(yn_i), ce)
+        return gm, gn
+
+    def client_level_rows(self, X_all: np.ndarray, y_all: np.ndarray) -> list[dict]:
+        """CLA on every round's updates, labelled by client; clients seen fewer than twice cannot be split."""
+        ids, counts = np.unique(y_all, return_counts=True)
+        keep = np.isin(y_all, ids[counts >= 2])
+        rows = []
+        if np.unique(y_all[keep]).size < 2:
+            return rows
+        for attacker, kw in self.attackers(13):
+            cla = ClientLevelAttack(n_components=self.config.cla_components, **kw)
+            with warnings.catch_warnings():  # many clients, few updates each: sklearn's "regression?" hint
+                warnings.filterwarnings("ignore", message="The number of unique classes is greater than 50%")
+                scores = cla.evaluate(X_all[keep], y_all[keep], test_size=self.config.attack_test_size)
+            rows += _attack_rows(scores, "cla", attacker, float("nan"))
+        return rows
+
+
+def loss_rows(record, history: dict, rnd: int) -> list[dict]:
+    """Mean member (train) and non-member (test) loss of the global model, their gap, and FedAvg's weighted
+    last-epoch client loss (train mode)."""
+    lm, ln = record[4], record[5]
+    return [{"metric": "train_loss", "value": float(lm.mean()), "round": rnd},
+            {"metric": "test_loss", "value": float(ln.mean()), "round": rnd},
+            {"metric": "loss_gap", "value": float(ln.mean() - lm.mean()), "round": rnd},
+            {"metric": "client_train_loss", "round": rnd,
+             "value": float(history.get(rnd, {}).get("train_loss", float("nan")))}]
+
+
+def grad_norm_rows(norms: dict, rnd: int, last: bool) -> list[dict]:
+    """Mean and median gradient norm of members and non-members; in the last round also 21 quantiles."""
+    rows = []
+    for who, g in norms.items():
+        rows += [{"metric": f"grad_norm_{who}_mean", "value": float(g.mean()), "round": rnd},
+                 {"metric": f"grad_norm_{who}_median", "value": float(np.median(g)), "round": rnd}]
+        if last:
+            rows += [{"metric": f"grad_norm_{who}_q{int(round(q * 100)):03d}", "value": float(v), "round": rnd}
+                     for q, v in zip(QUANTILES, np.quantile(g, QUANTILES))]
+    return rows
+
+
+def cell_rows(cell: dict, seed: int, trials, config: FederatedMIAConfig,
+              arrays_dir: str | Path | None = None) -> list[dict]:
+    """Everything one (model, ε, seed) federation yields, as tidy rows; with ``arrays_dir``, also the raw
+    per-round arrays (every sampled client's update vector, every trial's gradient norm) as
+    ``<arrays_dir>/<cell key>.npz``."""
+    from eegprivacy.models.gradients import update_vector
+    from eegprivacy.signal.csp import MODEL_INPUT
+
+    fed = Federation(trials, seed_split(trials, config, seed), MODEL_INPUT[cell["model"]], config.csp_components)
+    task, result = federate(cell, seed, fed, config)
+    scoring = Scoring(task, fed, config, seed)
+    rounds = sorted(result.sent)
+    history = {h["round"]: h for h in result.history}
+    rows, cla_X, cla_y, norms_m, norms_n = [], [], [], [], []
+    rows += scoring.untrained_control_rows(result.sent[rounds[0]])
+    for i, rnd in enumerate(rounds):
+        after = result.sent[rounds[i + 1]] if i + 1 < len(rounds) else result.weights
+        before = result.sent[rnd]
+        rows += utility_rows(task, after, fed, rnd)
+        record = scoring.record(after)
+        rows += loss_rows(record, history, rnd)
+        embeddings = scoring.embeddings(after)
+        clients = sorted(result.updates[rnd])
+        updates = np.stack([update_vector(result.updates[rnd][c], before) for c in clients])
+        cla_X.append(updates)
+        cla_y.append(np.array(clients))
+        if config.attacked(rnd):
+            sound = scoring.sound_updates(clients, before, rnd)
+            rows += scoring.round_attack_rows(record, embeddings, updates, sound, clients, rnd)
+        gm, gn = scoring.grad_norms(after, record)
+        norms_m.append(gm)
+        norms_n.append(gn)
+        rows += grad_norm_rows({"member": gm, "nonmember": gn}, rnd, last=i + 1 == len(rounds))
+    X_all, y_all = np.concatenate(cla_X), np.concatenate(cla_y)
+    rows += scoring.client_level_rows(X_all, y_all)
+    if arrays_dir is not None:
+        save_arrays(Path(arrays_dir) / f"{config_key({**cell, 'seed': seed})}.npz",
+                    rounds=np.repeat(rounds, [len(c) for c in cla_y]), clients=y_all,
+                    updates=X_all.astype(np.float32), grad_norm_member=np.stack(norms_m).astype(np.float32),
+                    grad_norm_nonmember=np.stack(norms_n).astype(np.float32))
+    rows.append({"metric": "noise_scale", "value": task.dp.noise_scale if task.dp else 0.0})
+    rows.append({"metric": "n_clients", "value": float(len(fed.clients))})
+    return rows
+
+
+def save_arrays(path: str | Path, **arrays) -> None:
+    """Atomically write a cell's raw arrays: client indices (never subject ids), rounds, update vectors (new −
+    previous global weights, the rows the server saw) and per-trial gradient norms of the global model after
+    each round (members and non-members, in the federation's order)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_path(path) as tmp, open(tmp, "wb") as handle:
+        np.savez_compressed(handle, **arrays)

@@ -1,0 +1,204 @@
+"""Typed params of study A's stages: one :class:`~eegprivacy.params.Config` per params section.
+
+Each field carries its constraint (:mod:`eegprivacy.validation`) and a one-line doc; ``Config.load`` checks them
+all, and rejects unknown or missing keys, before a stage loads any data. ε is per patient (one patient's feature
+vector is the unit a release protects) unless a field says otherwise.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from eegprivacy.params import Config, ParamsError, param
+from eegprivacy.validation import (
+    CLIP_NORM,
+    DELTA,
+    EPSILON,
+    EPSILONS,
+    FRACTION,
+    FRACTION_OPEN,
+    NON_NEGATIVE,
+    POSITIVE,
+    TEXT,
+    TEXTS,
+    AnyOf,
+    Interval,
+    ListOf,
+    Range,
+    count,
+    counts,
+    options,
+    subset_of,
+)
+
+MECHANISM_NAMES = ("gaussian_analytic", "gaussian_classic", "laplace_implemented", "laplace_formal")
+MECHANISMS = subset_of(MECHANISM_NAMES, "mechanism names (eegprivacy.privacy.MECHANISMS)")
+PROCESSES = count(1, "processes")
+
+
+@dataclass(frozen=True)
+class PatientLabel(Config):
+    """How a dataset's patient label is made: the window table's ``label`` or a metadata-derived label."""
+
+    label: str = param(TEXT, doc="'label' or a metadata label such as bad_counter")
+
+
+@dataclass(frozen=True)
+class DPReleaseConfig(Config):
+    """``dp_release``: the release sweep (ε × mechanism × noise seed) of every patient table."""
+
+    clip_norm: float = param(CLIP_NORM, doc="L2 clipping threshold C (sensitivities derive from it)")
+    delta: float = param(DELTA, doc="δ of the Gaussian mechanisms")
+    epsilons: list = param(EPSILONS, doc="ε per patient of each release")
+    mechanisms: list = param(MECHANISMS)
+    noise_seeds: int = param(count(1, "seeds"), doc="noise realisations per (mechanism, ε)")
+    datasets: dict[str, PatientLabel] = param(doc="patient label per dataset")
+
+
+@dataclass(frozen=True)
+class DPUtilityConfig(Config):
+    """``dp_utility``: LOSO utility of the non-private table, its permuted-label control and every release."""
+
+    baseline_mlp_seeds: int = param(count(1, "seeds"), doc="MLP seeds on the non-private features")
+    nested_seeds: int = param(count(0), doc="seeds of each cell that also run the nested protocol")
+    n_jobs: int = param(PROCESSES, doc="processes over the cells (results do not depend on it)")
+    figure_epsilon: float = param(EPSILON, doc="ε at which the confusion matrices are drawn")
+    nested_inner_folds: int | str = param(AnyOf((count(2), options(("loso",))), text="loso or a whole number of "
+                                                "inner folds, at least 2"), default="loso",
+                                          doc="inner split of the nested protocol: loso or k folds")
+
+
+@dataclass(frozen=True)
+class FederatedBaseline(Config):
+    """The decentralised scenario's FedAvg MLP."""
+
+    backend: str = param(options(("inprocess", "flower")), doc="Flower code driven in-process, or ray simulation")
+    hidden_layer_sizes: list = param(counts(1, "layer sizes"))
+    num_rounds: int = param(count(1, "rounds"))
+    local_epochs: int = param(count(1, "epochs"))
+    learning_rate_init: float = param(POSITIVE, doc="a positive learning rate")
+
+
+@dataclass(frozen=True)
+class DeploymentConfig(Config):
+    """``deployment``: client-side, server-side and decentralised releases (clip_norm, δ, label: dp_release)."""
+
+    scenarios: list = param(subset_of(("client_side", "server_side", "decentralised"), "scenarios"))
+    n_hospitals: int = param(count(2, "hospitals"))
+    shared_fraction: float = param(Interval(0, 1, closed="left", text="a fraction in [0, 1)"),
+                                   doc="share of patients also seen at a second hospital")
+    mechanisms: list = param(MECHANISMS)
+    epsilons: list = param(EPSILONS, doc="ε per release (a patient at two hospitals spends it twice client-side)")
+    noise_seeds: int = param(count(1, "seeds"))
+    federated: FederatedBaseline = param(doc="the decentralised scenario's FedAvg")
+
+
+@dataclass(frozen=True)
+class DPScalingConfig(Config):
+    """``dp_scaling``: private vs public-reference vs DP-quantile scaling statistics at matched total ε."""
+
+    datasets: list = param(TEXTS, doc="datasets the aggregate covers")
+    public_fraction: float = param(FRACTION_OPEN, doc="share of patients set aside as the public cohort")
+    split_seed: int = param(count(0), doc="seed of the public/private split")
+    bounds_margin: float = param(NON_NEGATIVE, doc="DP-quantile bounds widened by this × range on each side")
+    mechanisms: list = param(MECHANISMS)
+    total_epsilons: list = param(EPSILONS, doc="ε of the whole pipeline (scaling + release)")
+    scaling_fraction: float = param(FRACTION_OPEN, doc="share of the total ε spent on the quantile queries")
+    noise_seeds: int = param(count(1, "seeds"))
+    n_jobs: int = param(PROCESSES, default=1, doc="processes over the cells (results do not depend on it)")
+
+
+@dataclass(frozen=True)
+class ReidentificationSettings(Config):
+    release_condition: str = param(TEXT, doc="the released table: each subject's recording of this condition")
+    auxiliary_condition: str = param(TEXT, doc="what the attacker holds")
+    metrics: list = param(TEXTS, doc="distance names")
+    top_k: list = param(counts(1, "k"), doc="top-k accuracies reported")
+
+
+@dataclass(frozen=True)
+class MembershipSettings(Config):
+    member_fraction: float = param(FRACTION_OPEN, doc="share of the cohort each trial releases")
+    trials: int = param(count(1, "trials"), doc="releases per seed")
+    scores: list = param(TEXTS, doc="score names")
+    fprs: list = param(ListOf(FRACTION_OPEN, text="a non-empty list of false-positive rates in (0, 1)"))
+
+
+@dataclass(frozen=True)
+class TableAttacksConfig(Config):
+    """``table_attacks``: re-identification and membership inference on the released table."""
+
+    mechanisms: list = param(MECHANISMS)
+    epsilons: list = param(EPSILONS)
+    noise_seeds: int = param(count(1, "seeds"))
+    reidentification: ReidentificationSettings = param()
+    membership: MembershipSettings = param()
+
+
+@dataclass(frozen=True)
+class SearchSpaceA(Config):
+    mechanisms: list = param(MECHANISMS)
+    epsilon: list = param(Range(text="a [low, high] range of ε with 0 < low < high"), doc="log-uniform")
+    clip_norm: list = param(Range(text="a [low, high] range of C with 0 < low < high"), doc="log-uniform")
+
+
+@dataclass(frozen=True)
+class OptunaStudyAConfig(Config):
+    """``optuna_study_a``: the multi-objective search over (mechanism, ε, C)."""
+
+    dataset: str = param(TEXT)
+    label: str = param(TEXT, doc="patient label (as dp_release's datasets.<name>.label)")
+    release_condition: str = param(TEXT)
+    auxiliary_condition: str = param(TEXT)
+    delta: float = param(DELTA)
+    search_space: SearchSpaceA = param()
+    noise_seeds: int = param(count(1, "seeds"), doc="every trial's objectives are means over these seeds")
+    protocol: str = param(options(("optimistic", "nested"), "optimistic or nested"))
+    n_jobs: int = param(PROCESSES)
+    n_trials: int = param(count(1, "trials"), doc="the study's target of COMPLETE trials")
+    sampler: str = param(options(("tpe", "nsga2"), "tpe or nsga2"))
+    population_size: int = param(count(2), doc="nsga2 only")
+    seed: int = param(count(0), doc="sampler seed")
+    storage: str = param(TEXT, doc="SQLAlchemy URL of the study database")
+    heartbeat_interval: int = param(count(1, "seconds"))
+
+
+@dataclass(frozen=True)
+class LinkageConfig(Config):
+    """``linkage``: exact GlobalID vs keyed Bloom-filter linkage on SYNTHETIC identity tables."""
+
+    n_records: int = param(count(1, "records"))
+    overlap: float = param(FRACTION)
+    household_rate: float = param(FRACTION)
+    format_rate: float = param(FRACTION)
+    typo_rates: list = param(ListOf(FRACTION, text="a non-empty list of rates in [0, 1]"))
+    seeds: list = param(ListOf(Interval(None, None, integral=True), text="a non-empty list of whole-number seeds"),
+                        doc="one synthetic scenario (and evaluation key) per seed")
+    q: int = param(count(1), doc="q-gram length")
+    num_bits: int = param(count(1), doc="Bloom filter length")
+    num_hashes: int = param(count(1), doc="keyed hashes per q-gram")
+    fields: list = param(ListOf(AnyOf((TEXT, TEXTS)), text="a non-empty list of field names (a list = one "
+                                                             "order-invariant field)"))
+    thresholds: list = param(ListOf(FRACTION, text="a non-empty list of Dice thresholds in [0, 1]"))
+    default_threshold: float = param(FRACTION, doc="the headline threshold (one of the thresholds)")
+
+    def check(self, source, prefix: str) -> None:
+        if not any(abs(self.default_threshold - t) <= 1e-8 + 1e-5 * abs(t) for t in self.thresholds):  # np.isclose
+            raise ParamsError(f"{source}: {prefix}default_threshold = {self.default_threshold!r} is invalid; it must "
+                              f"be one of the thresholds {self.thresholds}. Fix it in {source} and run the stage "
+                              "again (nothing was computed or written)")
+
+
+@dataclass(frozen=True)
+class MechanismAuditConfig(Config):
+    """``dp_audit``: empirical lower bounds on each mechanism's ε (worst-case neighbours, no data)."""
+
+    mechanisms: list = param(MECHANISMS)
+    epsilons: list = param(EPSILONS)
+    clip_norm: float = param(CLIP_NORM)
+    delta: float = param(DELTA)
+    dims: list = param(counts(1, "dimensions d"))
+    n_trials: int = param(count(1, "trials"))
+    seeds: int = param(count(1, "seeds"), doc="independent audits per (mechanism, ε, d)")
+    confidence: float = param(FRACTION_OPEN)
+    n_jobs: int = param(PROCESSES, default=1, doc="processes over the cells (results do not depend on it)")
