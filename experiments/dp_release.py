@@ -13,6 +13,6 @@ def run(args) -> int:
     table = load_patient_table(args.dataset, label, features_dir=args.features_dir)
     frames = release_sweeps(table, config, label, cells_dir=args.cells, progress=not args.no_progress)
     out = args.out or f"metrics/dp_release_{args.dataset}.csv"
-    tidy = write_rows(frames, out)
+    tidy = write_rows(frames, out, args.stage.tolerance)
     print(f"{args.dataset}: {tidy['config_key'].nunique()} configs x {config.noise_seeds} seeds -> {out}")
     return 0

@@ -24,7 +24,7 @@ def run(args) -> int:
     frames, cohorts = scaling_sweeps(full, config, release, label, cells_dir=args.cells,
                                      progress=not args.no_progress)
     out = args.out or f"metrics/dp_scaling_{args.dataset}.csv"
-    tidy = write_rows(frames, out)
+    tidy = write_rows(frames, out, args.stage.tolerance)
     print(f"{args.dataset}: {len(cohorts.private.X)} private / {cohorts.n_public} public patients, "
           f"{tidy['config_key'].nunique()} configs x {config.noise_seeds} seeds -> {out}")
     return 0

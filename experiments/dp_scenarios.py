@@ -34,7 +34,7 @@ def run(args) -> int:
     frames = scenario_sweeps(windows, config, release, label, cells_dir=args.cells, progress=not args.no_progress,
                              n_jobs=args.jobs)
     out = args.out or f"metrics/dp_scenarios_{args.dataset}.csv"
-    tidy = write_rows(frames, out)
+    tidy = write_rows(frames, out, args.stage.tolerance)
     summary = summarise(tidy)
     write_scenarios_headline(summary, args.metrics or f"metrics/dp_scenarios_{args.dataset}.json")
     save_figure(scenarios_figure(summary, args.dataset, config.n_hospitals, windows.synthetic),

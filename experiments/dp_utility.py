@@ -14,6 +14,6 @@ def run(args) -> int:
     table = load_patient_table(args.dataset, label, features_dir=args.features_dir)
     frames = utility_sweeps(table, release, args.config, label, cells_dir=args.cells, progress=not args.no_progress)
     out = args.out or f"metrics/dp_utility_{args.dataset}.csv"
-    tidy = write_rows(frames, out)
+    tidy = write_rows(frames, out, args.stage.tolerance)
     print(f"{args.dataset}: utility rows for {tidy['config_key'].nunique()} configs -> {out}")
     return 0

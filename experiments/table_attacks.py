@@ -30,7 +30,7 @@ def run(args) -> int:
                                progress=not args.no_progress)
     frames = run_prefetched(plan, cell_fn, n_jobs=args.jobs)
     out = args.out or f"metrics/table_attacks_{args.dataset}.csv"
-    tidy = write_rows(frames, out)
+    tidy = write_rows(frames, out, args.stage.tolerance)
     summary = summarise(tidy, n_subjects=len(tables.auxiliary))
     write_headline(summary, args.metrics or f"metrics/table_attacks_{args.dataset}.json")
     attacks_figure(summary, tables.windows.dataset, tables.windows.synthetic,

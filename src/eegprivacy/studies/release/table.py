@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from eegprivacy.data import get_dataset
+from eegprivacy.pipeline.stability import write_csv_within_tolerance
 from eegprivacy.pipeline.sweep import SweepRunner, expand_grid
 from eegprivacy.privacy import DPFeatureReleaser, make_mechanism, patient_vectors
 from eegprivacy.signal.table import INDEX_COLUMNS, FeaturesParams, read_feature_table
@@ -146,10 +147,11 @@ def run_sweep(table: PatientTable, stage: str, name: str, cells, cell_fn, *, cel
     return runner.run(cells, cell_fn)
 
 
-def write_rows(frames: list[pd.DataFrame], out: str | Path) -> pd.DataFrame:
-    """Concatenate a stage's per-seed rows into its tidy CSV."""
+def write_rows(frames: list[pd.DataFrame], out: str | Path, tolerance: float = 0.0) -> pd.DataFrame:
+    """Concatenate a stage's per-seed rows into its tidy CSV. An existing file whose rows equal these within the
+    stage's relative ``tolerance`` (its registered cross-machine stability) is kept as it is, so a last-bit
+    difference on another machine neither rewrites the tracked file nor reruns the stages that read it."""
     tidy = pd.concat(frames, ignore_index=True)
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tidy.to_csv(out, index=False)
+    if not write_csv_within_tolerance(tidy, out, tolerance):
+        print(f"{out}: unchanged (equal to the file there within a relative {tolerance:g})")
     return tidy
