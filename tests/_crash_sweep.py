@@ -10,8 +10,8 @@ import sys
 import time
 from pathlib import Path
 
-from eegprivacy.tracking import required_tags
 from eegprivacy.pipeline.sweep import SweepRunner, expand_grid
+from eegprivacy.tracking import required_tags
 
 CELLS = expand_grid({"epsilon": [1.0, 10.0], "mechanism": ["gaussian_analytic", "laplace_formal"]}, seeds=[0, 1])
 BLOCK_AT = 3

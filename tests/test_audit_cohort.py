@@ -13,7 +13,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-
 from _cohort_audit_data import MiniMSU, NoiseCohort
 
 from eegprivacy.studies.cohort_audit import (

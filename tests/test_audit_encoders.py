@@ -260,8 +260,8 @@ def test_published_configs_build_and_embed(name, dim):
 
 @pytest.mark.slow
 def test_real_eegmat_windows_embed(data_root):
-    from eegprivacy.embeddings.pretrain import dataset_windows
     from eegprivacy.data import get_dataset
+    from eegprivacy.embeddings.pretrain import dataset_windows
 
     ds = get_dataset("eegmat")
     x, subjects, recordings, sfreq, names = dataset_windows(ds, ds.subjects()[:1], window_s=2.0,

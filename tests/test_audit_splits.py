@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from sklearn.model_selection import cross_val_predict
-from sklearn.linear_model import Ridge
 from _audit_synth import single_thread_blas  # noqa: F401
+from sklearn.linear_model import Ridge
+from sklearn.model_selection import cross_val_predict
 
 from eegprivacy.embeddings.splits import ReferenceSetSplit, SubjectDisjointSplit, TemporalGapSplit
 

@@ -10,11 +10,11 @@ import sys
 import time
 from pathlib import Path
 
+import _crash_sweep as victim
 import mlflow
 import pandas as pd
 import pytest
 
-import _crash_sweep as victim
 from eegprivacy.tracking import fail_orphaned_runs, required_tags, start_run, tracking_uri
 from eegprivacy.tracking.runs import _host_key
 

@@ -126,7 +126,8 @@ def test_dp_at_epsilon_one_changes_the_updates(tiny_config):
     updates = {}
     for eps in (math.inf, 1.0):
         _, result = mia.federate({"model": "simplenet", "epsilon": eps}, 0, fed, config)
-        updates[eps] = np.stack([update_vector(result.updates[1][c], result.sent[1]) for c in sorted(result.updates[1])])
+        updates[eps] = np.stack([update_vector(result.updates[1][c], result.sent[1])
+                                 for c in sorted(result.updates[1])])
     assert updates[math.inf].shape == updates[1.0].shape
     # Same seed, same initial weights and batches: only the clip + Laplace(0, C/ε) step differs.
     assert not np.allclose(updates[math.inf], updates[1.0])

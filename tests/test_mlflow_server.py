@@ -14,8 +14,8 @@ import mlflow
 import pytest
 from _mlflow_server import serve, ui
 
-from eegprivacy.tracking import EXPERIMENTS, REQUIRED_TAGS, required_tags
 from eegprivacy.pipeline.sweep import SweepRunner, expand_grid
+from eegprivacy.tracking import EXPERIMENTS, REQUIRED_TAGS, required_tags
 
 REPO = Path(__file__).resolve().parents[1]
 SCREENSHOT = REPO / "reports" / "figures" / "mlflow_compare_runs.png"

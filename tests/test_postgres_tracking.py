@@ -24,11 +24,11 @@ from pathlib import Path
 import pytest
 import yaml
 from _mlflow_server import free_port, ui, wait_healthy
+from test_optuna_study_a import CONFIG
 
+from eegprivacy.pipeline.search import public_url
 from eegprivacy.tracking import EXPERIMENTS
 from eegprivacy.tracking.postgres import LocalPostgres, PostgresNotFound, find_bin_dir
-from eegprivacy.pipeline.search import public_url
-from test_optuna_study_a import CONFIG
 
 REPO = Path(__file__).resolve().parents[1]
 N_TRIALS = 12

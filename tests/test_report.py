@@ -8,10 +8,10 @@ import shutil
 
 import mlflow
 import pytest
+from _hand_made_runs import hand_made_b_and_c
 
 from eegprivacy.cli import main
 from eegprivacy.reporting.study_reports import LABELS
-from _hand_made_runs import hand_made_b_and_c
 
 NUMBER = re.compile(r"-?\d+\.\d+")
 

@@ -8,8 +8,8 @@ import mlflow
 import pandas as pd
 import pytest
 
-from eegprivacy.tracking import required_tags, tracking_uri
 from eegprivacy.pipeline.sweep import SweepRunner, expand_grid
+from eegprivacy.tracking import required_tags, tracking_uri
 
 
 def _runner(tmp_path):

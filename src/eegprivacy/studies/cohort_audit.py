@@ -27,7 +27,6 @@ which order it lists them, or where its files live. Numbers depend on the record
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
 import logging
 import math
@@ -47,18 +46,17 @@ from eegprivacy.attacks.table import NearestNeighbourReidentifier, TableMembersh
 from eegprivacy.data.base import EEGDataset
 from eegprivacy.evaluation import LOSOEvaluation, mean_ci, wilson_interval
 from eegprivacy.evaluation.thresholds import DP_GRID, ORIGINAL_GRID
-from eegprivacy.params import load_params
+from eegprivacy.pipeline.sweep import Cell, PrefetchedCells, SweepRunner, config_key, expand_grid
 from eegprivacy.privacy import NO_NOISE, DPFeatureReleaser, make_mechanism, patient_vectors
 from eegprivacy.signal.table import (
     INDEX_COLUMNS,
-    FeaturePipelineConfig,
+    FeaturesParams,
     dataset_window_features,
     is_current,
     read_feature_table,
     write_feature_table,
 )
 from eegprivacy.tracking import required_tags
-from eegprivacy.pipeline.sweep import Cell, PrefetchedCells, SweepRunner, config_key, expand_grid
 
 log = logging.getLogger(__name__)
 
@@ -160,8 +158,7 @@ def canonical_order(X: np.ndarray, y: np.ndarray | None = None) -> np.ndarray:
 def window_table(dataset: EEGDataset, config: AuditConfig, cache_dir: str | Path | None,
                  progress: bool = True) -> tuple[pd.DataFrame, str, str]:
     """(window features, dataset version, feature-config hash), read from ``cache_dir`` when current."""
-    params = load_params(config.features_params, "features")
-    features = FeaturePipelineConfig.from_params(params)
+    features = FeaturesParams.load(config.features_params, "features").pipeline()
     version = dataset.version()
     if cache_dir is None:
         return dataset_window_features(dataset, features, progress=progress), version, features.config_hash()
