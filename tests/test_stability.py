@@ -52,3 +52,10 @@ def test_comparison_matches_rows_on_keys_and_ignores_code_hashes():
 def test_tolerances_come_from_the_registry():
     assert tolerance_for("dp_release_eegmat.csv") == get_stage("dp_release").tolerance > 0
     assert tolerance_for("linkage.csv") == 0.0
+
+
+def test_missing_text_values_compare_equal():
+    rows = pd.DataFrame({"attack": ["rla", None, "cla"], "formal_guarantee": [True, None, False],
+                         "value": [0.5, 0.6, float("nan")]})
+    assert compare_csv(rows, rows.copy(), 0.0) == []
+    assert compare_csv(rows, rows.assign(attack=["rla", "fla", "cla"]), 0.0)[0].startswith("attack: ")

@@ -29,10 +29,12 @@ VOLATILE = re.compile(r"(^|_)(code_hash|config_key|run_id|run_ids|seconds|starte
 
 
 def _values_equal(a: pd.Series, b: pd.Series, rtol: float) -> np.ndarray:
+    both_missing = a.isna().to_numpy() & b.isna().to_numpy()
     if pd.api.types.is_numeric_dtype(a) and pd.api.types.is_numeric_dtype(b):
-        exact = (a.to_numpy() == b.to_numpy()) | (a.isna().to_numpy() & b.isna().to_numpy())
+        exact = (a.to_numpy() == b.to_numpy()) | both_missing
         return exact | (np.isclose(a, b, rtol=rtol, atol=0.0) if rtol else exact)
-    return (a.astype(str) == b.astype(str)).to_numpy()
+    # text (and mixed) columns compare as text; missing equals missing (pandas keeps NaN through astype(str))
+    return both_missing | (a.astype(str).to_numpy() == b.astype(str).to_numpy())
 
 
 def write_csv_within_tolerance(frame: pd.DataFrame, path: str | Path, rtol: float) -> bool:
