@@ -9,6 +9,7 @@ from pathlib import Path
 
 from eegprivacy.atomic import atomic_path, write_text_atomic
 from eegprivacy.reporting.federated import figures, headline, tables_md, write_headline
+from eegprivacy.tracking import log_artifact, log_metrics, required_tags, start_run
 from eegprivacy.studies.federated.cumulative import Cumulative
 from eegprivacy.studies.federated.report import (
     across_rounds,
@@ -29,6 +30,18 @@ def add_arguments(parser) -> None:
                         help="federated-accounting's rows: cumulative ε beside every per-step ε")
 
 
+def log_dataset_run(dataset: str, rows, metrics: dict, artifacts: list[Path]) -> None:
+    """One MLflow run per dataset: the summary's means (utility and attack scores across rounds and seeds) as
+    metrics, the tables and figures as artifacts."""
+    tags = required_tags(study="b", stage="federated_mia_report", dataset=dataset,
+                         dataset_version=str(rows["dataset_version"].iloc[0]),
+                         synthetic=bool(rows["synthetic"].iloc[0]), seed=None, dvc_stage="federated_mia_report")
+    with start_run(study="b", tags=tags, run_name=f"federated_mia_report-{dataset}"):
+        log_metrics(metrics)
+        for path in artifacts:
+            log_artifact(path, "report")
+
+
 def run(args) -> int:
     tidy = read_rows(args.inputs)
     summary = across_rounds(tidy)
@@ -36,9 +49,14 @@ def run(args) -> int:
     with atomic_path(args.summary) as tmp:
         summary.to_csv(tmp, index=False)
     cum = Cumulative(args.accounting)
-    write_headline(args.json, headline(summary, without_points(regressions), cum))
+    head = headline(summary, without_points(regressions), cum)
+    write_headline(args.json, head)
     write_text_atomic(args.tables, tables_md(summary, without_points(regressions), cum))
     paths = figures(tidy, regressions, Path(args.figures), cum)
+    for dataset, rows in tidy.groupby("dataset", sort=True):
+        means = {key: entry["mean"] for key, entry in head.items() if key.startswith(f"{dataset}/")
+                 and isinstance(entry, dict) and entry.get("mean") is not None}
+        log_dataset_run(dataset, rows, means, [Path(args.summary), Path(args.json), Path(args.tables), *paths])
     print(f"federated-mia report: {len(summary)} summary rows -> {args.json}, {args.tables}, "
           f"{len(paths)} figures in {args.figures}")
     return 0

@@ -121,8 +121,13 @@ def release_cells(table: PatientTable, config: DPReleaseConfig, mechanism: str, 
 
 
 def tags(table: PatientTable, stage: str, seed: int | None, **extra) -> dict:
+    """A study-A run's tags; ``dvc_stage`` is the registry's DVC stage name (``stage@dataset`` for a stage run
+    per dataset, plain ``stage`` for one that is not), which is how ``make reproduce`` finds the stage's runs."""
+    from eegprivacy.pipeline.stages import get_stage
+
+    dvc_stage = f"{stage}@{table.dataset}" if get_stage(stage).items else stage
     return required_tags(study="a", stage=stage, dataset=table.dataset, dataset_version=table.dataset_version,
-                         synthetic=table.synthetic, seed=seed, dvc_stage=f"{stage}@{table.dataset}", **extra)
+                         synthetic=table.synthetic, seed=seed, dvc_stage=dvc_stage, **extra)
 
 
 def sweep_runner(table: PatientTable, stage: str, name: str, *, cells_dir: str | Path, params: dict,
