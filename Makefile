@@ -86,7 +86,7 @@ reproduce: $(STAMP)  ## run the DVC pipeline (real public data) on the default p
 		EEGPRIVACY_STAGE_LOG=$(abspath $(STAGE_LOG)); \
 	$(DVC_RUN); rc=$$?; \
 	if [ $$rc -eq 0 ] && [ "$(PROFILE)" = default ]; then \
-		missing=$$(eegprivacy stages --missing-runs | tr '\n' ' '); \
+		missing=$$(EEGPRIVACY_STAGE_LOG= eegprivacy stages --missing-runs | tr '\n' ' '); \
 		if [ -n "$${missing// /}" ]; then \
 			echo "no MLflow runs yet for: $$missing(DVC skipped them: their outputs match dvc.lock); rerunning them"; \
 			$(BIN)/dvc repro --force --single-item $$missing; rc=$$?; \

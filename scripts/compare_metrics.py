@@ -6,19 +6,27 @@ Every ``*.csv`` and ``*.json`` present in either is compared (:mod:`eegprivacy.p
 matched on their key (non-numeric) columns and every value column must be equal — bit-identical, except for
 stages the registry declares stable only to a relative tolerance across machines (``Stage.tolerance``). Columns
 and keys that name code or runs (``code_hash``, ``config_key``, ``run_id``, an Optuna study name) or time them
-are left out. Prints one line per file; exits 1 when any file differs or is missing on one side.
+(and LiRA's ``shadow_key``) are left out. Prints one line per file; exits 1 when any file differs or is missing on one side.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from pathlib import Path
 
 import pandas as pd
 
 from eegprivacy.pipeline.stability import compare_csv, compare_json, tolerance_for
+
+# Cache keys written beside the numbers (they hash the code, like config_key): not numbers, left out here too.
+CACHE_KEYS = re.compile(r"^shadow_key$")
+
+
+def _numbers(frame: pd.DataFrame) -> pd.DataFrame:
+    return frame.drop(columns=[c for c in frame.columns if CACHE_KEYS.search(c)])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -36,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
             continue
         rtol = tolerance_for(name)
         problems = (compare_json(json.loads(old.read_text()), json.loads(new.read_text()), rtol)
-                    if name.endswith(".json") else compare_csv(pd.read_csv(old), pd.read_csv(new), rtol))
+                    if name.endswith(".json") else compare_csv(_numbers(pd.read_csv(old)), _numbers(pd.read_csv(new)), rtol))
         print(f"{'DIFFERS' if problems else 'same   '}  {name}" + (f" (rtol {rtol:g})" if rtol else "")
               + "".join(f"\n           {p}" for p in problems[:5]))
         failed += bool(problems)
