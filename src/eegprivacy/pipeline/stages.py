@@ -25,7 +25,7 @@ import argparse
 import hashlib
 import importlib
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
@@ -54,7 +54,6 @@ class Stage:
     flags: tuple[str, ...] = ()     # shared CLI flags: dataset, progress, cells, features_dir, out
     tolerance: float = 0.0          # 0: bit-stable across machines; else relative tolerance (module docstring)
     in_dvc: bool = True             # False for commands run on a user's own data (not in dvc.yaml)
-    synthetic_items: tuple[str, ...] = field(default=())  # items that are SYNTHETIC cohorts
 
     @property
     def command(self) -> str:
@@ -132,16 +131,11 @@ EEGMAT_VERSION = ("data/versions/eegmat.json",)
 STUDY_A = ("synthetic_clinical", "eegmat")
 
 
-def _a(section_file: str = "params/dp_release.yaml") -> dict:
-    return {"params_file": section_file}
-
-
 STAGES: tuple[Stage, ...] = (
     Stage("dataset_version", "Hash a dataset's files (checked against its manifest) into its version file, so "
           "every downstream stage reruns when the data changes.",
           entry="experiments.dataset_version", code=(f"{SRC}/data",), support=MACHINERY,
-          outs=("data/versions/{item}.json",), reads=("params/features.yaml:features.datasets",), items=STUDY_A,
-          synthetic_items=("synthetic_clinical",)),
+          outs=("data/versions/{item}.json",), reads=("params/features.yaml:features.datasets",), items=STUDY_A),
     Stage("features", "Preprocess (band-pass, 50 Hz notch, average reference), cut 2-s windows with 50% overlap "
           "and compute the 11 window features per channel of a dataset (cached per dataset version and feature "
           "config); parquet table, metrics JSON, a figure and an MLflow run.",
@@ -150,35 +144,35 @@ STAGES: tuple[Stage, ...] = (
           code=(f"{SRC}/data", f"{SRC}/signal"), support=(*MACHINERY, *REPORTING),
           inputs=("data/versions/{item}.json",),
           outs=("data/features/{item}.parquet", "metrics/features_{item}.json", "reports/figures/features_{item}.png"),
-          items=STUDY_A, flags=("dataset", "progress"), tolerance=1e-9, synthetic_items=("synthetic_clinical",)),
+          items=STUDY_A, flags=("dataset", "progress"), tolerance=1e-9),
     # ---- Study A: DP feature release -------------------------------------------------------------------------
     Stage("dp_release", "Study A: release the patient-level feature table with each DP mechanism at each ε over "
           "many noise seeds; per-seed intrinsic utility (tidy CSV), one MLflow parent run per mechanism.",
-          entry="experiments.dp_release", section="dp_release", **_a(),
+          entry="experiments.dp_release", section="dp_release", params_file="params/dp_release.yaml",
           config="eegprivacy.studies.release.config:DPReleaseConfig", code=RELEASE, support=MACHINERY,
           inputs=("data/features/{item}.parquet", "data/versions/{item}.json"),
           outs=("metrics/dp_release_{item}.csv",), items=STUDY_A, flags=("dataset", "progress", "cells", "out",
                                                                           "features_dir"),
-          tolerance=1e-9, synthetic_items=("synthetic_clinical",)),
+          tolerance=1e-9),
     Stage("dp_utility", "Study A: LOSO utility (MLP, the paper's optimistic and the nested threshold protocols) "
           "of the non-private table, a permuted-label control and every DP release.",
-          entry="experiments.dp_utility", section="dp_utility", **_a(),
+          entry="experiments.dp_utility", section="dp_utility", params_file="params/dp_release.yaml",
           config="eegprivacy.studies.release.config:DPUtilityConfig", code=RELEASE, support=MACHINERY,
           section_keys=("baseline_mlp_seeds", "nested_seeds", "nested_inner_folds", "n_jobs"),
           inputs=("data/features/{item}.parquet", "data/versions/{item}.json"),
           outs=("metrics/dp_utility_{item}.csv",), reads=("params/dp_release.yaml:dp_release",), items=STUDY_A,
-          flags=("dataset", "progress", "cells", "out", "features_dir"), tolerance=1e-9,
-          synthetic_items=("synthetic_clinical",)),
+          flags=("dataset", "progress", "cells", "out", "features_dir"), tolerance=1e-9),
     Stage("dp_aggregate", "Study A: aggregate dp_release and dp_utility over seeds (mean and 95% CI), headline "
           "JSON and the paper's figures.",
-          entry="experiments.dp_aggregate", section="dp_utility", **_a(),
+          entry="experiments.dp_aggregate", section="dp_utility", params_file="params/dp_release.yaml",
           config="eegprivacy.studies.release.config:DPUtilityConfig", section_keys=("figure_epsilon",), code=RELEASE,
           support=(*MACHINERY, *REPORTING),
           inputs=tuple(f"metrics/{s}_{d}.csv" for d in STUDY_A for s in ("dp_release", "dp_utility")),
           outs=("metrics/dp_release.csv", "metrics/dp_release.json",
                 *(f"reports/figures/dp_{kind}_{d}.png" for d in STUDY_A for kind in ("utility", "intrinsic",
                                                                                        "confusion")),
-                "plots/dp_balanced_accuracy.csv"), reads=("params/dp_release.yaml:dp_release.datasets",), tolerance=1e-9),
+                "plots/dp_balanced_accuracy.csv"),
+          reads=("params/dp_release.yaml:dp_release.datasets",), tolerance=1e-9),
     Stage("table_attacks", "Study A: re-identification (task release vs resting-state auxiliary) and membership "
           "inference on the released tables, per mechanism, ε and noise seed.",
           entry="experiments.table_attacks", section="table_attacks", params_file="params/table_attacks.yaml",
@@ -232,8 +226,7 @@ STAGES: tuple[Stage, ...] = (
           outs=("metrics/dp_scaling_{item}.csv",),
           reads=("params/dp_release.yaml:dp_release.datasets", "params/dp_release.yaml:dp_release.clip_norm",
                  "params/dp_release.yaml:dp_release.delta"), items=STUDY_A,
-          flags=("dataset", "progress", "cells", "out", "features_dir"), tolerance=1e-9,
-          synthetic_items=("synthetic_clinical",)),
+          flags=("dataset", "progress", "cells", "out", "features_dir"), tolerance=1e-9),
     Stage("dp_scaling_aggregate", "Study A: the scaling alternatives aggregated over seeds, their figure and JSON.",
           entry="experiments.dp_scaling_aggregate", section="dp_scaling", params_file="params/dp_scaling.yaml",
           config="eegprivacy.studies.release.config:DPScalingConfig", section_keys=("datasets",), code=RELEASE,
@@ -247,7 +240,7 @@ STAGES: tuple[Stage, ...] = (
           config="eegprivacy.studies.federated.config:FederatedMIAConfig", code=FEDERATED, support=MACHINERY,
           inputs=("data/versions/{item}.json",),
           outs=("metrics/federated_mia_{item}.csv", "data/federated_mia/{item}"), items=("eegmat", "synthetic_mi"),
-          flags=("dataset", "progress", "out", "cells"), synthetic_items=("synthetic_mi",)),
+          flags=("dataset", "progress", "out", "cells")),
     Stage("federated_mia_report", "Study B: the per-round attack rows summarised (intervals over seeds, "
           "cumulative ε beside each per-step ε), the paper-shaped tables and figures.",
           entry="experiments.federated_mia_report", code=FEDERATED, support=(*MACHINERY, *REPORTING),
@@ -294,7 +287,7 @@ STAGES: tuple[Stage, ...] = (
           outs=("metrics/csp_correlations_{item}.csv", "reports/figures/csp_pca_{item}.png"),
           reads=tuple(f"params/federated_mia.yaml:federated_mia.{k}" for k in (
               "datasets", "test_size", "split_seed", "csp_components")),
-          items=("eegmat", "synthetic_mi"), flags=("dataset",), synthetic_items=("synthetic_mi",)),
+          items=("eegmat", "synthetic_mi"), flags=("dataset",)),
     # ---- Study C: embedding audit ---------------------------------------------------------------------------
     Stage("embedding_audit", "Study C: split-controlled audit of frozen EEG-encoder embeddings (BIOT, LaBraM, "
           "EEGPT, random-init and band-power references): attribute, identity, membership and reconstruction "

@@ -1,7 +1,7 @@
 """The one set of formatting helpers every report, table and headline JSON uses.
 
-Numbers in markdown: :func:`estimate` ("0.802 [0.717, 0.886]", percentages on request); ε values:
-:func:`epsilon_text` ("∞" for no noise in prose, ``"inf"`` in keys); JSON: :func:`json_value` turns NaN/±∞
+Numbers in markdown: :func:`estimate` ("0.802 [0.717, 0.886]", percentages on request); ε in keys:
+:func:`epsilon_key` (``"inf"`` for no noise); JSON: :func:`json_value` turns NaN/±∞
 into ``null`` so headline files stay valid JSON, and :func:`write_json` writes them atomically.
 """
 
@@ -49,11 +49,6 @@ def epsilon_key(epsilon) -> str:
     return "inf" if not math.isfinite(float(epsilon)) else f"{float(epsilon):g}"
 
 
-def epsilon_text(epsilon) -> str:
-    """ε for prose and table cells: ``"∞"`` for no noise."""
-    return "∞" if not math.isfinite(float(epsilon)) else f"{float(epsilon):g}"
-
-
 def large_number(value) -> str:
     """A count or a large ε: thousands separated, 4 significant digits below 1000, ∞ and a dash as such."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
@@ -87,13 +82,3 @@ def write_json(path: str | Path, payload: Mapping, *, indent: int = 2) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     write_text_atomic(path, json.dumps(json_value(payload), indent=indent) + "\n")
     return path
-
-
-def markdown_table(rows: list[Mapping], columns: list[str] | None = None) -> str:
-    """A GitHub markdown table of dict rows (cells as given; use :func:`estimate` for numbers)."""
-    if not rows:
-        return ""
-    columns = columns or list(rows[0])
-    lines = ["| " + " | ".join(columns) + " |", "|" + "|".join("---" for _ in columns) + "|"]
-    lines += ["| " + " | ".join(str(row.get(c, DASH)) for c in columns) + " |" for row in rows]
-    return "\n".join(lines) + "\n"
