@@ -1,4 +1,5 @@
-"""Stage ``dp_aggregate`` (study A): mean and 95% CI over seeds, headline JSON, tidy CSV, figures, MLflow."""
+"""Stage ``dp_aggregate`` (study A): each dataset's headline (release vs matched null, horizons, intervals over
+patients and seeds), the per-seed aggregate CSV, figures and one MLflow run per dataset."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pandas as pd
 from eegprivacy.reporting.figures import save_figure
 from eegprivacy.reporting.format import write_json
 from eegprivacy.reporting.release import balanced_accuracy_plot_rows, release_figures
-from eegprivacy.studies.release.aggregate import dataset_summary, headline_metrics, load_rows
+from eegprivacy.studies.release.aggregate import dataset_summary, headline_metrics, load_rows, load_summary
 from eegprivacy.studies.release.config import DPReleaseConfig
 from eegprivacy.tracking import log_artifact, log_metrics, required_tags, start_run
 
@@ -39,11 +40,12 @@ def run(args) -> int:
     aggregated, summary, plot_frames = [], {}, []
     for dataset in release.datasets:
         per_seed, agg = load_rows(metrics_dir, dataset)
+        utility = load_summary(metrics_dir, dataset)
         aggregated.append(agg)
-        summary[dataset] = dataset_summary(dataset, agg, per_seed, figure_epsilon)
+        summary[dataset] = dataset_summary(dataset, utility, agg, per_seed, figure_epsilon, release.label_epsilon)
         plot_frames.append(balanced_accuracy_plot_rows(agg))
         figures = [save_figure(fig, figures_dir / name, dpi=110) for name, fig in
-                   release_figures(agg, dataset, summary[dataset]["synthetic"], figure_epsilon).items()]
+                   release_figures(agg, utility, dataset, summary[dataset]["synthetic"], figure_epsilon).items()]
         log_dataset_run(dataset, summary[dataset], figures, params, figure_epsilon)
 
     pd.concat(aggregated, ignore_index=True).to_csv(metrics_dir / "dp_release.csv", index=False)
@@ -51,8 +53,9 @@ def run(args) -> int:
     plots_dir.mkdir(parents=True, exist_ok=True)
     pd.concat(plot_frames, ignore_index=True).to_csv(plots_dir / "dp_balanced_accuracy.csv", index=False)
     for dataset, values in summary.items():
-        base = values["baseline"]["optimistic"] or {}
-        control = values["negative_control_permuted_labels"]["optimistic"] or {}
-        print(f"{dataset}: baseline balanced accuracy {base.get('mean')} [{base.get('ci_low')}, "
-              f"{base.get('ci_high')}]; label-permuted control {control.get('mean')} (chance 0.5)")
+        base = values["baseline"]["auroc"] or {}
+        control = values["negative_control_permuted_labels"]["auroc"] or {}
+        print(f"{dataset}: baseline LOSO AUROC {base.get('value')} [{base.get('ci_low')}, {base.get('ci_high')}]; "
+              f"label-permuted control {control.get('value')} [{control.get('ci_low')}, {control.get('ci_high')}]; "
+              f"utility horizons {values['utility_horizons']}")
     return 0

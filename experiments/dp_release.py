@@ -9,8 +9,9 @@ from eegprivacy.studies.release.table import load_patient_table, write_rows
 
 def run(args) -> int:
     config = args.config
-    label = config.datasets[args.dataset].label
-    table = load_patient_table(args.dataset, label, features_dir=args.features_dir)
+    spec = config.datasets[args.dataset]
+    label = spec.label
+    table = load_patient_table(args.dataset, label, features_dir=args.features_dir, condition=spec.condition)
     frames = release_sweeps(table, config, label, cells_dir=args.cells, progress=not args.no_progress)
     out = args.out or f"metrics/dp_release_{args.dataset}.csv"
     tidy = write_rows(frames, out, args.stage.tolerance)

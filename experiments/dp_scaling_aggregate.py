@@ -1,27 +1,21 @@
-"""Stage ``dp_scaling_aggregate`` (study A): balanced accuracy per scaling source against the total ε, the paired
-utility cost of end-to-end DP scaling, a headline JSON, plot data and one figure."""
+"""Stage ``dp_scaling_aggregate`` (study A): each dataset's LOSO AUROC per scaling source against the total ε
+beside its matched null, the cost of end-to-end DP scaling against the paper's private scaling (intervals over
+patients and seeds, from the ``dp_scaling`` summaries), a headline JSON, plot data and one figure."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-import pandas as pd
-
 from eegprivacy.reporting.figures import save_figure
 from eegprivacy.reporting.format import write_json
 from eegprivacy.reporting.release_figures import scaling_vs_epsilon
-from eegprivacy.studies.release.scaling_summary import (
-    balanced_accuracy,
-    headline_metrics,
-    paired_cost,
-    plot_rows,
-    summarise,
-)
+from eegprivacy.studies.release.scaling_summary import dataset_summary, headline_metrics, load_summaries, plot_rows
 from eegprivacy.tracking import log_artifact, log_metrics, required_tags, start_run
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--metrics-dir", default="metrics", help="where the per-seed CSVs are and results go")
+    parser.add_argument("--metrics-dir", default="metrics",
+                        help="where the dp_scaling summaries (dp_scaling_summary_<dataset>.csv) are and results go")
     parser.add_argument("--figures-dir", default="reports/figures")
     parser.add_argument("--plots-dir", default="plots")
 
@@ -29,15 +23,13 @@ def add_arguments(parser) -> None:
 def run(args) -> int:
     config = args.config
     metrics_dir, figures_dir, plots_dir = Path(args.metrics_dir), Path(args.figures_dir), Path(args.plots_dir)
-    per_seed = {d: pd.read_csv(metrics_dir / f"dp_scaling_{d}.csv") for d in config.datasets}
-    agg = pd.concat([balanced_accuracy(f) for f in per_seed.values()], ignore_index=True)
-    cost = pd.concat([paired_cost(f) for f in per_seed.values()], ignore_index=True)
-    summary = {d: summarise(agg, cost, per_seed[d], d) for d in config.datasets}
+    rows = load_summaries(metrics_dir, config.datasets)
+    summary = {d: dataset_summary(rows, d) for d in config.datasets}
 
     write_json(metrics_dir / "dp_scaling.json", summary)
     plots_dir.mkdir(parents=True, exist_ok=True)
-    plot_rows(agg).to_csv(plots_dir / "dp_scaling.csv", index=False)
-    figure = save_figure(scaling_vs_epsilon(agg, config.datasets), figures_dir / "dp_scaling.png", dpi=110)
+    plot_rows(rows).to_csv(plots_dir / "dp_scaling.csv", index=False)
+    figure = save_figure(scaling_vs_epsilon(rows, config.datasets), figures_dir / "dp_scaling.png", dpi=110)
 
     for dataset, values in summary.items():
         tags = required_tags(study="a", stage="dp_scaling_aggregate", dataset=dataset,
@@ -47,7 +39,9 @@ def run(args) -> int:
                        params={"dp_scaling": config.to_dict()}):
             log_metrics(headline_metrics(values))
             log_artifact(figure, "figures")
-        base = values["baseline_no_dp_private_cohort"] or {}
-        print(f"{dataset}: no-DP balanced accuracy on the private cohort {base.get('mean')} "
-              f"[{base.get('ci_low')}, {base.get('ci_high')}] (chance 0.5) -> {metrics_dir / 'dp_scaling.json'}")
+        base = values["baseline_no_dp_private_cohort"]["auroc"] or {}
+        print(f"{dataset}: no-DP LOSO AUROC on the private cohort {base.get('value')} "
+              f"[{base.get('ci_low')}, {base.get('ci_high')}] (chance 0.5); utility horizons (AUROC): "
+              f"{ {m: {s: h.get('auroc') for s, h in by.items()} for m, by in values['utility_horizons'].items()} } "
+              f"-> {metrics_dir / 'dp_scaling.json'}")
     return 0

@@ -31,7 +31,7 @@ def add_arguments(parser) -> None:
 
 def run(args) -> int:
     dataset_kwargs = args.config.dataset_kwargs(args.dataset)
-    config = args.config.pipeline()
+    config = args.config.pipeline(args.dataset)  # the shared blocks with the dataset's own overrides
     out = Path(args.out or f"data/features/{args.dataset}.parquet")
     metrics_path = Path(args.metrics or f"metrics/features_{args.dataset}.json")
     figure_path = Path(args.figure or f"reports/figures/features_{args.dataset}.png")

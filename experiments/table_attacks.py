@@ -1,5 +1,6 @@
-"""Stage ``table_attacks`` (study A, beyond the paper): re-identification and membership inference on the
-released patient table, per mechanism × ε × noise seed (:mod:`eegprivacy.studies.release.table_attacks`)."""
+"""Stage ``table_attacks`` (study A, beyond the paper): re-identification (cross-condition, or same-session halves
+for a cohort with one recording per subject) and membership inference on the released patient table, per
+mechanism × ε × noise seed (:mod:`eegprivacy.studies.release.table_attacks`)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from eegprivacy.privacy import NO_NOISE
 from eegprivacy.reporting.table_attacks import attacks_figure, write_headline
 from eegprivacy.studies.release.config import DPReleaseConfig
 from eegprivacy.studies.release.table import write_rows
-from eegprivacy.studies.release.table_attacks import load_attack_tables, summarise, sweep_plan
+from eegprivacy.studies.release.table_attacks import load_attack_tables, pairing_of, summarise, sweep_plan
 
 
 def add_arguments(parser) -> None:
@@ -25,7 +26,8 @@ def add_arguments(parser) -> None:
 def run(args) -> int:
     config = args.config
     release = DPReleaseConfig.load(args.release_params, "dp_release")
-    tables = load_attack_tables(args.dataset, config.reidentification, args.features_dir)
+    pairing = pairing_of(config, args.dataset, args.params)
+    tables = load_attack_tables(args.dataset, pairing, args.features_dir)
     plan, cell_fn = sweep_plan(tables, config, release, args.stage.code_hash(), cells_dir=args.cells,
                                progress=not args.no_progress)
     frames = run_prefetched(plan, cell_fn, n_jobs=args.jobs)
@@ -37,6 +39,6 @@ def run(args) -> int:
                    args.figure or f"reports/figures/table_attacks_{args.dataset}.png")
     top1 = tidy[(tidy["metric"] == "top1_accuracy") & (tidy["mechanism"] == NO_NOISE)]
     K = len(tables.auxiliary)
-    print(f"{args.dataset}: K={K} re-identification, N={len(tables.population)} membership; "
+    print(f"{args.dataset}: K={K} re-identification ({tables.kind}), N={len(tables.population)} membership; "
           f"top-1 without noise {top1['value'].mean():.3f} (chance {1 / K:.3f}) -> {out}")
     return 0

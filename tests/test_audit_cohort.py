@@ -84,8 +84,9 @@ def test_command_writes_report_rows_and_summary(audit):
     assert (cohort["n_patients"], cohort["n_label_1"], cohort["n_label_0"]) == (12, 6, 6)
     assert cohort["sfreqs"] == [128.0] and cohort["n_channels"] == 16
     assert summary["eps_unit"] == "subject"
-    # 128 Hz: the 70-Hz low-pass and the high-gamma band are clipped at Nyquist, and say so
-    assert {"lowpass_clipped:60.8", "band_clipped:high_gamma"} <= set(cohort["flags"])
+    # 128 Hz under the shared settings (a user cohort has no per-dataset entry): the 70-Hz low-pass is moved below
+    # Nyquist and the 45-70 Hz high-gamma band dropped, and both say so
+    assert {"lowpass_clipped:60.8", "band_dropped:high_gamma"} <= set(cohort["flags"])
     # one recording per subject: re-identification runs on the two halves, labelled as same-session
     assert summary["attacks"]["reidentification"]["kind"] == "same-session halves"
     rows = pd.read_csv(out / "rows.csv")

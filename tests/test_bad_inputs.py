@@ -39,6 +39,7 @@ def _features_args(tmp_path: Path, folder: Path, out: Path) -> list[str]:
     """The features stage's command line pointed at a clinical folder, every output under ``out``."""
     params = yaml.safe_load((REPO / "params/features.yaml").read_text())
     params["features"]["datasets"] = {"clinical_folder": {"folder": str(folder)}}
+    params["features"]["per_dataset"] = {}  # the project's datasets' overrides name datasets no longer listed
     path = tmp_path / "features.yaml"
     path.write_text(yaml.safe_dump(params))
     return ["features", "--dataset", "clinical_folder", "--params", str(path), "--out", str(out / "table.parquet"),

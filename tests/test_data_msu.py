@@ -10,7 +10,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import yaml
 from _fixtures_data import flip_byte, mirror_dataset, no_network  # noqa: F401
 
 from eegprivacy.data import METADATA_COLUMNS, ChecksumMismatchError, DataMissingError, get_dataset
@@ -137,31 +136,33 @@ def test_cut_or_garbled_file_is_a_clear_error(data_root, tmp_path, monkeypatch):
         read_eea(nan)
 
 
-def test_features_at_128_hz_clip_and_flag_bands_above_nyquist(data_root):
-    """Study A's pipeline (0.5-70 Hz band-pass, high gamma 45-70 Hz) on 128-Hz data: the low-pass and the high-gamma
-    band are clipped below Nyquist (64 Hz) and flagged, never silently kept; every feature is finite."""
-    from eegprivacy.signal.features import FEATURE_NAMES, window_features
-    from eegprivacy.signal.table import FeaturePipelineConfig, recording_features
-    from eegprivacy.signal.windows import sliding_windows
+def test_features_at_128_hz_fit_below_nyquist_and_the_shared_bands_would_not(data_root):
+    """The project's MSU feature settings (0.5-60 Hz band-pass, high gamma as ``high_gamma_45_60``) run at 128 Hz
+    as written: no low-pass fallback, no band dropped, every feature finite. The shared settings (70-Hz low-pass,
+    high gamma 45-70 Hz) would not fit under the 64-Hz Nyquist: the low-pass is moved and high gamma dropped (NaN),
+    both flagged, never a 45-64 Hz power kept under the 45-70 Hz name."""
+    from eegprivacy.signal.table import FeaturesParams, recording_features
 
-    params = yaml.safe_load((Path(__file__).parents[1] / "params" / "features.yaml").read_text())
-    config = FeaturePipelineConfig.from_params(params["features"])
+    params = FeaturesParams.load(Path(__file__).parents[1] / "params" / "features.yaml", "features")
+    config = params.pipeline("msu_schizophrenia")
+    names = config.features.feature_names
+    assert names[4:] == ("delta", "theta", "alpha", "beta", "gamma", "high_gamma_45_60", "sef95")
     recs = _by_recording(MSUSchizophrenia(root=data_root))
     for name in ("S10W1", "088w1", "387-02w1"):
-        raw = recs[name].load()
-        feats, starts, channels, flags = recording_features(raw, config)
-        assert channels == CHANNELS
-        assert "band_clipped:high_gamma" in flags and "lowpass_clipped:60.8" in flags
-        assert not any(f.startswith(("band_unavailable", "band_empty", "sef_undefined")) for f in flags)
+        feats, starts, channels, flags = recording_features(recs[name].load(), config)
+        assert channels == CHANNELS and flags == []
         assert feats.shape == (59, 16 * 11) and np.isfinite(feats).all()  # 2-s windows, 50% overlap over 60 s
         cube = feats.reshape(len(feats), 16, 11)
-        assert (cube[..., FEATURE_NAMES.index("high_gamma")] > 0).all()
-        assert (cube[..., FEATURE_NAMES.index("sef95")] <= 64.0).all()
+        assert (cube[..., names.index("high_gamma_45_60")] > 0).all()
+        assert (cube[..., names.index("sef95")] <= 60.0).all()
 
-    # the window-feature function on its own: the only band above 64 Hz is flagged as clipped
-    windows, _ = sliding_windows(recs["S10W1"].load().get_data(), 128.0, config.window)
-    out, flags = window_features(windows, 128.0, config.features)
-    assert flags == ["band_clipped:high_gamma"] and np.isfinite(out).all()
+    shared = params.pipeline()
+    feats, _, _, flags = recording_features(recs["S10W1"].load(), shared)
+    assert flags == ["band_dropped:high_gamma", "lowpass_clipped:60.8"]
+    cube = feats.reshape(len(feats), 16, 11)
+    hg = shared.features.feature_names.index("high_gamma")
+    assert np.isnan(cube[..., hg]).all() and np.isfinite(np.delete(cube, hg, axis=-1)).all()
+    assert (cube[..., shared.features.feature_names.index("sef95")] <= 45.0).all()  # gamma: the top band kept
 
 
 def test_registered_by_name(data_root):

@@ -194,3 +194,157 @@ def test_stage_rows_do_not_depend_on_the_number_of_processes(tmp_path, clinical_
         tables[jobs] = pd.read_csv(folder / "rows.csv")
     assert set(tables[1]["scenario"]) == {"server_side", "decentralised"}
     pd.testing.assert_frame_equal(tables[1], tables[2])
+
+
+# ---- Visits of a cohort with one recording per patient (MSU), the patient table's condition, the grid ---------
+def _one_recording_windows(n_patients=12, n_windows=59, d=6, seed=0):
+    """One 60-s recording per patient, 2-s windows at 1-s steps, two conditions by label (as MSU's class folders)."""
+    rng = np.random.default_rng(seed)
+    rows = [{"subject": f"Subject{p:02d}", "recording": f"Subject{p:02d}_1", "label": p % 2,
+             "condition": "patient" if p % 2 else "control", "t_start": float(w),
+             **{f"f{i}": rng.normal(p, 1.0) for i in range(d)}} for p in range(n_patients) for w in range(n_windows)]
+    return pd.DataFrame(rows)
+
+
+def _deployment(shared_fraction=0.25, **datasets):
+    from eegprivacy.studies.release.config import DeploymentConfig
+
+    return DeploymentConfig.from_mapping({
+        "scenarios": ["client_side", "server_side"], "n_hospitals": 3, "shared_fraction": shared_fraction,
+        "mechanisms": ["gaussian_analytic"], "epsilons": [1], "noise_seeds": 1, "datasets": datasets,
+        "federated": {"backend": "inprocess", "hidden_layer_sizes": [8], "num_rounds": 1, "local_epochs": 1,
+                      "learning_rate_init": 0.01}})
+
+
+def test_half_visits_put_a_shared_patients_two_halves_at_two_hospitals():
+    from eegprivacy.studies.release.scenarios import check_shared_fraction, half_visits
+
+    frame = _one_recording_windows()
+    with pytest.raises(ValueError, match="only 0 have two visits; set deployment.datasets.toy.visits: halves"):
+        check_shared_fraction(frame, "toy", _deployment())  # one recording each: nobody could be shared
+    check_shared_fraction(frame, "toy", _deployment(shared_fraction=0.0))  # sharing nobody needs no second visit
+
+    visits = half_visits(frame, window_s=2.0)
+    assert visits.groupby("subject")["recording"].nunique().eq(2).all()
+    assert len(visits) == 12 * 58  # the window at 29-31 s straddles the middle: in neither visit
+    assert visits.index.is_monotonic_increasing  # the table's row order is kept
+    check_shared_fraction(visits, "toy", _deployment(toy={"visits": "halves"}))
+    sites = split_across_hospitals(visits, 3, 0.25, seed=2)
+    per_patient = visits.assign(h=sites).groupby("subject")["h"].nunique()
+    assert (per_patient == 2).sum() == 3  # round(0.25 × 12) patients, each half at another hospital
+    assert (visits.assign(h=sites).groupby("recording")["h"].nunique() == 1).all()  # a half is never split
+
+    tables = hospital_tables(visits, sites, FEATURES, 3)
+    merged = server_side_release(tables, LinkageKey(os.urandom(32)), "none", np.inf, 1e-5, clip_norm=2.0, seed=0)
+    assert merged.info["n_duplicates_merged"] == 3 and len(merged.X) == 12
+    central, _ = release_table(patient_vectors(visits, FEATURES)[0].to_numpy(), "none", np.inf, 1e-5, 2.0)
+    np.testing.assert_allclose(merged.X[np.argsort(merged.truth_group)], central, atol=1e-12)
+    client = client_side_release(tables, "gaussian_analytic", 1.0, 1e-5, 2.0, seed=0)
+    assert len(client.X) == 15 and client.patient_epsilon == 2.0
+
+
+def test_the_patient_table_is_the_release_condition():
+    from eegprivacy.studies.release.scenarios import condition_windows
+
+    frame = _one_recording_windows()
+    assert condition_windows(frame, "toy", None) is frame  # one condition per patient: the whole table
+    assert set(condition_windows(frame, "toy", "patient")["label"]) == {1}
+    with pytest.raises(ValueError, match="no window of condition 'rest'"):
+        condition_windows(frame, "toy", "rest")
+    mixed = frame.assign(condition=np.where(frame["t_start"] < 30, "rest", "task"))
+    with pytest.raises(ValueError, match="set dp_release.datasets.toy.condition"):
+        condition_windows(mixed, "toy", None)
+
+
+def test_every_scenario_row_uses_the_one_threshold_grid(monkeypatch):
+    """The noiseless rows used the paper's narrower grid while the DP rows used the wide one; one grid now."""
+    from eegprivacy.studies.release import scenarios
+    from eegprivacy.studies.release.utility import THRESHOLD_GRID
+
+    grids = []
+
+    class Recorder:
+        def __init__(self, **kwargs):
+            grids.append(kwargs["threshold_grid"])
+            raise StopIteration
+
+    monkeypatch.setattr(scenarios, "LOSOEvaluation", Recorder)
+    frame = _windows()
+    for mechanism, epsilon in (("none", np.inf), ("gaussian_analytic", 1.0)):
+        with pytest.raises(StopIteration):
+            scenarios.scenario_rows("client_side", mechanism, epsilon, 0, frame, FEATURES, _deployment(), 2.0, 1e-5,
+                                    None)
+    assert len(grids) == 2 and all(np.array_equal(g, THRESHOLD_GRID) for g in grids)
+
+
+def _labelled_windows(n_patients=16, windows=4, d=6, effect=3.0, seed=0):
+    """Two recordings per patient whose features carry the label (shifted by ``effect`` for label 1)."""
+    rng = np.random.default_rng(seed)
+    rows = [{"subject": f"Subject{p:02d}", "recording": f"Subject{p:02d}_{r}", "label": p % 2,
+             **{f"f{i}": rng.normal(effect * (p % 2), 1.0) for i in range(d)}}
+            for p in range(n_patients) for r in (1, 2) for _ in range(windows)]
+    return pd.DataFrame(rows)
+
+
+def test_the_matched_null_scores_the_same_release_with_the_signal_removed():
+    from eegprivacy.studies.release import scenarios
+
+    frame = _labelled_windows()
+    config = _deployment(shared_fraction=0.25)
+
+    def auroc_of(arm, seed):
+        rows = scenarios.scenario_rows("client_side", "gaussian_analytic", 1e4, seed, frame, FEATURES, config, 2.0,
+                                       1e-5, None, arm)
+        return next(r["value"] for r in rows if r["metric"] == "auroc"), rows
+
+    release, rows = auroc_of("release", 0)
+    null, null_rows = auroc_of("matched_null", 0)
+    assert release > 0.9  # a strong label effect, almost no noise at ε = 10⁴
+    assert null < 0.7  # the same protocol on noise alone finds nothing
+    release_info = {r["metric"]: r["value"] for r in rows if r["protocol"] == "release"}
+    assert release_info == {r["metric"]: r["value"] for r in null_rows if r["protocol"] == "release"}  # same split
+    with pytest.raises(ValueError, match="unknown arm"):
+        scenarios.scenario_rows("client_side", "none", np.inf, 0, frame, FEATURES, config, 2.0, 1e-5, None, "null")
+
+
+def test_release_minus_null_is_paired_by_seed():
+    from eegprivacy.studies.release.scenarios import release_minus_null, summarise
+
+    def row(arm, seed, value, metric="auroc", mechanism="gaussian_analytic", epsilon=1.0):
+        return {"dataset": "toy", "scenario": "client_side", "mechanism": mechanism, "epsilon": epsilon,
+                "protocol": "threshold_free", "metric": metric, "seed": seed, "arm": arm, "value": value,
+                "chance": 0.5}
+
+    tidy = pd.DataFrame([row("release", 0, 0.9), row("matched_null", 0, 0.4), row("release", 1, 0.7),
+                         row("matched_null", 1, 0.6), row("release", 0, 0.95, mechanism="none", epsilon=np.inf),
+                         row("release", 0, 30.0, metric="n_rows"), row("matched_null", 0, 30.0, metric="n_rows")])
+    diff = release_minus_null(tidy).sort_values("seed")
+    np.testing.assert_allclose(diff["value"], [0.5, 0.1])
+    assert (diff["arm"] == "release_minus_null").all() and (diff["chance"] == 0.0).all()
+    summary = summarise(tidy)
+    entry = summary[summary["arm"] == "release_minus_null"].iloc[0]
+    assert entry["value"] == pytest.approx(0.3) and entry["n_seeds"] == 2 and entry["ci_over"] == "seeds"
+    assert entry["eps_unit"] == "release"
+    assert set(summary["arm"]) == {"release", "matched_null", "release_minus_null"}
+
+
+def test_release_noise_is_independent_per_mechanism_and_epsilon():
+    """The deployment layer seeds its noise from the seed it is given; the stage hands it one drawn per
+    (mechanism, ε, seed), so two ε on one split are not the same draw rescaled (common random numbers only as
+    dp_release's named option)."""
+    from eegprivacy.studies.release.scenarios import release_noise_seed
+
+    seeds = {(m, e, s): release_noise_seed(m, e, s) for m in ("gaussian_analytic", "laplace_formal")
+             for e in (1.0, 10.0) for s in (0, 1)}
+    assert len(set(seeds.values())) == len(seeds)
+    assert release_noise_seed("gaussian_analytic", 1.0, 0) == seeds[("gaussian_analytic", 1.0, 0)]
+    shared = {release_noise_seed(m, e, 0, common_random_numbers=True) for m, e, _ in seeds}
+    assert len(shared) == 1
+    frame = _labelled_windows().assign(**dict.fromkeys(FEATURES, 0.0))  # no signal: the release is its noise
+    tables = hospital_tables(frame, split_across_hospitals(frame, 3, 0.25, seed=0), FEATURES, 3)
+    noise = {e: client_side_release(tables, "gaussian_analytic", e, 1e-5, 2.0, noise_seed).X.ravel()
+             for e, noise_seed in ((1.0, release_noise_seed("gaussian_analytic", 1.0, 0)),
+                                   (10.0, release_noise_seed("gaussian_analytic", 10.0, 0)),
+                                   (20.0, release_noise_seed("gaussian_analytic", 1.0, 0)))}
+    assert abs(np.corrcoef(noise[1.0], noise[10.0])[0, 1]) < 0.2  # ε = 1 and ε = 10: independent draws
+    assert np.corrcoef(noise[1.0], noise[20.0])[0, 1] > 0.999  # one seed: one draw, rescaled

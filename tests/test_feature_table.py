@@ -89,3 +89,100 @@ def test_config_from_params_matches_defaults_and_hash_changes():
     assert FeaturePipelineConfig.from_params(params).config_hash() == FeaturePipelineConfig().config_hash()
     changed = FeaturePipelineConfig.from_params({**params, "preprocess": {**params["preprocess"], "notch_freq": 60}})
     assert changed.config_hash() != FeaturePipelineConfig().config_hash()
+
+
+# --- per-dataset feature settings -----------------------------------------------------------------------------
+
+PROJECT_PARAMS = Path(__file__).resolve().parents[1] / "params" / "features.yaml"
+SECTION = """
+preprocess: {l_freq: 0.5, h_freq: 70.0}
+welch: {nperseg: 256, noverlap: 128}
+datasets: {slow: {}, fast: {}}
+per_dataset:
+  slow:
+    preprocess: {h_freq: 60.0}
+    welch:
+      bands:
+        delta: [0.5, 4]
+        high_gamma_45_60: [45, 60]
+"""
+
+
+def _features_params(text: str):
+    import yaml
+
+    from eegprivacy.signal.table import FeaturesParams
+
+    return FeaturesParams.from_mapping(yaml.safe_load(text), "features.yaml", "features.")
+
+
+def test_per_dataset_overrides_merge_over_the_shared_blocks():
+    params = _features_params(SECTION)
+    shared, slow, fast = params.pipeline(), params.pipeline("slow"), params.pipeline("fast")
+    # a dataset without an entry gets the shared config, hash and all; so does an unknown name
+    assert fast == shared and fast.config_hash() == shared.config_hash()
+    assert params.pipeline("not_listed").config_hash() == shared.config_hash()
+    # the override replaces the keys it names and keeps the rest; bands (a YAML mapping) are replaced whole
+    assert (slow.preprocess.l_freq, slow.preprocess.h_freq) == (0.5, 60.0)
+    assert (slow.features.nperseg, slow.features.noverlap) == (256, 128)
+    assert slow.features.bands == (("delta", (0.5, 4.0)), ("high_gamma_45_60", (45.0, 60.0)))
+    assert slow.features.feature_names[4:] == ("delta", "high_gamma_45_60", "sef95")
+    assert slow.config_hash() != shared.config_hash()
+
+
+def test_project_params_keep_the_shared_config_where_a_dataset_has_no_override():
+    from eegprivacy.signal.table import FeaturesParams
+
+    params = FeaturesParams.load(PROJECT_PARAMS, "features")
+    today = FeaturePipelineConfig().config_hash()  # the code defaults: what eegmat and synthetic tables use
+    for name in params.datasets:
+        if name not in params.per_dataset:
+            assert params.pipeline(name).config_hash() == today, name
+    assert params.per_dataset and all(params.pipeline(n).config_hash() != today for n in params.per_dataset)
+
+
+def test_project_params_fit_every_listed_dataset_below_nyquist(data_root):
+    """At each sampling rate of each dataset the project lists, its config runs as written: no low-pass moved, no
+    notch skipped, no band dropped, unavailable or empty (the fallbacks are for user cohorts only)."""
+    from eegprivacy.data import get_dataset
+    from eegprivacy.signal import preprocess, sliding_windows, window_features
+    from eegprivacy.signal.table import FeaturesParams
+
+    params = FeaturesParams.load(PROJECT_PARAMS, "features")
+    assert "msu_schizophrenia" in params.datasets
+    rng = np.random.default_rng(0)
+    for name in params.datasets:
+        config = params.pipeline(name)
+        rates = {float(r.meta["sfreq"]) for r in get_dataset(name, **params.dataset_kwargs(name)).recordings()}
+        assert rates, name
+        for sfreq in rates:
+            data, flags = preprocess(rng.standard_normal((2, int(30 * sfreq))) * 1e-5, sfreq, config.preprocess)
+            _, feat_flags = window_features(sliding_windows(data, sfreq, config.window)[0], sfreq, config.features)
+            assert flags == [] and feat_flags == [], (name, sfreq, flags, feat_flags)
+    # the check can fail: MSU's rate under the shared config drops high gamma and moves the low-pass
+    data, flags = preprocess(rng.standard_normal((2, 30 * 128)) * 1e-5, 128.0, params.pipeline().preprocess)
+    _, feat_flags = window_features(sliding_windows(data, 128.0)[0], 128.0, params.pipeline().features)
+    assert flags == ["lowpass_clipped:60.8"] and feat_flags == ["band_dropped:high_gamma"]
+
+
+@pytest.mark.parametrize(("edit", "message"), [
+    ("per_dataset: {slwo: {preprocess: {h_freq: 60.0}}}",
+     r"features.per_dataset.slwo: 'slwo' is not a dataset of features.datasets \(fast, slow\)"),
+    ("per_dataset: {slow: {bands: {delta: [0.5, 4]}}}",
+     r"unknown block features.per_dataset.slow.bands; a dataset overrides preprocess, window, welch \(bands go in "
+     r"welch\)"),
+    ("per_dataset: {slow: [60]}", r"features.per_dataset.slow must be a mapping of blocks"),
+    ("per_dataset: {slow: {welch: 256}}", r"features.per_dataset.slow.welch must be a mapping of settings"),
+    ("per_dataset: {slow: {preprocess: {h_freq: 0.2}}}",
+     r"features.per_dataset.slow: l_freq \(0.5\) must be below h_freq \(0.2\)"),
+    ("per_dataset: {slow: {welch: {bands: {high_gamma: 45}}}}",
+     r"features.per_dataset.slow: band 'high_gamma' needs two edges in Hz, \[low, high\], got 45"),
+    ("per_dataset: {slow: {window: {lenght_s: 4}}}", r"features.per_dataset.slow: .*lenght_s"),
+    ("per_dataset: [slow]", r"features.per_dataset = \['slow'\] is invalid; it must be a mapping"),
+])
+def test_bad_per_dataset_settings_are_named(edit, message):
+    from eegprivacy.params import ParamsError
+
+    base = SECTION[:SECTION.index("per_dataset:")]
+    with pytest.raises(ParamsError, match=message):
+        _features_params(base + edit)

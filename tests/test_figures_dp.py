@@ -170,3 +170,33 @@ def test_duplicate_cells_raise():
     agg = synthetic_agg()
     with pytest.raises(ValueError, match="several rows"):
         utility_vs_epsilon(pd.concat([agg, agg.iloc[[5]]]))
+
+
+def _utility_summary() -> pd.DataFrame:
+    """A dp_utility summary of one dataset: baseline, control, a release and its null at three ε, a horizon."""
+    rows = [("baseline", "none", np.inf, 0.8), ("permuted", "permuted_labels", np.inf, 0.5)]
+    rows += [(arm, "gaussian_analytic", e, v) for e, rel in ((1, 0.55), (5, 0.7), (20, 0.78))
+             for arm, v in (("release", rel), ("matched_null", 0.5))]
+    frame = pd.DataFrame([{"dataset": "msu_schizophrenia", "arm": a, "mechanism": m, "epsilon": e,
+                           "protocol": p, "metric": metric, "value": v, "ci_low": v - 0.05, "ci_high": v + 0.05}
+                          for a, m, e, v in rows
+                          for p, metric in (("threshold_free", "auroc"), ("nested", "balanced_accuracy"))])
+    horizon = {"dataset": "msu_schizophrenia", "arm": "horizon", "mechanism": "gaussian_analytic", "epsilon": np.inf,
+               "protocol": "threshold_free", "metric": "auroc_horizon_epsilon", "value": 5.0, "ci_low": np.nan,
+               "ci_high": np.nan}
+    return pd.concat([frame, pd.DataFrame([horizon])], ignore_index=True)
+
+
+def test_release_vs_null_draws_release_null_levels_and_horizon():
+    from eegprivacy.reporting.release_figures import NULL_LABEL, release_vs_null
+
+    fig = release_vs_null(_utility_summary())
+    assert len(fig.axes) == 2  # AUROC and nested balanced accuracy for the one mechanism
+    labels = {t.get_text() for legend in fig.legends for t in legend.get_texts()}
+    assert {"release", NULL_LABEL, "non-private baseline", "label-permuted control", "utility horizon"} <= labels
+    top = fig.axes[0]
+    release_line = next(line for line in top.lines if line.get_label() == "release")
+    assert list(release_line.get_ydata()) == [0.55, 0.7, 0.78]
+    assert any(line.get_label() == "utility horizon" and line.get_xdata()[0] == 5.0 for line in top.lines)
+    with pytest.raises(ValueError, match="no release rows"):
+        release_vs_null(_utility_summary().query("arm != 'release'"))

@@ -5,7 +5,8 @@ the server over HTTP, as on several machines (README "Running across machines").
 
 Checked through Optuna's storage and the server's REST API only: the study holds exactly ``n_trials`` COMPLETE
 trials numbered 0..n-1 (none lost, none duplicated, no overshoot), both workers ran some, every trial is exactly
-one MLflow child run (under the parent of the worker that ran it) with its number and values, and the
+one MLflow child run (under the parent of the worker that ran it) with its number and values, each worker
+re-evaluated a front (one more child per front trial, param ``phase`` reevaluation), and the
 PostgreSQL password (given to the workers in the URL, to the server in a pgpass file) shows up nowhere.
 
 Skips only without PostgreSQL's server binaries (``.ci/run`` installs them when it runs as root).
@@ -133,9 +134,10 @@ def search(postgres, server, synthetic_features_dir, tmp_path_factory):
             "runs": ui.search_runs(server["base"], experiment)}
 
 
-def _split(runs):
+def _split(runs, phase="search"):
+    """(parents, children of ``phase``: search = one per trial, reevaluation = one per re-evaluated front trial)."""
     parents = [r for r in runs if "mlflow.parentRunId" not in ui.run_tags(r)]
-    children = [r for r in runs if "mlflow.parentRunId" in ui.run_tags(r)]
+    children = [r for r in runs if "mlflow.parentRunId" in ui.run_tags(r) and _params(r).get("phase") == phase]
     return parents, children
 
 
@@ -180,7 +182,15 @@ def test_every_trial_is_one_child_run(search):
         assert params["study_name"] == search["study"].study_name and params["mechanism"] == trial.params["mechanism"]
         assert float(params["epsilon"]) == pytest.approx(trial.params["epsilon"])
         metrics = {m["key"]: m["value"] for m in child["data"]["metrics"]}
-        assert [metrics["balanced_accuracy"], metrics["top1_accuracy"]] == pytest.approx(trial.values)
+        assert [metrics["auroc_minus_null"], metrics["top1_accuracy"]] == pytest.approx(trial.values)
+
+
+def test_each_worker_reevaluated_a_front(search):
+    parents, reevaluations = _split(search["runs"], "reevaluation")
+    numbers = {t.number for t in search["study"].get_trials(deepcopy=False)}
+    for parent in parents:  # each worker re-evaluates the front of the study as it stood when it finished
+        mine = [r for r in reevaluations if ui.run_tags(r)["mlflow.parentRunId"] == parent["info"]["run_id"]]
+        assert mine and {int(_params(r)["trial_number"]) for r in mine} <= numbers
 
 
 def test_artifacts_are_served(search):

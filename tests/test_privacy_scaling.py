@@ -20,7 +20,16 @@ from eegprivacy.privacy import DPFeatureReleaser, RobustFeatureScaler, make_mech
 from eegprivacy.privacy.accounting import basic_composition, split_budget
 from eegprivacy.privacy.scaling import DPQuantileScaler, PublicReferenceScaler, public_bounds
 from eegprivacy.studies.release.config import DPReleaseConfig, DPScalingConfig
-from eegprivacy.studies.release.scaling import scaling_sweeps, split_cohort
+from eegprivacy.studies.release.scaling import (
+    SOURCES,
+    budget,
+    predictions_dir,
+    scaling_cell,
+    scaling_release,
+    scaling_sweeps,
+    split_cohort,
+)
+from eegprivacy.studies.release.scaling_summary import summarise, summary_path
 from eegprivacy.studies.release.table import write_rows
 
 
@@ -211,18 +220,31 @@ def test_release_with_dp_quantiles_totals_by_composition(cohorts):
 TINY = {"dp_scaling": {"datasets": ["synthetic_clinical"], "public_fraction": 0.3333, "split_seed": 0,
                        "bounds_margin": 0.1, "mechanisms": ["gaussian_analytic", "laplace_formal"],
                        "total_epsilons": [50], "scaling_fraction": 0.2, "noise_seeds": 2, "n_jobs": 1}}
-# Only clip_norm, delta and the label are read from study A's release params; the rest completes the section.
+# Only the label, clip_norm, delta and common_random_numbers are read from study A's release params; the rest
+# completes the section.
 RELEASE = DPReleaseConfig.from_mapping({"clip_norm": 2.0, "delta": 1.0e-5, "epsilons": [1],
                                         "mechanisms": ["gaussian_analytic"], "noise_seeds": 1,
                                         "datasets": {"synthetic_clinical": {"label": "label"}}})
+def _run_stage(table, config: dict, folder, *, n_resamples: int = 400,
+               confidence: float = 0.95) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The dp_scaling stage on ``table``: its tidy rows and its summary rows, as their CSVs read back."""
+    plan, frames, cohorts = scaling_sweeps(table, DPScalingConfig.from_mapping(config), RELEASE, "label",
+                                           cells_dir=folder / "cells", progress=False)
+    metrics = folder / "metrics"
+    write_rows(frames, metrics / "dp_scaling_synthetic_clinical.csv")
+    summary = summarise(plan, predictions_dir(folder / "cells", table.dataset), cohorts.private.y,
+                        n_resamples=n_resamples, confidence=confidence)
+    summary = summary.assign(dataset=table.dataset, dataset_version=table.dataset_version, synthetic=table.synthetic,
+                             n_public=cohorts.n_public, n_features=int(table.X.shape[1]), eps_unit="subject")
+    write_rows([summary], summary_path(metrics, table.dataset))
+    return (pd.read_csv(metrics / "dp_scaling_synthetic_clinical.csv"),
+            pd.read_csv(summary_path(metrics, table.dataset)))
 
 
-def _scaling_rows(table, config: dict, folder) -> pd.DataFrame:
-    """The dp_scaling stage's tidy rows of ``table`` (as its CSV reads back)."""
-    frames, _ = scaling_sweeps(table, DPScalingConfig.from_mapping(config), RELEASE, "label",
-                               cells_dir=folder / "cells", progress=False)
-    write_rows(frames, folder / "metrics" / "dp_scaling_synthetic_clinical.csv")
-    return pd.read_csv(folder / "metrics" / "dp_scaling_synthetic_clinical.csv")
+def _cell_config(source: str, total: float, mechanism: str = "gaussian_analytic") -> dict:
+    delta = make_mechanism(mechanism, 1.0, 1e-5).delta
+    return {"mechanism": mechanism, "scaling_source": source, "delta": delta, "clip_norm": 2.0,
+            **budget(source, total, delta, 0.2)}
 
 
 def test_split_cohort_is_seeded_stratified_and_disjoint():
@@ -235,30 +257,101 @@ def test_split_cohort_is_seeded_stratified_and_disjoint():
         split_cohort(np.array([0] * 10 + [1]), 0.3, 0)  # one class would be missing from a part
 
 
+def test_epsilon_cells_draw_independent_noise_and_sources_share_a_draw(cohorts):
+    """Each total ε draws its own noise (not one draw rescaled); the private and public-reference sources at one
+    (mechanism, ε, seed) share theirs (the paired design); a release and its matched null share theirs."""
+    public, private = cohorts
+    reference, bounds = PublicReferenceScaler().fit(public), public_bounds(public)
+
+    def noise(source, total, X=private, seed=0):
+        releaser, released = scaling_release(_cell_config(source, total), seed, X, reference, bounds)
+        return (released - releaser.clipped_) / releaser.release_info()["noise_scale"]  # the standardised draw
+
+    draws = [noise("private", eps) for eps in (1.0, 5.0, 10.0)]
+    for a, b in ((0, 1), (0, 2), (1, 2)):
+        assert abs(np.corrcoef(draws[a].ravel(), draws[b].ravel())[0, 1]) < 0.5  # independent, not rescaled
+    assert not np.allclose(noise("private", 5.0, seed=1), draws[1])  # and every seed its own
+    np.testing.assert_allclose(noise("public_reference", 5.0), draws[1])  # same release ε: the same draw
+    np.testing.assert_allclose(noise("private", 5.0, X=np.zeros_like(private)), draws[1])  # the matched null's
+    np.testing.assert_allclose(noise("dp_quantiles", 5.0, X=np.zeros_like(private)), noise("dp_quantiles", 5.0))
+    assert abs(np.corrcoef(noise("dp_quantiles", 5.0).ravel(), draws[1].ravel())[0, 1]) < 0.5  # release ε 4
+
+
+def test_matched_null_is_a_zero_signal_table(cohorts):
+    """Every source maps the zero table to one row repeated (no patient differs from another before the noise)."""
+    public, private = cohorts
+    reference, bounds = PublicReferenceScaler().fit(public), public_bounds(public)
+    for source in SOURCES:
+        releaser, _ = scaling_release(_cell_config(source, 5.0), 0, np.zeros_like(private), reference, bounds)
+        assert np.ptp(releaser.clipped_, axis=0).max() == 0.0, source
+
+
+def test_every_arm_uses_the_one_threshold_grid(cohorts, monkeypatch):
+    """The no-DP reference, a release and its matched null all choose thresholds from THRESHOLD_GRID (the paper
+    used a narrower grid for the non-private row)."""
+    from eegprivacy.studies.release import scaling
+    from eegprivacy.studies.release.utility import THRESHOLD_GRID
+
+    grids = []
+
+    class Recording(scaling.LOSOEvaluation):
+        def __init__(self, **kwargs):
+            grids.append(kwargs["threshold_grid"])
+            super().__init__(**kwargs)
+
+    monkeypatch.setattr(scaling, "LOSOEvaluation", Recording)
+    public, private = cohorts
+    y = np.arange(len(private)) % 2
+    kwargs = dict(X=private, y=y, groups=np.arange(len(y)), reference=PublicReferenceScaler().fit(public),
+                  bounds=public_bounds(public), private_stats=RobustFeatureScaler().fit(private))
+    for arm in ("baseline", "release", "matched_null"):
+        scaling_cell({**_cell_config("private", 5.0), "arm": arm}, 0, **kwargs)
+    assert len(grids) == 3 and all(np.array_equal(g, THRESHOLD_GRID) for g in grids)
+
+
 @pytest.mark.slow
 def test_dp_scaling_stage_end_to_end(tmp_path):
     from _patient_tables import synthetic_patient_table
 
     from eegprivacy.cli import main
 
-    table = synthetic_patient_table(12, 6, 5, seed=0)
-    rows = _scaling_rows(table, TINY["dp_scaling"], tmp_path)
-    assert {"scaling_source", "total_epsilon", "release_epsilon", "scaling_epsilon", "end_to_end"} <= set(rows)
-    cells = rows.drop_duplicates(["mechanism", "scaling_source", "seed"]).set_index(["mechanism", "scaling_source",
-                                                                                       "seed"])
-    assert len(cells) == 2 + 2 * 3 * 2  # no-DP baseline × seeds + mechanisms × sources × seeds
-    dpq = cells.loc[("gaussian_analytic", "dp_quantiles", 0)]
+    table = synthetic_patient_table(24, 12, 5, seed=0)
+    table.X.loc[:, :] = table.X.to_numpy() + 2.0 * table.y[:, None]  # a 3-SD label shift: learnable through DP
+    rows, summary = _run_stage(table, TINY["dp_scaling"], tmp_path)
+    assert {"arm", "scaling_source", "total_epsilon", "release_epsilon", "scaling_epsilon", "end_to_end"} <= set(rows)
+    cells = rows.drop_duplicates(["arm", "mechanism", "scaling_source", "seed"]).set_index(
+        ["arm", "mechanism", "scaling_source", "seed"])
+    assert len(cells) == 2 + 2 * 2 * 3 * 2  # baseline × seeds + (release, null) × mechanisms × sources × seeds
+    dpq = cells.loc[("release", "gaussian_analytic", "dp_quantiles", 0)]
     assert (dpq.scaling_epsilon, dpq.release_epsilon, dpq.total_epsilon) == pytest.approx((10.0, 40.0, 50.0))
-    assert bool(dpq.end_to_end) and not bool(cells.loc[("gaussian_analytic", "private", 0)].end_to_end)
-    assert bool(cells.loc[("laplace_formal", "public_reference", 1)].end_to_end)
-    assert rows.n_patients.iloc[0] == 12 and rows.n_public.iloc[0] == 6  # the public cohort is never evaluated
+    assert bool(dpq.end_to_end) and not bool(cells.loc[("release", "gaussian_analytic", "private", 0)].end_to_end)
+    assert bool(cells.loc[("matched_null", "laplace_formal", "public_reference", 1)].end_to_end)
+    assert rows.n_patients.iloc[0] == 24 and rows.n_public.iloc[0] == 12  # the public cohort is never evaluated
     ba = rows[rows.metric == "balanced_accuracy"]
     assert set(ba.protocol) == {"optimistic"} and ba.value.between(0, 1).all()
+    auroc = rows[rows.metric == "auroc"]
+    assert set(auroc.protocol) == {"threshold_free"} and len(auroc) == len(cells)  # every cell, baseline included
+    assert rows[(rows.arm == "matched_null") & (rows.protocol == "intrinsic")].empty  # diagnostics: releases only
+
+    # the summary: intervals over patients and seeds; a learnable table at ε = 50 clears its null
+    diff = summary[(summary.arm == "release_minus_null") & (summary.metric == "auroc")]
+    assert len(diff) == 2 * 3 and (diff.ci_over == "subjects+seeds").all() and (diff.n_seeds == 2).all()
+    assert (diff.ci_low <= diff.value).all() and (diff.value <= diff.ci_high).all()
+    assert diff.correction.str.contains("holm over 6").all()
+    private = diff[(diff.scaling_source == "private") & (diff.mechanism == "gaussian_analytic")].iloc[0]
+    assert private.ci_low > 0 and bool(private.keeps_utility)
+    cost = summary[(summary.arm == "cost_vs_private") & (summary.metric == "auroc")]
+    assert set(cost.scaling_source) == {"public_reference", "dp_quantiles"} and len(cost) == 4
+    release = summary[(summary.arm == "release") & (summary.metric == "auroc")].set_index(["mechanism",
+                                                                                          "scaling_source"])
+    for r in cost.itertuples():
+        assert r.value == pytest.approx(release.loc[(r.mechanism, "private")].value
+                                        - release.loc[(r.mechanism, r.scaling_source)].value)
 
     client = mlflow.MlflowClient()
     runs = client.search_runs([client.get_experiment_by_name("study-a-dp-release").experiment_id], max_results=100)
     children = [r for r in runs if "mlflow.parentRunId" in r.data.tags and r.data.tags["mechanism"] != "none"]
-    assert len(children) == 12
+    assert len(children) == 24
     for child in children:
         tags = child.data.tags
         assert float(tags["epsilon"]) == 50.0 and tags["synthetic"] == "true"  # the total ε
@@ -269,12 +362,45 @@ def test_dp_scaling_stage_end_to_end(tmp_path):
     params.write_text(yaml.safe_dump(TINY))
     assert main(["dp-scaling-aggregate", "--params", str(params), "--metrics-dir", str(metrics_dir),
                  "--figures-dir", str(tmp_path / "fig"), "--plots-dir", str(tmp_path / "plots")]) == 0
-    summary = json.loads((metrics_dir / "dp_scaling.json").read_text())["synthetic_clinical"]
-    entry = summary["results"]["gaussian_analytic"]["dp_quantiles"]["epsilon_50"]
-    assert entry["total_epsilon"] == 50.0 and entry["end_to_end"] is True and entry["balanced_accuracy"]["n"] == 2
-    assert "utility_cost_vs_private_scaling" in entry
-    assert summary["results"]["gaussian_analytic"]["private"]["epsilon_50"]["end_to_end"] is False
+    headline = json.loads((metrics_dir / "dp_scaling.json").read_text())["synthetic_clinical"]
+    assert headline["n_private_patients"] == 24 and headline["n_public_patients"] == 12
+    entry = headline["results"]["gaussian_analytic"]["dp_quantiles"]["epsilon_50"]
+    assert entry["total_epsilon"] == 50.0 and entry["end_to_end"] is True
+    assert set(entry["auroc"]) == {"release", "matched_null", "release_minus_null", "cost_vs_private"}
+    assert headline["intervals"] == {"ci_over": "subjects+seeds", "confidence": 0.95, "n_patients": 24, "n_seeds": 2}
+    assert headline["corrections"]["release_minus_null"] == "holm over 6 (mechanism, scaling source, ε) cells"
+    assert isinstance(entry["auroc"]["cost_vs_private"]["costs_utility"], bool)
+    paper = headline["results"]["gaussian_analytic"]["private"]["epsilon_50"]
+    assert paper["end_to_end"] is False and "cost_vs_private" not in paper["auroc"]
+    assert paper["auroc"]["release_minus_null"]["keeps_utility"] is True
+    assert headline["utility_horizons"]["gaussian_analytic"]["private"]["auroc"] == 50.0
+    assert headline["baseline_no_dp_private_cohort"]["auroc"]["value"] > 0.5
+    plot = pd.read_csv(tmp_path / "plots" / "dp_scaling.csv")
+    assert {"auroc", "total_epsilon", "arm"} <= set(plot) and set(plot.arm) == {"release", "matched_null",
+                                                                                "release_minus_null"}
     assert (tmp_path / "fig" / "dp_scaling.png").stat().st_size > 0
+
+
+@pytest.mark.slow
+def test_a_zero_signal_table_sits_at_its_matched_null(tmp_path):
+    """No signal in the table (features independent of the label): no source keeps utility after the table's
+    Holm correction, and at the table's family-wise level (Bonferroni over its 6 cells per metric) every
+    release − null interval covers 0 (single 95% intervals may miss 0 now and then: that is what the correction
+    is for). At ε = 50 the noise hides least of the table: the hardest case for a null built from zeros."""
+    from _patient_tables import synthetic_patient_table
+
+    table = synthetic_patient_table(24, 12, 5, seed=3)
+    table.X.loc[:, :] = np.random.default_rng(3).normal(size=table.X.shape)  # the label-shift removed
+    config = {**TINY["dp_scaling"], "mechanisms": ["gaussian_analytic"], "total_epsilons": [5, 50],
+              "noise_seeds": 3}
+    _, summary = _run_stage(table, config, tmp_path, n_resamples=1000, confidence=1 - 0.05 / 6)
+    diff = summary[summary.arm == "release_minus_null"]
+    assert len(diff) == 2 * 3 * 2  # metrics × sources × ε
+    assert ((diff.ci_low <= 0) & (diff.ci_high >= 0)).all(), diff[["scaling_source", "epsilon", "metric", "value",
+                                                                   "ci_low", "ci_high"]]
+    assert (diff.p_holm >= 0.05).all() and not diff.keeps_utility.astype(str).eq("True").any()
+    horizons = summary[summary.arm == "horizon"]
+    assert len(horizons) == 2 * 3 and horizons.value.isna().all()
 
 
 @pytest.mark.slow
@@ -282,7 +408,8 @@ def test_dp_scaling_rows_do_not_depend_on_the_number_of_processes(tmp_path):
     from _patient_tables import synthetic_patient_table
 
     table = synthetic_patient_table(12, 6, 5, seed=1)
-    tables = {n_jobs: _scaling_rows(table, {**TINY["dp_scaling"], "mechanisms": ["laplace_formal"], "n_jobs": n_jobs},
-                                    tmp_path / f"jobs{n_jobs}") for n_jobs in (1, 2)}
-    assert set(tables[1]["scaling_source"]) == {"none", "private", "public_reference", "dp_quantiles"}
-    pd.testing.assert_frame_equal(tables[1], tables[2])
+    tables = {n_jobs: _run_stage(table, {**TINY["dp_scaling"], "mechanisms": ["laplace_formal"], "n_jobs": n_jobs},
+                                 tmp_path / f"jobs{n_jobs}") for n_jobs in (1, 2)}
+    assert set(tables[1][0]["scaling_source"]) == {"none", "private", "public_reference", "dp_quantiles"}
+    pd.testing.assert_frame_equal(tables[1][0], tables[2][0])
+    pd.testing.assert_frame_equal(tables[1][1], tables[2][1])

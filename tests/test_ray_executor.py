@@ -39,11 +39,12 @@ from eegprivacy.tracking import required_tags
 
 RAY = Path(sys.executable).with_name("ray")
 START_TIMEOUT_S = 90
-SMALL = {  # a small study-A sweep (tests/test_study_a_stages.py's, without the costly nested protocol): 10 cells
+SMALL = {  # a small study-A sweep (tests/test_study_a_stages.py's, without the costly nested protocol): 18 cells
     "dp_release": {"clip_norm": 2.0, "delta": 1.0e-5, "epsilons": [1, 10],
                    "mechanisms": ["gaussian_analytic", "laplace_implemented"], "noise_seeds": 2,
                    "datasets": {"synthetic_clinical": {"label": "label"}}},
-    "dp_utility": {"baseline_mlp_seeds": 1, "nested_seeds": 0, "n_jobs": 1, "figure_epsilon": 10},
+    "dp_utility": {"mechanisms": ["gaussian_analytic", "laplace_implemented"], "baseline_mlp_seeds": 1, "nested_seeds": 0,
+                   "n_jobs": 1, "figure_epsilon": 10, "bootstrap": 200},
 }
 
 
@@ -148,9 +149,9 @@ def cluster():
 
 def _dp_utility_rows(folder: Path, table) -> pd.DataFrame:
     """The dp_utility stage's tidy rows for the SMALL sweep on ``table``, computed by the current executor."""
-    frames = utility_sweeps(table, DPReleaseConfig.from_mapping(SMALL["dp_release"]),
-                            DPUtilityConfig.from_mapping(SMALL["dp_utility"]), "label", cells_dir=folder / "cells",
-                            progress=False)
+    _, frames = utility_sweeps(table, DPReleaseConfig.from_mapping(SMALL["dp_release"]),
+                               DPUtilityConfig.from_mapping(SMALL["dp_utility"]), "label",
+                               cells_dir=folder / "cells", progress=False)
     write_rows(frames, folder / "rows.csv")
     return pd.read_csv(folder / "rows.csv")
 
@@ -170,7 +171,7 @@ def test_study_a_sweep_on_two_nodes_equals_the_local_rows(cluster, tmp_path, mon
     started = time.perf_counter()
     remote = _dp_utility_rows(tmp_path / "ray", table)
     ray_s = time.perf_counter() - started
-    print(f"\nsmall dp_utility sweep (10 cells): local {local_s:.1f} s, Ray 2 nodes {ray_s:.1f} s")
+    print(f"\nsmall dp_utility sweep (18 cells): local {local_s:.1f} s, Ray 2 nodes {ray_s:.1f} s")
 
     assert set(local["mechanism"]) == {"none", "permuted_labels", "gaussian_analytic", "laplace_implemented"}
     pd.testing.assert_frame_equal(local, remote)

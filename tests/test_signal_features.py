@@ -51,17 +51,20 @@ def manual_band_powers(freqs, psd, fs):
         if lo >= nyq:
             out.append(np.full(psd.shape[:-1], np.nan))
             continue
-        top = name == "high_gamma" or hi > nyq
-        hi = min(hi, nyq)
+        if hi > nyq:  # dropped, not clipped: the column would claim power the data cannot hold
+            out.append(np.full(psd.shape[:-1], np.nan))
+            continue
+        top = name == "high_gamma"  # the top configured band's upper edge is inclusive
         sel = (freqs >= lo) & ((freqs <= hi) if top else (freqs < hi))
         out.append(psd[..., sel].sum(axis=-1) * df)
     return np.stack(out, axis=-1)
 
 
-def brute_force_sef(freqs, psd, lo, hi, fraction=0.95, step=1e-3):
-    """First point of a fine grid where the cumulative (cell-spread) power reaches ``fraction`` of the total."""
+def brute_force_sef(freqs, psd, lo, hi, fraction=0.95, step=1e-3, inclusive=True):
+    """First point of a fine grid where the cumulative (cell-spread) power reaches ``fraction`` of the total
+    (over the bins in [lo, hi], or [lo, hi) when not ``inclusive``)."""
     df = freqs[1] - freqs[0]
-    sel = (freqs >= lo) & (freqs <= hi)
+    sel = (freqs >= lo) & ((freqs <= hi) if inclusive else (freqs < hi))
     f, p = freqs[sel], psd[..., sel]
     grid = np.arange(lo, hi + step, step)
     covered = np.clip((grid[:, None] - (f[None, :] - df / 2)) / df, 0, 1)  # (n_grid, n_bins)
@@ -129,12 +132,14 @@ def test_sef_of_two_sines_sits_at_the_higher_one_once_it_carries_over_5_percent(
 
 def test_sef_matches_brute_force_search_on_random_spectra():
     rng = np.random.default_rng(3)
-    for sfreq, hi in ((256.0, 70.0), (500.0, 70.0), (100.0, 50.0)):
+    # at 100 Hz high gamma is dropped, so the range ends at gamma's (exclusive) 45-Hz edge
+    for sfreq, hi, inclusive in ((256.0, 70.0, True), (500.0, 70.0, True), (100.0, 45.0, False)):
         x = np.cumsum(rng.standard_normal((6, 2, 512)), axis=-1) * 1e-6  # red noise: SEF well inside the range
         x += rng.standard_normal(x.shape) * 3e-6
         feats, _ = window_features(x, sfreq)
         freqs, psd = manual_welch(x * 1e6, sfreq)
-        np.testing.assert_allclose(feats[..., IDX["sef95"]], brute_force_sef(freqs, psd, 0.5, hi), atol=2e-3)
+        np.testing.assert_allclose(feats[..., IDX["sef95"]], brute_force_sef(freqs, psd, 0.5, hi, inclusive=inclusive),
+                                   atol=2e-3)
 
 
 def _band_limited_noise(rng, sfreq, n_times, f_hi):
@@ -145,13 +150,13 @@ def _band_limited_noise(rng, sfreq, n_times, f_hi):
 
 
 @pytest.mark.parametrize(("sfreq", "f_hi", "range_hi"), [(256.0, 40.0, 70.0), (256.0, 20.0, 70.0),
-                                                         (500.0, 250.0, 70.0), (100.0, 50.0, 50.0)])
+                                                         (500.0, 250.0, 70.0), (100.0, 50.0, 45.0)])
 def test_sef_of_band_limited_white_noise(sfreq, f_hi, range_hi):
     rng = np.random.default_rng(4)
     x = _band_limited_noise(rng, sfreq, int(sfreq * 200), f_hi) * 1e-5
     windows, _ = sliding_windows(x[None], sfreq)
     feats, _ = window_features(windows, sfreq)
-    top = min(f_hi, range_hi)  # the SEF only sees 0.5 Hz .. min(70 Hz, Nyquist)
+    top = min(f_hi, range_hi)  # the SEF only sees 0.5 Hz .. the highest band kept (70 Hz; 45 Hz at 100 Hz)
     expected = 0.5 + 0.95 * (top - 0.5)
     df = sfreq / 256
     assert abs(np.median(feats[:, 0, IDX["sef95"]]) - expected) < df
@@ -227,25 +232,65 @@ def test_units_follow_the_scale():
 
 # --- Nyquist, short windows, vectorisation -------------------------------------------------------------------------
 
-def test_sfreq_100_clips_high_gamma_at_nyquist_without_nans():
+def test_sfreq_100_drops_high_gamma_above_nyquist():
+    """High gamma (45-70 Hz) does not fit under a 50-Hz Nyquist: its column is NaN and flagged, never a clipped
+    45-50 Hz power under the 45-70 Hz name; the other features stay finite and SEF95 ends at gamma's 45 Hz."""
     sfreq = 100.0
-    x = sine(47.0, sfreq, 400, 10e-6, n_channels=2)
+    x = sine(47.0, sfreq, 400, 10e-6, n_channels=2) + sine(20.0, sfreq, 400, 10e-6, n_channels=2)
     feats, flags = window_features(as_windows(x), sfreq, FeatureConfig())
-    assert "band_clipped:high_gamma" in flags and not any(f.startswith("band_unavailable") for f in flags)
-    assert np.isfinite(feats).all()
-    assert feats[0, 0, IDX["high_gamma"]] == pytest.approx(50.0, rel=0.02)  # 47 Hz is inside the clipped band
-    assert feats[0, 0, IDX["sef95"]] <= 50.0
+    assert "band_dropped:high_gamma" in flags and not any(f.startswith("band_clipped") for f in flags)
+    assert not any(f.startswith("band_unavailable") for f in flags)
+    assert np.isnan(feats[..., IDX["high_gamma"]]).all()
+    assert np.isfinite(np.delete(feats, IDX["high_gamma"], axis=-1)).all()
+    assert (feats[..., IDX["sef95"]] <= 45.0).all()
 
 
-def test_sfreq_80_makes_high_gamma_unavailable():
+def test_a_band_renamed_for_its_edges_below_nyquist_is_kept():
+    """The same 100-Hz data with high gamma given the edges it can have (45-50 Hz, its top at Nyquist): kept,
+    unflagged, and it holds the 47-Hz sine's A²/2."""
+    sfreq = 100.0
+    bands = {**{n: e for n, e in BANDS.items() if n != "high_gamma"}, "high_gamma_45_50": (45, 50)}
+    config = FeatureConfig(bands=bands)
+    feats, flags = window_features(as_windows(sine(47.0, sfreq, 400, 10e-6)), sfreq, config)
+    assert flags == [] and np.isfinite(feats).all()
+    assert feats[0, 0, config.feature_names.index("high_gamma_45_50")] == pytest.approx(50.0, rel=0.02)
+
+
+def test_sef_range_ends_at_the_highest_kept_band():
+    """White noise at 100 Hz: with high gamma dropped, SEF95 is computed over 0.5-45 Hz (about 42.8 Hz for a flat
+    spectrum), not up to Nyquist (about 47.5 Hz); it equals a brute-force SEF over the kept bands' bins."""
+    sfreq = 100.0
+    x = np.random.default_rng(11).standard_normal((1, 8, 400)) * 1e-5
+    feats, flags = window_features(x, sfreq)
+    assert flags == ["band_dropped:high_gamma"]
+    freqs, psd = manual_welch(x[0] * 1e6, sfreq)
+    # gamma's top edge is exclusive: high gamma, the top configured band, is the inclusive one
+    expected = brute_force_sef(freqs, psd, 0.5, 45.0, inclusive=False)
+    np.testing.assert_allclose(feats[0, :, IDX["sef95"]], expected, atol=2e-3)
+    assert 40.0 < np.median(feats[0, :, IDX["sef95"]]) < 45.0
+
+
+def test_every_band_above_nyquist_leaves_sef_undefined():
+    feats, flags = window_features(np.ones((2, 1, 64)) * 1e-6 + np.arange(64) * 1e-7, 32.0,
+                                   FeatureConfig(bands={"wide": (0.5, 20)}))
+    assert flags == ["nperseg_reduced:64", "band_dropped:wide", "sef_undefined:no_bins"]
+    assert np.isnan(feats[..., 4:]).all() and np.isfinite(feats[..., :4]).all()
+
+
+def test_band_edges_must_be_a_pair():
+    with pytest.raises(ValueError, match=r"band 'gamma' needs two edges in Hz, \[low, high\], got 30"):
+        FeatureConfig(bands={"gamma": 30})
+
+
+def test_sfreq_80_makes_high_gamma_unavailable_and_drops_gamma():
     sfreq = 80.0
     rng = np.random.default_rng(7)
     feats, flags = window_features(rng.standard_normal((4, 2, 160)) * 1e-5, sfreq)
-    assert "band_unavailable:high_gamma" in flags and "band_clipped:gamma" in flags
-    assert np.isnan(feats[..., IDX["high_gamma"]]).all()
-    others = np.delete(feats, IDX["high_gamma"], axis=-1)
-    assert np.isfinite(others).all()
-    assert (feats[..., IDX["sef95"]] <= 40.0).all()
+    assert "band_unavailable:high_gamma" in flags and "band_dropped:gamma" in flags
+    missing = [IDX["gamma"], IDX["high_gamma"]]
+    assert np.isnan(feats[..., missing]).all()
+    assert np.isfinite(np.delete(feats, missing, axis=-1)).all()
+    assert (feats[..., IDX["sef95"]] <= 30.0).all()  # beta's top edge: the highest band kept at 80 Hz
 
 
 def test_short_windows_reduce_nperseg_and_say_so():

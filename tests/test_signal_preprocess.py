@@ -5,8 +5,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from eegprivacy.signal import (FEATURE_NAMES, PreprocessConfig, WindowConfig, preprocess, preprocess_raw,
-                               sliding_windows, window_features)
+from eegprivacy.signal import (
+    FEATURE_NAMES,
+    PreprocessConfig,
+    WindowConfig,
+    preprocess,
+    preprocess_raw,
+    sliding_windows,
+    window_features,
+)
 
 NO_REF = PreprocessConfig(average_reference=False)
 
@@ -70,16 +77,16 @@ def test_input_is_not_modified_and_output_is_float64():
     assert y.dtype == np.float64 and y.shape == x.shape
 
 
-def test_sfreq_100_clips_lowpass_and_skips_notch_then_clips_high_gamma():
+def test_sfreq_100_clips_lowpass_and_skips_notch_then_drops_high_gamma():
     sfreq = 100.0
     rng = np.random.default_rng(2)
     y, flags = preprocess(rng.standard_normal((4, 60 * 100)) * 1e-5, sfreq)
     assert "lowpass_clipped:47.5" in flags and "notch_skipped" in flags
     windows, _ = sliding_windows(y, sfreq)
     feats, feat_flags = window_features(windows, sfreq)
-    assert "band_clipped:high_gamma" in feat_flags
-    assert not any(f.startswith("band_unavailable") for f in feat_flags)
-    assert np.isfinite(feats).all()
+    assert [f for f in feat_flags if f.startswith("band_")] == ["band_dropped:high_gamma"]
+    hg = FEATURE_NAMES.index("high_gamma")
+    assert np.isnan(feats[..., hg]).all() and np.isfinite(np.delete(feats, hg, axis=-1)).all()
 
 
 def test_sfreq_80_skips_notch_and_high_gamma_is_unavailable():
@@ -88,9 +95,9 @@ def test_sfreq_80_skips_notch_and_high_gamma_is_unavailable():
     y, flags = preprocess(rng.standard_normal((3, 60 * 80)) * 1e-5, sfreq)
     assert "notch_skipped" in flags and "lowpass_clipped:38" in flags
     feats, feat_flags = window_features(sliding_windows(y, sfreq)[0], sfreq)
-    assert "band_unavailable:high_gamma" in feat_flags
-    hg = FEATURE_NAMES.index("high_gamma")
-    assert np.isnan(feats[..., hg]).all() and np.isfinite(np.delete(feats, hg, axis=-1)).all()
+    assert [f for f in feat_flags if f.startswith("band_")] == ["band_dropped:gamma", "band_unavailable:high_gamma"]
+    missing = [FEATURE_NAMES.index("gamma"), FEATURE_NAMES.index("high_gamma")]
+    assert np.isnan(feats[..., missing]).all() and np.isfinite(np.delete(feats, missing, axis=-1)).all()
 
 
 def test_lowpass_below_nyquist_is_not_flagged():

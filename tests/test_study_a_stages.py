@@ -24,7 +24,8 @@ SMALL = {
     "dp_release": {"clip_norm": 2.0, "delta": 1.0e-5, "epsilons": [1, 10],
                    "mechanisms": ["gaussian_analytic", "laplace_implemented"], "noise_seeds": 2,
                    "datasets": {"synthetic_clinical": {"label": "label"}}},
-    "dp_utility": {"baseline_mlp_seeds": 2, "nested_seeds": 1, "n_jobs": 1, "figure_epsilon": 10},
+    "dp_utility": {"mechanisms": ["gaussian_analytic", "laplace_implemented"], "baseline_mlp_seeds": 2,
+                   "nested_seeds": 1, "nested_inner_folds": 3, "n_jobs": 1, "figure_epsilon": 10, "bootstrap": 200},
 }
 
 
@@ -50,6 +51,8 @@ def test_study_a_sweep_end_to_end(tmp_path, features_dir, monkeypatch):
     assert snr["gaussian_analytic", 10.0] > snr["gaussian_analytic", 1.0]  # less noise, better SNR
     utility_rows = pd.read_csv(tmp_path / "dp_utility_synthetic_clinical.csv")
     assert set(utility_rows["mechanism"]) == {"none", "permuted_labels", "gaussian_analytic", "laplace_implemented"}
+    assert set(utility_rows["arm"]) == {"baseline", "permuted", "release", "matched_null"}
+    assert set(utility_rows[utility_rows.metric == "auroc"]["protocol"]) == {"threshold_free"}
     nested = utility_rows[utility_rows.protocol == "nested"]
     assert set(nested["seed"]) == {0}  # the nested protocol runs on the first `nested_seeds` seeds only
     ba = utility_rows[utility_rows.metric == "balanced_accuracy"]
@@ -60,7 +63,12 @@ def test_study_a_sweep_end_to_end(tmp_path, features_dir, monkeypatch):
     runs = client.search_runs([experiment.experiment_id], max_results=1000)
     parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
     children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
-    assert len(parents) == 2 + 4  # dp_release per mechanism; dp_utility per mechanism + baseline + control
+    # dp_release per mechanism; dp_utility per mechanism (releases and their nulls) + baseline + control + summary
+    assert len(parents) == 2 + 4 + 1
+    summary_run = next(p for p in parents if p.info.run_name == "dp_utility-synthetic_clinical-summary")
+    assert {"utility_horizon/gaussian_analytic/auroc", "utility_horizon/laplace_implemented/auroc"} <= set(
+        summary_run.data.tags)
+    assert "baseline/threshold_free/auroc_ci_low" in summary_run.data.metrics
     for child in children:
         tags = child.data.tags
         assert tags["dataset_version"].startswith("synthetic-") and tags["synthetic"] == "true"
@@ -72,8 +80,8 @@ def test_study_a_sweep_end_to_end(tmp_path, features_dir, monkeypatch):
 
     # a second run finds every cell on disk and recomputes nothing
     assert main(["dp-utility", "--out", str(tmp_path / "again.csv"), *common]) == 0
-    latest = client.search_runs([experiment.experiment_id], order_by=["attributes.start_time DESC"],
-                                max_results=1)[0]
+    latest = client.search_runs([experiment.experiment_id], "attributes.run_name = 'dp_utility-synthetic_clinical-"
+                                "laplace_implemented'", order_by=["attributes.start_time DESC"], max_results=1)[0]
     assert latest.data.metrics["cells_resumed"] == latest.data.metrics["cells"]
     assert pd.read_csv(tmp_path / "again.csv")["value"].equals(utility_rows["value"])
 
@@ -81,10 +89,15 @@ def test_study_a_sweep_end_to_end(tmp_path, features_dir, monkeypatch):
     assert main(["dp-aggregate", "--params", str(params), "--metrics-dir", str(tmp_path), "--figures-dir",
                  str(tmp_path / "fig"), "--plots-dir", str(tmp_path / "plots")]) == 0
     summary = json.loads((tmp_path / "dp_release.json").read_text())["synthetic_clinical"]
-    assert summary["synthetic"] is True and summary["n_patients"] == 17
-    assert summary["baseline"]["optimistic"]["n"] == 2
-    assert summary["negative_control_permuted_labels"]["optimistic"]["n"] == 2
+    assert summary["synthetic"] is True and summary["n_patients"] == 17 and summary["eps_unit"] == "subject"
+    assert summary["baseline"]["auroc"]["n_seeds"] == 2 and summary["baseline"]["auroc"]["ci_over"] == "subjects+seeds"
+    assert summary["negative_control_permuted_labels"]["auroc"]["n_seeds"] == 2
+    assert summary["paper_protocol_optimistic"]["baseline_balanced_accuracy"]["n"] == 2
     assert set(summary["epsilon_10"]) == {"gaussian_analytic", "laplace_implemented"}
+    assert set(summary["epsilon_10"]["gaussian_analytic"]["auroc"]) == {"release", "matched_null",
+                                                                        "release_minus_null"}
+    assert set(summary["utility_horizons"]) == {"gaussian_analytic", "laplace_implemented"}
+    assert "in the clear" in summary["labels"]
     assert len(list((tmp_path / "fig").glob("dp_*.png"))) == 3
 
     # no patient identifier reaches any table the sweep wrote
@@ -106,7 +119,7 @@ def test_dp_utility_rows_do_not_depend_on_the_number_of_processes(tmp_path):
         folder = tmp_path / f"jobs{n_jobs}"
         utility = DPUtilityConfig.from_mapping({**SMALL["dp_utility"], "nested_seeds": 2, "nested_inner_folds": 3,
                                                 "n_jobs": n_jobs})
-        frames = utility_sweeps(table, release, utility, "label", cells_dir=folder / "cells", progress=False)
+        _, frames = utility_sweeps(table, release, utility, "label", cells_dir=folder / "cells", progress=False)
         write_rows(frames, folder / "rows.csv")
         tables[n_jobs] = pd.read_csv(folder / "rows.csv")
     assert set(tables[1][tables[1].protocol == "nested"]["seed"]) == {0, 1}

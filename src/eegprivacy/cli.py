@@ -28,8 +28,11 @@ MLflow run, and the rows are the same either way.
 
 
 def cmd_datasets(args) -> int:
-    """Print every registered dataset: local presence, version and counts."""
+    """Print every registered dataset: local presence, version and counts. A dataset that reads whatever part of
+    its public file list a copy holds (it has ``absent()``) also reports how many of the listed recordings are
+    present (``recordings`` shown as present/listed), so a cut-down copy is visible here."""
     from eegprivacy.data import REGISTRY, get_dataset
+    from eegprivacy.data._local import presence
 
     rows = []
     for name in REGISTRY:
@@ -46,6 +49,8 @@ def cmd_datasets(args) -> int:
                     dataset.version()
                 except Exception as err:  # noqa: BLE001
                     row["note"] = str(err).split(";")[0]
+            else:
+                row.update(presence(dataset))  # present/listed counts where the copy may be partial
             rows.append(row)
         except Exception as err:  # noqa: BLE001 - a listing must go on past one broken dataset
             rows.append({"dataset": name, "present": False, "note": f"{type(err).__name__}: {err}"})
@@ -58,8 +63,14 @@ def cmd_datasets(args) -> int:
         present = {True: "yes", False: "no", None: "-"}[row.get("present")]
         version = (row.get("version") or "")[:16]
         note = version + ("…" if version else "") or row.get("note") or ""
+        recordings = row.get("recordings") or "-"
+        if row.get("absent"):
+            recordings = f"{row['n_recordings_present']}/{row['n_recordings_listed']}"
         print(f"{row['dataset']:<20} {str(row.get('synthetic', '-')).lower():<9} {present:<8} "
-              f"{row.get('subjects') or '-':>8} {row.get('recordings') or '-':>10}  {note}")
+              f"{row.get('subjects') or '-':>8} {recordings:>10}  {note}")
+    if any(row.get("absent") for row in rows):
+        print("recordings n/m: n of the m recordings the dataset lists are present in this copy; its absent() names "
+              "the others")
     return 0
 
 

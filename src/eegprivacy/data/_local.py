@@ -41,6 +41,28 @@ def manifest_expected(name: str, keep=lambda rel: True) -> dict[str, Expected]:
     return {e.path: Expected(e.size, e.sha256) for e in load_manifest(name) if keep(e.path)}
 
 
+def present_or_all(base: Path, rels: Iterable[str]) -> list[str]:
+    """Of ``rels`` (relative to ``base``), those present; all of them when none is.
+
+    The rule of a loader that reads whatever part of a public file list a copy holds: a partial copy is normal,
+    but an empty one is a setup error, and reading all of the list then fails on the first missing file with a
+    :class:`DataMissingError` naming it, instead of listing an empty dataset.
+    """
+    rels = list(rels)
+    return [rel for rel in rels if (base / rel).is_file()] or rels
+
+
+def presence(dataset) -> dict[str, Any]:
+    """How much of its listed recordings a dataset's copy holds, for datasets that read a partial copy and name
+    the rest (they have ``absent()``): ``n_recordings_listed``, ``n_recordings_present`` and the ``absent`` file
+    names (public dataset file names, not pseudonyms). Empty for every other dataset. Reads the listing."""
+    if not callable(getattr(dataset, "absent", None)):
+        return {}
+    absent = sorted(dataset.absent())
+    present = len(dataset.recordings())
+    return {"n_recordings_listed": present + len(absent), "n_recordings_present": present, "absent": absent}
+
+
 def recording_meta(condition: str, label: int, sfreq: float, channels: Iterable[str], duration_s: float,
                    flags: Iterable[str] = (), **extra: Any) -> dict[str, Any]:
     """The metadata every recording carries, in the column formats of ``METADATA_COLUMNS``."""

@@ -2,6 +2,11 @@
 
 A dataset's version is the sha256 over its manifest lines ``path\\tsize\\tsha256`` of the files actually read,
 so two runs that saw byte-identical data share a version and any changed byte changes it.
+
+A shipped manifest lists a dataset's public files, not only the ones some copy holds: a loader can then tell a
+file the copy lacks (absent) from one that does not exist. Where the size or sha256 of a public file is not known
+here (the file was never available to check), its field is ``-`` (or empty) and reads as ``None``: the file is
+accepted when present, unverified, and its actual size and sha256 still enter the version.
 """
 
 from __future__ import annotations
@@ -10,6 +15,7 @@ import csv
 import hashlib
 import json
 import os
+import re
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -28,15 +34,38 @@ class ChecksumMismatchError(RuntimeError):
 @dataclass(frozen=True)
 class ManifestEntry:
     path: str  # relative to the dataset's folder inside the data root
-    size: int
-    sha256: str
+    size: int | None  # None: not known here
+    sha256: str | None  # None: not known here
+
+
+UNKNOWN = ("", "-")  # how a manifest writes "not known here" in the bytes or sha256 column
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
+def _field(name: str, line: int, column: str, text: str | None, parse):
+    """One bytes/sha256 cell: ``None`` when unknown, else parsed, else an error naming manifest, line and cell."""
+    if text is None:
+        raise ValueError(f"manifest {name}.tsv line {line}: no {column} column; write it, or '-' when it is not known")
+    text = text.strip()
+    if text in UNKNOWN:
+        return None
+    value = parse(text)
+    if value is None:
+        raise ValueError(f"manifest {name}.tsv line {line}: {column} is {text!r}; write a "
+                         f"{'byte count' if column == 'bytes' else '64-digit lowercase hex sha256'}, or '-' when it "
+                         "is not known")
+    return value
 
 
 def load_manifest(name: str) -> list[ManifestEntry]:
-    """Read the manifest ``<name>.tsv`` shipped inside the package (columns: path, bytes, sha256)."""
+    """Read the manifest ``<name>.tsv`` shipped inside the package (columns: path, bytes, sha256; ``-`` or an
+    empty cell = not known here, read as ``None``)."""
     text = resources.files("eegprivacy.data.manifests").joinpath(f"{name}.tsv").read_text()
     rows = csv.DictReader(text.splitlines(), delimiter="\t")
-    return [ManifestEntry(r["path"], int(r["bytes"]), r["sha256"]) for r in rows]
+    return [ManifestEntry(r["path"],
+                          _field(name, line, "bytes", r["bytes"], lambda t: int(t) if t.isdigit() else None),
+                          _field(name, line, "sha256", r["sha256"], lambda t: t if _SHA256.fullmatch(t) else None))
+            for line, r in enumerate(rows, start=2)]
 
 
 def _hash_cache_path() -> Path:

@@ -26,8 +26,11 @@ Caveats, kept visible rather than corrected:
 - In four files one pair of neighbouring channels correlates at r > 0.99 over the whole recording (possibly
   bridged electrodes): ``norm/S163W1`` P4/O2, ``sch/221w`` F4/F8, ``sch/454-1W`` T5/P3, ``sch/585w1`` T5/P3. They
   are loaded as they are and not flagged.
-- 128 Hz gives a 64-Hz Nyquist: study A's 70-Hz low-pass and its high-gamma band (45-70 Hz) are clipped, and
-  flagged, by the feature pipeline (``lowpass_clipped:60.8``, ``band_clipped:high_gamma``).
+- 128 Hz gives a 64-Hz Nyquist: study A's shared 70-Hz low-pass and high-gamma band (45-70 Hz) do not fit. The
+  project's params give this dataset its own feature settings (``features.per_dataset.msu_schizophrenia`` in
+  ``params/features.yaml``): a 0.5-60 Hz band-pass and high gamma renamed for its edges, ``high_gamma_45_60``.
+  Under the shared settings (e.g. as a user cohort) the feature pipeline moves the low-pass below Nyquist and
+  drops high gamma (NaN), and flags both (``lowpass_clipped:60.8``, ``band_dropped:high_gamma``).
 
 The shipped manifest ``manifests/msu_schizophrenia.tsv`` was generated from the data mirror's MANIFEST.tsv:
 ``awk -F'\\t' '$1=="msu-adolescent-schizophrenia"{sub("^msu-adolescent-schizophrenia/","",$2); print $2"\\t"$3"\\t"$4}'

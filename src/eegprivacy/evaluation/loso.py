@@ -14,6 +14,11 @@ held-out patient, so the nested protocol costs n(n-1)/2 extra fits instead of n(
 to the naive double loop (every fit uses the same seed and the same row order). ``inner_folds=k`` replaces the
 inner LOSO by a k-fold split of the outer training patients (``GroupKFold``), n*k extra fits: on 36 patients
 and k = 5, 180 instead of 630, for sweeps that cannot afford the full inner loop.
+
+Released labels: ``evaluate(..., y_fit=...)`` trains every model on labels other than the truth (e.g. labels
+released under randomized response, :class:`eegprivacy.privacy.RandomizedResponse`) and selects the nested
+thresholds on them too, as an analyst who only holds the release must, while every metric is scored against the
+true ``y``: how well does a model built from the release predict the true diagnosis.
 """
 
 from __future__ import annotations
@@ -96,6 +101,7 @@ class LOSOResult:
     threshold_grid: np.ndarray
     random_state: int | None
     inner_proba: np.ndarray | None = field(default=None, repr=False)  # [i, j]: P(j) trained without i and j
+    y_fit: np.ndarray | None = field(default=None, repr=False)  # per-patient training labels, if not y_true
 
     @property
     def metrics(self) -> dict[str, dict]:
@@ -112,6 +118,20 @@ def _positive_proba(estimator, X: np.ndarray) -> np.ndarray:
         return np.full(X.shape[0], 1.0 if classes[0] == POSITIVE else 0.0)
     proba = estimator.predict_proba(X)
     return proba[:, int(np.flatnonzero(classes == POSITIVE)[0])]
+
+
+def _binary_labels(y: np.ndarray, name: str) -> np.ndarray:
+    if not np.isin(y, (0, 1)).all():
+        raise ValueError(f"{name} must hold only 0 and 1 (1 = positive class)")
+    return y.astype(int)
+
+
+def _patient_labels(y: np.ndarray, rows_of: list[np.ndarray], name: str) -> np.ndarray:
+    """One label per patient (rows_of[k]: patient k's rows); a patient whose rows disagree is an error."""
+    y_patient = np.array([y[r[0]] for r in rows_of])
+    if any(np.any(y[r] != y_patient[k]) for k, r in enumerate(rows_of)):
+        raise ValueError(f"every patient must carry one label across all its rows ({name})")
+    return y_patient
 
 
 def _fit_predict_many(prototype, X, y, tasks, blas_threads: int | None = 1,
@@ -193,19 +213,26 @@ class LOSOEvaluation:
         )
         return [p for part in parts for p in part]
 
-    def evaluate(self, X, y, groups, fit_params: dict | None = None) -> LOSOResult:
+    def evaluate(self, X, y, groups, fit_params: dict | None = None, y_fit=None) -> LOSOResult:
         """LOSO over patients (`groups`); one probability per patient, rows of a patient averaged.
 
         ``fit_params``: row-aligned arrays passed to every fit, restricted to its training rows (e.g. the
-        hospital of each row for a federated estimator)."""
+        hospital of each row for a federated estimator).
+        ``y_fit``: row-aligned labels the models are trained on and the nested protocol selects its thresholds
+        on (e.g. labels released under randomized response), in place of ``y``; ``y`` stays the truth that
+        every metric, the optimistic threshold (which sees the evaluator's labels by definition) and
+        ``LOSOResult.y_true`` use. None trains on ``y``, exactly as without the argument."""
         X = np.asarray(X, dtype=float)
         y = np.asarray(y).ravel()
         groups = np.asarray(groups).ravel()
         if X.ndim != 2 or not (X.shape[0] == y.size == groups.size):
             raise ValueError(f"X must be 2-D with one row per label and group; got {X.shape}, {y.size}, {groups.size}")
-        if not np.isin(y, (0, 1)).all():
-            raise ValueError("y must hold only 0 and 1 (1 = positive class)")
-        y = y.astype(int)
+        y = _binary_labels(y, "y")
+        if y_fit is not None:
+            y_fit = np.asarray(y_fit).ravel()
+            if y_fit.size != y.size:
+                raise ValueError(f"y_fit has {y_fit.size} labels for {y.size} rows")
+            y_fit = _binary_labels(y_fit, "y_fit")
 
         _, first, codes = np.unique(groups, return_index=True, return_inverse=True)
         order = np.argsort(first)  # patient k = k-th patient to appear in `groups`
@@ -219,9 +246,8 @@ class LOSOEvaluation:
         if n < min_patients:
             raise ValueError(f"need at least {min_patients} patients, got {n}")
         rows_of = [np.flatnonzero(codes == k) for k in range(n)]
-        y_patient = np.array([y[r[0]] for r in rows_of])
-        if any(np.any(y[r] != y_patient[k]) for k, r in enumerate(rows_of)):
-            raise ValueError("every patient must carry one label across all its rows")
+        y_patient = _patient_labels(y, rows_of, "y")
+        y_fit_patient = y_patient if y_fit is None else _patient_labels(y_fit, rows_of, "y_fit")
 
         prototype = self.make_estimator()
         tasks = []
@@ -248,7 +274,7 @@ class LOSOEvaluation:
         for name, values in (fit_params or {}).items():
             if len(values) != X.shape[0]:
                 raise ValueError(f"fit_params[{name!r}] has {len(values)} entries for {X.shape[0]} rows")
-        results = self._run(prototype, X, y, tasks, fit_params)
+        results = self._run(prototype, X, y if y_fit is None else y_fit, tasks, fit_params)
 
         proba = np.empty(n)
         for k, p in zip(outer_patient, results[:n]):
@@ -267,7 +293,7 @@ class LOSOEvaluation:
                 bounds = np.cumsum([0] + [rows_of[j].size for j in held])
                 for j, a, b in zip(held, bounds[:-1], bounds[1:]):
                     inner[outer, j] = p[a:b].mean()
-            protocols["nested"] = self._nested(y_patient, proba, inner)
+            protocols["nested"] = self._nested(y_patient, proba, inner, y_fit_patient)
         return LOSOResult(
             y_true=y_patient,
             proba=proba,
@@ -275,6 +301,7 @@ class LOSOEvaluation:
             threshold_grid=self.threshold_grid,
             random_state=self.random_state,
             inner_proba=inner,
+            y_fit=None if y_fit is None else y_fit_patient,
         )
 
     def _protocol(self, name, y, proba, thresholds) -> ProtocolResult:
@@ -292,10 +319,11 @@ class LOSOEvaluation:
         threshold = best_f1_threshold(y, proba, self.threshold_grid)
         return self._protocol("optimistic", y, proba, np.full(y.size, threshold))
 
-    def _nested(self, y, proba, inner) -> ProtocolResult:
+    def _nested(self, y, proba, inner, y_select) -> ProtocolResult:
+        """Thresholds chosen on ``y_select`` (the labels the analyst holds), decisions scored against ``y``."""
         n = y.size
         thresholds = np.empty(n)
         for i in range(n):
             others = np.arange(n) != i
-            thresholds[i] = best_f1_threshold(y[others], inner[i, others], self.threshold_grid)
+            thresholds[i] = best_f1_threshold(y_select[others], inner[i, others], self.threshold_grid)
         return self._protocol("nested", y, proba, thresholds)

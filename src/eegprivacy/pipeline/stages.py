@@ -128,19 +128,22 @@ RELEASE = (f"{SRC}/signal/table.py", f"{SRC}/privacy", f"{SRC}/evaluation", f"{S
 FEDERATED = (f"{SRC}/data", f"{SRC}/signal", f"{SRC}/federated", f"{SRC}/models", f"{SRC}/attacks",
              f"{SRC}/evaluation", f"{SRC}/studies/federated")
 EEGMAT_VERSION = ("data/versions/eegmat.json",)
-STUDY_A = ("synthetic_clinical", "eegmat")
+STUDY_A = ("synthetic_clinical", "eegmat", "msu_schizophrenia")
+SCALING_DATASETS = ("synthetic_clinical", "eegmat", "msu_schizophrenia")  # dp_scaling runs per dataset on these
 
 
 STAGES: tuple[Stage, ...] = (
     Stage("dataset_version", "Hash a dataset's files (checked against its manifest) into its version file, so "
           "every downstream stage reruns when the data changes.",
           entry="experiments.dataset_version", code=(f"{SRC}/data",), support=MACHINERY,
-          outs=("data/versions/{item}.json",), reads=("params/features.yaml:features.datasets",), items=STUDY_A),
+          outs=("data/versions/{item}.json",), reads=("params/features.yaml:features.datasets",),
+          items=STUDY_A),
     Stage("features", "Preprocess (band-pass, 50 Hz notch, average reference), cut 2-s windows with 50% overlap "
           "and compute the 11 window features per channel of a dataset (cached per dataset version and feature "
           "config); parquet table, metrics JSON, a figure and an MLflow run.",
           entry="experiments.features", section="features", params_file="params/features.yaml",
-          config="eegprivacy.signal.table:FeaturesParams", section_keys=("preprocess", "window", "welch", "datasets"),
+          config="eegprivacy.signal.table:FeaturesParams",
+          section_keys=("preprocess", "window", "welch", "datasets", "per_dataset"),
           code=(f"{SRC}/data", f"{SRC}/signal"), support=(*MACHINERY, *REPORTING),
           inputs=("data/versions/{item}.json",),
           outs=("data/features/{item}.parquet", "metrics/features_{item}.json", "reports/figures/features_{item}.png"),
@@ -154,52 +157,61 @@ STAGES: tuple[Stage, ...] = (
           outs=("metrics/dp_release_{item}.csv",), items=STUDY_A, flags=("dataset", "progress", "cells", "out",
                                                                           "features_dir"),
           tolerance=1e-9),
-    Stage("dp_utility", "Study A: LOSO utility (MLP, the paper's optimistic and the nested threshold protocols) "
-          "of the non-private table, a permuted-label control and every DP release.",
+    Stage("dp_utility", "Study A: LOSO utility (MLP; AUROC, the nested and the paper's optimistic threshold "
+          "protocols, one grid) of the non-private table, a permuted-label control, every DP release and its matched "
+          "null; intervals over patients and seeds, release − null, utility horizons.",
           entry="experiments.dp_utility", section="dp_utility", params_file="params/dp_release.yaml",
           config="eegprivacy.studies.release.config:DPUtilityConfig", code=RELEASE, support=MACHINERY,
-          section_keys=("baseline_mlp_seeds", "nested_seeds", "nested_inner_folds", "n_jobs"),
+          section_keys=("mechanisms", "baseline_mlp_seeds", "nested_seeds", "nested_inner_folds", "n_jobs",
+                        "bootstrap", "confidence"),
           inputs=("data/features/{item}.parquet", "data/versions/{item}.json"),
-          outs=("metrics/dp_utility_{item}.csv",), reads=("params/dp_release.yaml:dp_release",), items=STUDY_A,
+          outs=("metrics/dp_utility_{item}.csv", "metrics/dp_utility_summary_{item}.csv"),
+          reads=("params/dp_release.yaml:dp_release",), items=STUDY_A,
           flags=("dataset", "progress", "cells", "out", "features_dir"), tolerance=1e-9),
-    Stage("dp_aggregate", "Study A: aggregate dp_release and dp_utility over seeds (mean and 95% CI), headline "
-          "JSON and the paper's figures.",
+    Stage("dp_aggregate", "Study A: each dataset's headline (release vs matched null, utility horizons), the "
+          "per-seed aggregate and the figures.",
           entry="experiments.dp_aggregate", section="dp_utility", params_file="params/dp_release.yaml",
           config="eegprivacy.studies.release.config:DPUtilityConfig", section_keys=("figure_epsilon",), code=RELEASE,
           support=(*MACHINERY, *REPORTING),
-          inputs=tuple(f"metrics/{s}_{d}.csv" for d in STUDY_A for s in ("dp_release", "dp_utility")),
+          inputs=tuple(f"metrics/{s}_{d}.csv" for d in STUDY_A
+                       for s in ("dp_release", "dp_utility", "dp_utility_summary")),
           outs=("metrics/dp_release.csv", "metrics/dp_release.json",
                 *(f"reports/figures/dp_{kind}_{d}.png" for d in STUDY_A for kind in ("utility", "intrinsic",
                                                                                        "confusion")),
                 "plots/dp_balanced_accuracy.csv"),
           reads=("params/dp_release.yaml:dp_release.datasets",), tolerance=1e-9),
-    Stage("table_attacks", "Study A: re-identification (task release vs resting-state auxiliary) and membership "
+    Stage("table_attacks", "Study A: re-identification (eegmat: task release vs resting-state auxiliary, "
+          "cross-condition; MSU: first vs second half of each recording, same-session halves) and membership "
           "inference on the released tables, per mechanism, ε and noise seed.",
           entry="experiments.table_attacks", section="table_attacks", params_file="params/table_attacks.yaml",
           config="eegprivacy.studies.release.config:TableAttacksConfig",
           code=(*RELEASE, f"{SRC}/attacks"), support=(*MACHINERY, *REPORTING),
-          inputs=("data/features/eegmat.parquet", *EEGMAT_VERSION),
-          outs=("metrics/table_attacks_eegmat.csv", "metrics/table_attacks_eegmat.json",
-                "reports/figures/table_attacks_eegmat.png"),
-          reads=("params/dp_release.yaml:dp_release.clip_norm", "params/dp_release.yaml:dp_release.delta"),
+          inputs=("data/features/{item}.parquet", "data/versions/{item}.json"),
+          outs=("metrics/table_attacks_{item}.csv", "metrics/table_attacks_{item}.json",
+                "reports/figures/table_attacks_{item}.png"),
+          reads=("params/dp_release.yaml:dp_release.clip_norm", "params/dp_release.yaml:dp_release.delta",
+                 "params/dp_release.yaml:dp_release.common_random_numbers"), items=("eegmat", "msu_schizophrenia"),
           flags=("dataset", "progress", "cells", "out", "features_dir"), tolerance=1e-9),
     Stage("dp_scenarios", "Study A: deployment scenarios (client-side, server-side with HMAC GlobalIDs, "
           "decentralised Flower FedAvg) of the DP release, scored under LOSO.",
           entry="experiments.dp_scenarios", section="deployment", params_file="params/deployment.yaml",
           config="eegprivacy.studies.release.config:DeploymentConfig",
           code=(*RELEASE, f"{SRC}/federated", f"{SRC}/attacks"), support=(*MACHINERY, *REPORTING),
-          inputs=("data/features/eegmat.parquet", *EEGMAT_VERSION),
-          outs=("metrics/dp_scenarios_eegmat.csv", "metrics/dp_scenarios_eegmat.json",
-                "reports/figures/dp_scenarios_eegmat.png"),
+          inputs=("data/features/{item}.parquet", "data/versions/{item}.json"),
+          outs=("metrics/dp_scenarios_{item}.csv", "metrics/dp_scenarios_{item}.json",
+                "reports/figures/dp_scenarios_{item}.png"),
           reads=("params/dp_release.yaml:dp_release.clip_norm", "params/dp_release.yaml:dp_release.delta",
-                 "params/dp_release.yaml:dp_release.datasets"),
+                 "params/dp_release.yaml:dp_release.datasets",
+                 "params/dp_release.yaml:dp_release.common_random_numbers"),
+          items=("eegmat", "msu_schizophrenia"),
           flags=("dataset", "progress", "cells", "out", "features_dir"), tolerance=1e-9),
-    Stage("optuna_study_a", "Study A: multi-objective Optuna search over (mechanism, ε, C): LOSO balanced accuracy "
-          "vs re-identification top-1 of the release.",
+    Stage("optuna_study_a", "Study A: multi-objective Optuna search over (mechanism, ε, C) on MSU: LOSO AUROC of "
+          "the release minus its matched null vs same-session re-identification top-1; the Pareto front re-evaluated "
+          "on fresh seeds.",
           entry="experiments.optuna_study_a", section="optuna_study_a", params_file="params/optuna.yaml",
           config="eegprivacy.studies.release.config:OptunaStudyAConfig",
           code=(*RELEASE, f"{SRC}/attacks", f"{SRC}/pipeline/search.py"), support=(*MACHINERY, *REPORTING),
-          inputs=("data/features/eegmat.parquet", *EEGMAT_VERSION),
+          inputs=("data/features/msu_schizophrenia.parquet", "data/versions/msu_schizophrenia.json"),
           outs=("data/optuna/study_a.db", "metrics/optuna_study_a_trials.csv", "metrics/optuna_study_a.json",
                 "reports/figures/optuna_pareto_study_a.png"), flags=("progress", "features_dir"), tolerance=1e-9),
     Stage("linkage", "Record linkage quality on SYNTHETIC identity tables: exact GlobalID (HMAC) vs keyed "
@@ -219,18 +231,23 @@ STAGES: tuple[Stage, ...] = (
           outs=("metrics/dp_audit.csv", "metrics/dp_audit.json", "reports/figures/dp_audit.png"),
           flags=("progress", "cells", "out")),
     Stage("dp_scaling", "Study A: end-to-end DP of the scaling step: private (paper) vs public-reference vs "
-          "DP-quantile scaling statistics, at matched total ε.",
+          "DP-quantile scaling statistics at matched total ε, each release beside its matched null (LOSO AUROC); "
+          "intervals over patients and seeds, release − null and the cost against private scaling.",
           entry="experiments.dp_scaling", section="dp_scaling", params_file="params/dp_scaling.yaml",
           config="eegprivacy.studies.release.config:DPScalingConfig", code=RELEASE, support=MACHINERY,
           inputs=("data/features/{item}.parquet", "data/versions/{item}.json"),
-          outs=("metrics/dp_scaling_{item}.csv",),
+          outs=("metrics/dp_scaling_{item}.csv", "metrics/dp_scaling_summary_{item}.csv"),
           reads=("params/dp_release.yaml:dp_release.datasets", "params/dp_release.yaml:dp_release.clip_norm",
-                 "params/dp_release.yaml:dp_release.delta"), items=STUDY_A,
+                 "params/dp_release.yaml:dp_release.delta", "params/dp_release.yaml:dp_release.common_random_numbers",
+                 "params/dp_release.yaml:dp_utility.bootstrap", "params/dp_release.yaml:dp_utility.confidence"),
+          items=SCALING_DATASETS,
           flags=("dataset", "progress", "cells", "out", "features_dir"), tolerance=1e-9),
-    Stage("dp_scaling_aggregate", "Study A: the scaling alternatives aggregated over seeds, their figure and JSON.",
+    Stage("dp_scaling_aggregate", "Study A: the scaling alternatives' summaries (AUROC vs matched null, cost vs "
+          "private scaling), their figure and JSON.",
           entry="experiments.dp_scaling_aggregate", section="dp_scaling", params_file="params/dp_scaling.yaml",
           config="eegprivacy.studies.release.config:DPScalingConfig", section_keys=("datasets",), code=RELEASE,
-          support=(*MACHINERY, *REPORTING), inputs=tuple(f"metrics/dp_scaling_{d}.csv" for d in STUDY_A),
+          support=(*MACHINERY, *REPORTING),
+          inputs=tuple(f"metrics/dp_scaling_summary_{d}.csv" for d in SCALING_DATASETS),
           outs=("metrics/dp_scaling.json", "reports/figures/dp_scaling.png", "plots/dp_scaling.csv"),
           tolerance=1e-9),
     # ---- Study B: federated membership inference ------------------------------------------------------------

@@ -1,5 +1,13 @@
-"""privacy layer: derived sensitivities, declarative noise mechanisms, and the patient-level release pipeline."""
+"""privacy layer: derived sensitivities, declarative noise mechanisms, the patient-level release pipeline, and
+randomized response for the label column."""
 
+from eegprivacy.privacy.labels import (
+    LABELS_IN_CLEAR_NOTE,
+    LabelCalibration,
+    LabelledReleaseGuarantee,
+    RandomizedResponse,
+    compose_with_labels,
+)
 from eegprivacy.privacy.mechanisms import (
     DEFAULT_DELTA,
     MECHANISMS,
@@ -24,9 +32,11 @@ from eegprivacy.privacy.release import (
 from eegprivacy.privacy.sensitivity import l1_sensitivity_replace_one, l2_sensitivity_replace_one
 
 __all__ = [
-    "DEFAULT_DELTA", "IQR_FLOOR", "NO_NOISE", "MECHANISMS", "SCALING_NOTE",
-    "Calibration", "DPFeatureReleaser", "GaussianAnalytic", "GaussianClassic", "LaplaceFormal",
-    "LaplaceImplemented", "Mechanism", "RobustFeatureScaler",
-    "clip_rows_l2", "l1_sensitivity_replace_one", "l2_sensitivity_replace_one", "make_mechanism",
+    "DEFAULT_DELTA", "IQR_FLOOR", "LABELS_IN_CLEAR_NOTE", "NO_NOISE", "MECHANISMS", "SCALING_NOTE",
+    "Calibration", "DPFeatureReleaser", "GaussianAnalytic", "GaussianClassic", "LabelCalibration",
+    "LabelledReleaseGuarantee", "LaplaceFormal", "LaplaceImplemented", "Mechanism", "RandomizedResponse",
+    "RobustFeatureScaler",
+    "clip_rows_l2", "compose_with_labels", "l1_sensitivity_replace_one", "l2_sensitivity_replace_one",
+    "make_mechanism",
     "patient_vectors", "release_table",
 ]

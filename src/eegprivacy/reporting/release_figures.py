@@ -272,26 +272,32 @@ SCENARIO_COLOURS = {"client_side": "#0072B2", "server_side": "#009E73", "decentr
 def scenarios_vs_epsilon(agg: pd.DataFrame, panels: Sequence[tuple[str, str]], title: str,
                          synthetic: bool = False) -> Figure:
     """Deployment scenarios against ε, one panel per (metric, protocol): a line per (scenario, mechanism) with
-    its CI band, each scenario's noiseless value as a dotted line in its colour, and chance."""
+    its CI band, beside it that release's matched null (arm ``matched_null``: thin, crosses, no band) in the
+    same colour, each scenario's noiseless value as a dotted line in its colour, and chance."""
     _single_dataset(agg)
     fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels) + 2.0, 3.4), layout="constrained",
                              squeeze=False)
     styles = ("-", "--", "-.", ":")
+    arms = {"release": dict(marker="o", ms=4, alpha=1.0, band=0.15, suffix=""),
+            "matched_null": dict(marker="x", ms=5, alpha=0.6, band=0.0, suffix=", matched null")}
     for ax, (metric, protocol) in zip(axes[0], panels):
-        rows = agg[(agg["metric"] == metric) & (agg["protocol"] == protocol)]
+        rows = agg[(agg["metric"] == metric) & (agg["protocol"] == protocol) & agg["arm"].isin(list(arms))]
         private = rows[rows["mechanism"] != BASELINE]
         mechanisms = sorted(private["mechanism"].unique())
         for scenario, part in rows.groupby("scenario", sort=True):
             colour = SCENARIO_COLOURS.get(scenario, mechanism_colour(scenario))
             for style, mechanism in zip(styles, mechanisms):
-                sub = part[part["mechanism"] == mechanism].sort_values("epsilon")
-                if sub.empty:
-                    continue
-                eps = sub["epsilon"].to_numpy(float)
-                ax.plot(eps, sub["value"], marker="o", ms=4, color=colour, ls=style,
-                        label=f"{scenario} ({mechanism})" if len(mechanisms) > 1 else scenario)
-                ax.fill_between(eps, sub["ci_low"].to_numpy(float), sub["ci_high"].to_numpy(float), color=colour,
-                                alpha=0.15, linewidth=0)
+                name = f"{scenario} ({mechanism})" if len(mechanisms) > 1 else scenario
+                for arm, look in arms.items():
+                    sub = part[(part["mechanism"] == mechanism) & (part["arm"] == arm)].sort_values("epsilon")
+                    if sub.empty:
+                        continue
+                    eps = sub["epsilon"].to_numpy(float)
+                    ax.plot(eps, sub["value"], marker=look["marker"], ms=look["ms"], color=colour, ls=style,
+                            alpha=look["alpha"], lw=1.5 if arm == "release" else 1.0, label=name + look["suffix"])
+                    if look["band"]:
+                        ax.fill_between(eps, sub["ci_low"].to_numpy(float), sub["ci_high"].to_numpy(float),
+                                        color=colour, alpha=look["band"], linewidth=0)
             base = part[part["mechanism"] == BASELINE]
             if len(base):
                 ax.axhline(float(base["value"].iloc[0]), color=colour, ls=":", lw=1.2,
@@ -319,43 +325,134 @@ SOURCE_STYLE = {"private": ("#7F7F7F", "s", "private scaling (paper; no end-to-e
                 "dp_quantiles": ("#D55E00", "^", "DP-quantile scaling (end to end)")}
 
 
-def _scaling_panel(ax, a: pd.DataFrame, mechanism: str) -> None:
-    """One dataset × mechanism: a line (CI band) per scaling source, the no-DP level and chance."""
+def _scaling_panel(ax, s: pd.DataFrame, mechanism: str, difference: bool) -> None:
+    """One dataset × mechanism of the ``dp_scaling`` summary (LOSO AUROC, intervals over patients and seeds):
+    each scaling source's release (solid, band) beside its matched null (dashed) with the no-DP level and chance,
+    or (``difference``) release − null, markers filled where the table's Holm correction keeps it above 0."""
+    auroc = s[(s.metric == "auroc") & (s.mechanism == mechanism)]
     for source, (colour, marker, label) in SOURCE_STYLE.items():
-        sub = a[(a.mechanism == mechanism) & (a.scaling_source == source)].sort_values("epsilon")
-        if sub.empty:
-            continue
-        eps = sub.epsilon.to_numpy(float)
-        ax.plot(eps, sub.value, marker=marker, ms=4, color=colour, label=label)
-        ax.fill_between(eps, sub.ci_low.to_numpy(float), sub.ci_high.to_numpy(float), color=colour,
-                        alpha=0.15, linewidth=0)
-    base = a[a.mechanism == BASELINE]
-    if len(base):
-        ax.axhline(float(base.value.iloc[0]), color="#009E73", lw=1.2, ls="-.", label="no DP (private cohort)")
-    ax.axhline(0.5, color="black", ls="--", lw=1, label=CHANCE_LABEL)
+        mine = auroc[auroc.scaling_source == source]
+        arms = (("release_minus_null", "-", label),) if difference else \
+            (("release", "-", label), ("matched_null", "--", None))
+        for arm, ls, name in arms:
+            sub = mine[mine.arm == arm].sort_values("epsilon")
+            if sub.empty:
+                continue
+            eps = sub.epsilon.to_numpy(float)
+            # the paper's private scaling drawn wider, so it shows where an honest source lies on top of it
+            width = (2.6 if source == "private" else 1.4) if ls == "-" else 1.0
+            ax.plot(eps, sub.value.to_numpy(float), ls=ls, color=colour, lw=width, label=name)
+            ax.fill_between(eps, sub.ci_low.to_numpy(float), sub.ci_high.to_numpy(float), color=colour,
+                            alpha=0.15 if ls == "-" else 0.06, linewidth=0)
+            kept = sub["keeps_utility"].astype(str).eq("True").to_numpy() if difference else np.ones(len(sub), bool)
+            ax.scatter(eps, sub.value.to_numpy(float), marker=marker if ls == "-" else "x", s=18, color=colour,
+                       facecolors=np.where(kept, colour, "none"), zorder=3)
+    if difference:
+        ax.axhline(0.0, color="#444444", ls="--", lw=1, label="release = its matched null")
+    else:
+        ax.plot([], [], color="#444444", ls="--", lw=1.0, label=NULL_LABEL)
+        base = s[s.arm == "baseline"]
+        if len(base):
+            _band(ax, base[base.metric == "auroc"].iloc[0], "#009E73", "no DP (private cohort)", "-.")
+        ax.axhline(0.5, color="black", ls=":", lw=1, label=CHANCE_LABEL)
     ax.set_xscale("log")
-    ticks = sorted(a.loc[a.mechanism == mechanism, "epsilon"].astype(float).unique())
-    ax.set_xticks(ticks, [f"{e:g}" for e in ticks])
+    ticks = sorted(auroc.loc[auroc.arm == "release", "epsilon"].astype(float).unique())
+    if ticks:
+        ax.set_xticks(ticks, [f"{e:g}" for e in ticks])
     ax.minorticks_off()
     ax.set_xlabel("total ε (scaling + release)")
     ax.grid(True, alpha=0.3)
 
 
-def scaling_vs_epsilon(agg: pd.DataFrame, datasets: Sequence[str]) -> Figure:
-    """Balanced accuracy vs total ε by source of the scaling statistics: a row per dataset, a column per
-    mechanism, a line (CI band) per source. Unlike the other figures this takes several datasets (``dataset``
-    column), each row titled SYNTHETIC where it is."""
-    mechanisms = sorted(set(agg.mechanism) - {BASELINE})
-    fig, axes = plt.subplots(len(datasets), len(mechanisms), figsize=(4.3 * len(mechanisms), 3.2 * len(datasets) + 0.8),
-                             squeeze=False, sharey=True, layout="constrained")
+def scaling_vs_epsilon(summary: pd.DataFrame, datasets: Sequence[str]) -> Figure:
+    """LOSO AUROC vs total ε by source of the scaling statistics, from the ``dp_scaling`` summaries (``dataset``
+    column): per dataset a row of each release beside its matched null and a row of release − null (filled
+    markers: significant after Holm), a column per mechanism, a line (band: interval over patients and seeds) per
+    source. Unlike the other figures this takes several datasets, each row titled SYNTHETIC where it is."""
+    mechanisms = sorted(set(summary.loc[summary.arm == "release", "mechanism"]))
+    fig, axes = plt.subplots(2 * len(datasets), len(mechanisms), squeeze=False, sharey="row", layout="constrained",
+                             figsize=(4.3 * len(mechanisms), 2.9 * 2 * len(datasets) + 0.9))
     for i, dataset in enumerate(datasets):
-        for j, mechanism in enumerate(mechanisms):
-            ax = axes[i, j]
-            _scaling_panel(ax, agg[agg.dataset == dataset], mechanism)
-            ax.set_ylabel("balanced accuracy (LOSO, optimistic)" if j == 0 else "")
-            ax.set_title(titled(f"{dataset} — {mechanism}", dataset.startswith("synthetic")), fontsize=8.5)
+        for row, difference in ((2 * i, False), (2 * i + 1, True)):
+            for j, mechanism in enumerate(mechanisms):
+                ax = axes[row, j]
+                _scaling_panel(ax, summary[summary.dataset == dataset], mechanism, difference)
+                if j == 0:
+                    ax.set_ylabel("AUROC − matched null" if difference else "LOSO AUROC")
+                what = "release − matched null" if difference else "release and matched null"
+                ax.set_title(titled(f"{dataset} — {mechanism}", dataset.startswith("synthetic")) + f"\n{what}",
+                             fontsize=8.5)
     _legend_once(fig, axes.ravel(), loc="outside lower center", ncols=3)
-    fig.suptitle("Utility by source of the scaling statistics at equal total ε"
-                 + (" (panels marked SYNTHETIC DATA are synthetic)" if any(d.startswith("synthetic") for d in datasets)
-                    else ""), fontsize=10)
+    fig.suptitle("Utility by source of the scaling statistics at equal total ε\n(LOSO AUROC; intervals over patients "
+                 "and seeds" + ("; panels marked SYNTHETIC DATA are synthetic)" if any(d.startswith("synthetic")
+                                                                            for d in datasets) else ")"), fontsize=10)
+    return fig
+
+
+_SUMMARY_PANELS = (("auroc", "threshold_free", "LOSO AUROC"),
+                   ("balanced_accuracy", "nested", "balanced accuracy (nested threshold)"))
+NULL_LABEL = "matched null (zero-signal table, same noise)"
+
+
+def _band(ax, row, colour: str, label: str, ls: str) -> None:
+    """A horizontal reference (baseline or control) with its interval as a band."""
+    if not np.isfinite(float(row["value"])):
+        return
+    ax.axhline(float(row["value"]), color=colour, ls=ls, lw=1.5, label=label)
+    if np.isfinite(float(row["ci_low"])) and np.isfinite(float(row["ci_high"])):
+        ax.axhspan(float(row["ci_low"]), float(row["ci_high"]), color=colour, alpha=0.13, linewidth=0)
+
+
+def release_vs_null(summary: pd.DataFrame, synthetic: bool = False, title: str | None = None) -> Figure:
+    """Study A's headline figure: each mechanism's release (solid) and its matched null (dashed) against ε, with
+    intervals over patients and seeds, beside the non-private baseline and the permuted-label control; a dotted
+    vertical line marks the mechanism's utility horizon (the smallest ε whose release − null clears 0 after the
+    table's Holm correction). Rows: LOSO AUROC and nested balanced accuracy; columns: mechanisms.
+
+    ``summary`` holds one dataset's ``dp_utility`` summary rows (arm, mechanism, epsilon, protocol, metric, value,
+    ci_low, ci_high)."""
+    dataset = _single_dataset(summary)
+    mechanisms = _mechanisms_in(summary[summary["arm"] == "release"])
+    if not mechanisms:
+        raise ValueError("no release rows in the summary")
+    eps_ticks = sorted(e for e in summary.loc[summary["arm"] == "release", "epsilon"].astype(float).unique()
+                       if np.isfinite(e))
+    fig, axes = plt.subplots(len(_SUMMARY_PANELS), len(mechanisms), figsize=(3.4 * len(mechanisms) + 2.2, 5.6),
+                             sharey="row", layout="constrained", squeeze=False)
+    for r, (metric, protocol, ylabel) in enumerate(_SUMMARY_PANELS):
+        rows = summary[(summary["metric"] == metric) & (summary["protocol"] == protocol)]
+        for c, mechanism in enumerate(mechanisms):
+            ax = axes[r, c]
+            colour = mechanism_colour(mechanism)
+            for arm, ls, label, alpha in (("release", "-", "release", 0.22), ("matched_null", "--", NULL_LABEL, 0.1)):
+                sub = rows[(rows["arm"] == arm) & (rows["mechanism"] == mechanism)].sort_values("epsilon")
+                if sub.empty:
+                    continue
+                eps = sub["epsilon"].to_numpy(float)
+                ax.plot(eps, sub["value"].to_numpy(float), ls=ls, marker="o" if arm == "release" else "x", ms=4,
+                        color=colour if arm == "release" else "#444444", label=label)
+                ax.fill_between(eps, sub["ci_low"].to_numpy(float), sub["ci_high"].to_numpy(float),
+                                color=colour if arm == "release" else "#444444", alpha=alpha, linewidth=0)
+            base = rows[rows["arm"] == "baseline"]
+            if len(base):
+                _band(ax, base.iloc[0], MECHANISM_COLOURS[BASELINE], BASELINE_LABEL, "-")
+            control = rows[rows["arm"] == "permuted"]
+            if len(control):
+                _band(ax, control.iloc[0], "#B07AA1", CONTROL_LABEL, ":")
+            horizon = summary[(summary["arm"] == "horizon") & (summary["mechanism"] == mechanism)
+                              & (summary["metric"] == f"{metric}_horizon_epsilon")]
+            if len(horizon) and np.isfinite(float(horizon["value"].iloc[0])):
+                ax.axvline(float(horizon["value"].iloc[0]), color=colour, ls=":", lw=1.2, label="utility horizon")
+            ax.axhline(0.5, color="black", ls="--", lw=0.8, label=CHANCE_LABEL)
+            ax.set_xscale("log")
+            if eps_ticks:
+                ax.set_xticks(eps_ticks, [f"{e:g}" for e in eps_ticks])
+                ax.minorticks_off()
+            ax.grid(True, alpha=0.3)
+            ax.set_title(mechanism if r == 0 else "", fontsize=9)
+            ax.set_xlabel("ε per patient" if r == len(_SUMMARY_PANELS) - 1 else "")
+            ax.set_ylabel(ylabel if c == 0 else "")
+    _legend_once(fig, axes.ravel(), loc="outside lower center", ncols=3)
+    fig.suptitle(titled(title or f"{dataset}: DP release vs its matched null "
+                                 "(intervals over patients + seeds)", synthetic), fontsize=10)
     return fig

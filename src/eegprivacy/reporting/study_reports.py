@@ -31,6 +31,10 @@ HEADLINE_STAGE = {"a": "dp_utility", "b": "federated_mia", "c": "embedding_audit
 # Parents carry seed 'none' (children one seed each): the filter keeps the store from sending thousands of children.
 SEARCH_FILTER = {s: f"tags.stage = '{stage}' and tags.seed = 'none' and attributes.status = 'FINISHED'"
                  for s, stage in HEADLINE_STAGE.items()}
+# Study A's headline columns: which arm a value is, and of which metric.
+A_COLUMNS = {"baseline": "value", "permuted": "value", "release": "value", "matched_null": "matched null",
+             "release_minus_null": "− null", "baseline_minus_permuted": "value"}
+A_METRICS = {"auroc": "AUROC", "balanced_accuracy": "BA (nested)"}
 LABELS = ("dataset", "dataset version", "mechanism", "ε", "model", "encoder", "weights", "run")  # non-number columns
 
 
@@ -100,19 +104,40 @@ def _epsilon_order(value) -> float:
 
 # --- tidy results per study -----------------------------------------------------------------------------------
 
+_A_METRIC = re.compile(r"metrics\.(?:(?P<arm>release|matched_null|release_minus_null)/(?P<mechanism>[^/]+)/"
+                       r"eps_(?P<epsilon>[^/]+)|(?P<plain>baseline|permuted|baseline_minus_permuted))/"
+                       r"(?P<protocol>threshold_free|nested)/(?P<metric>auroc|balanced_accuracy)")
+
+
 def tidy_a(runs: pd.DataFrame) -> pd.DataFrame:
-    """Balanced accuracy (LOSO MLP) per dataset, mechanism, ε and threshold protocol. ``none`` is the non-private
-    baseline; the permuted-labels run is the negative control."""
-    # config segments between ε and the protocol vary by mechanism (noise_scale_*, formal_guarantee_*)
-    rows = _extract(runs, r"(?:epsilon_(?P<epsilon>[^/]+)/(?:[^/]+/)*?)?protocol_(?P<protocol>[^/]+)"
-                          r"/balanced_accuracy")
-    if rows.empty:
-        return rows
-    control = rows["run_attack"] == "permuted_labels"
-    rows.loc[control, "mechanism"] = "permuted labels (control)"
-    rows["epsilon"] = rows["epsilon"].fillna("—")
-    rows["metric"] = "balanced_accuracy"
-    return rows
+    """Per dataset: LOSO AUROC and nested balanced accuracy of the baseline, the permuted-label control, and per
+    (mechanism, ε) the release, its matched null and their difference (with the Holm-adjusted p-value), read from
+    each dataset's ``dp_utility-<dataset>-summary`` run (intervals over patients + seeds); the utility horizons
+    come from its tags."""
+    if runs.empty or "tags.mlflow.runName" not in runs:
+        return pd.DataFrame()
+    runs = runs[runs["tags.mlflow.runName"].astype(str).str.endswith("-summary")]
+    rows = []
+    for _, run in runs.iterrows():
+        horizons = {c.removeprefix("tags.utility_horizon/"): run[c] for c in runs.columns
+                    if c.startswith("tags.utility_horizon/") and pd.notna(run[c])}
+        for column in runs.columns:
+            match = _A_METRIC.fullmatch(column)
+            if not match or pd.isna(run[column]):
+                continue
+            g = match.groupdict()
+            arm = g["arm"] or g["plain"]
+            mechanism = g["mechanism"] or {"baseline": "none", "permuted": "permuted labels (control)",
+                                           "baseline_minus_permuted": "none − control"}[arm]
+            rows.append({"run_id": run["run_id"], "run_name": _tag(run, "mlflow.runName"),
+                         "dataset": _tag(run, "dataset"), "dataset_version": _tag(run, "dataset_version") or "",
+                         "synthetic": _tag(run, "synthetic") == "true", "arm": arm, "mechanism": mechanism,
+                         "epsilon": g["epsilon"] or "—", "protocol": g["protocol"], "metric": g["metric"],
+                         "mean": run[column], "ci_low": run.get(f"{column}_ci_low", np.nan),
+                         "ci_high": run.get(f"{column}_ci_high", np.nan),
+                         "p_holm": run.get(f"{column}_p_holm", np.nan),
+                         "horizon": horizons.get(f"{mechanism}/{g['metric']}", "")})
+    return pd.DataFrame(rows)
 
 
 def tidy_b(runs: pd.DataFrame) -> pd.DataFrame:
@@ -195,11 +220,14 @@ def headline_table(study: str, rows: pd.DataFrame) -> pd.DataFrame:
                        eps=rows["epsilon"] if "epsilon" in rows else "")
     rows = rows.assign(_eps=rows["eps"].map(_epsilon_order).fillna(np.inf))
     if study == "a":
-        kind = rows["mechanism"].map(lambda m: 0 if m == "none" else 2 if "control" in m else 1)
-        rows = rows.assign(_kind=kind).sort_values(["dataset", "_kind", "mechanism", "_eps", "protocol"])
-        table = _wide(rows, ["dataset", "version", "mechanism", "eps", "run"], "protocol",
-                      lambda r: cell(r["mean"], r["ci_low"], r["ci_high"]))
-        table = table.rename(columns={p: f"balanced accuracy ({p})" for p in rows["protocol"].unique()})
+        kind = rows["mechanism"].map(lambda m: 0 if m.startswith("none") else 2 if "control" in m else 1)
+        rows = rows.assign(_kind=kind, _column=rows["arm"].map(A_COLUMNS) + " " + rows["metric"].map(A_METRICS))
+        rows = rows.sort_values(["dataset", "_kind", "mechanism", "_eps"])
+        table = _wide(rows, ["dataset", "version", "mechanism", "eps", "run"], "_column",
+                      lambda r: cell(r["mean"], r["ci_low"], r["ci_high"])
+                      + (f" (p_Holm {r['p_holm']:.3f})" if pd.notna(r.get("p_holm")) else ""))
+        order = [f"{a} {m}" for m in A_METRICS.values() for a in dict.fromkeys(A_COLUMNS.values())]
+        table = table[[c for c in table.columns if c not in order] + [c for c in order if c in table]]
         names = {"eps": "ε"}
     elif study == "b":
         order = rows["attack"].map(lambda a: (a != "utility", a.removesuffix("_untrained_control"), a))
@@ -233,30 +261,35 @@ def _yerr(part: pd.DataFrame) -> np.ndarray:
 
 
 def draw_a(rows: pd.DataFrame, fig) -> None:
-    """Balanced accuracy vs ε per mechanism, one panel per (dataset, threshold protocol), 95 % CI bars; the
-    non-private baseline (black) and the permuted-labels control (grey) as lines with their CI bands."""
-    datasets, protocols = sorted(rows["dataset"].unique()), sorted(rows["protocol"].unique())
-    fig.set_size_inches(5.5 * len(protocols), 3.8 * len(datasets))
-    axes = fig.subplots(len(datasets), len(protocols), squeeze=False)
-    mechanisms = sorted(m for m in rows["mechanism"].unique() if m != "none" and "control" not in m)
+    """Per dataset, LOSO AUROC against ε: each mechanism's release (solid) and matched null (dashed), the
+    non-private baseline (black) and the permuted-label control (grey) as levels with their bands; intervals over
+    patients + seeds."""
+    datasets = sorted(rows["dataset"].unique())
+    fig.set_size_inches(5.5 * len(datasets), 4.0)
+    axes = fig.subplots(1, len(datasets), squeeze=False)[0]
+    auroc = rows[rows["metric"] == "auroc"]
+    mechanisms = sorted(auroc.loc[auroc["arm"] == "release", "mechanism"].unique())
     colors = {m: f"C{i}" for i, m in enumerate(mechanisms)}
-    for row_axes, dataset in zip(axes, datasets):
-        for ax, protocol in zip(row_axes, protocols):
-            part = rows[(rows["dataset"] == dataset) & (rows["protocol"] == protocol)]
-            for mechanism, line in part.groupby("mechanism"):
-                if mechanism not in colors:  # baseline or control: a level, not a curve
-                    color = "black" if mechanism == "none" else "grey"
-                    ax.axhline(line["mean"].iloc[0], color=color, lw=1, ls="-" if color == "black" else ":",
-                               label=mechanism)
-                    ax.axhspan(line["ci_low"].iloc[0], line["ci_high"].iloc[0], color=color, alpha=0.1)
-                    continue
+    for ax, dataset in zip(axes, datasets):
+        part = auroc[auroc["dataset"] == dataset]
+        for arm, color, ls in (("baseline", "black", "-"), ("permuted", "grey", ":")):
+            level = part[part["arm"] == arm]
+            if len(level):
+                ax.axhline(level["mean"].iloc[0], color=color, lw=1, ls=ls, label=level["mechanism"].iloc[0])
+                ax.axhspan(level["ci_low"].iloc[0], level["ci_high"].iloc[0], color=color, alpha=0.1)
+        for mechanism in mechanisms:
+            for arm, ls in (("release", "-"), ("matched_null", "--")):
+                line = part[(part["arm"] == arm) & (part["mechanism"] == mechanism)]
                 line = line.assign(x=line["epsilon"].map(_epsilon_order)).sort_values("x")
-                ax.errorbar(line["x"], line["mean"], yerr=_yerr(line), marker="o", capsize=3, color=colors[mechanism],
-                            label=mechanism)
-            ax.set_xscale("log")
-            ax.set(xlabel="ε", ylabel="balanced accuracy",
-                   title=_title(f"{dataset} ({protocol} threshold)", part["synthetic"].any()))
-            ax.legend(fontsize=6)
+                if line.empty:
+                    continue
+                ax.errorbar(line["x"], line["mean"], yerr=_yerr(line), marker="o" if arm == "release" else "x",
+                            capsize=3, ls=ls, color=colors[mechanism],
+                            label=mechanism if arm == "release" else f"{mechanism} (matched null)")
+        ax.set_xscale("log")
+        ax.set(xlabel="ε per patient", ylabel="LOSO AUROC",
+               title=_title(f"{dataset}: release vs matched null", part["synthetic"].any()))
+        ax.legend(fontsize=6)
     fig.tight_layout()
 
 
@@ -318,9 +351,14 @@ DRAW = {"a": draw_a, "b": draw_b, "c": draw_c}
 # --- the Markdown report ------------------------------------------------------------------------------------------
 
 INTRO = {
-    "a": "Leave-one-patient-out MLP on the released features: balanced accuracy per noise mechanism and ε, with the "
-         "paper's optimistic threshold protocol and the honest nested one. `none` is the non-private baseline; "
-         "`permuted labels (control)` is the same model on permuted labels, the level no real signal falls to.",
+    "a": "Leave-one-patient-out MLP on the patient table and on each DP release: LOSO AUROC (threshold-free) and "
+         "balanced accuracy with the nested threshold protocol, one threshold grid for every row. `none` is the "
+         "non-private table, `permuted labels (control)` the same with permuted labels; `matched null` is the same "
+         "mechanism and noise draw applied to a zero-signal table, and `− null` the release minus its null, paired "
+         "by patient resample and seed, with the Holm-adjusted one-sided p-value over the table's (mechanism, ε) "
+         "cells. Intervals are over patients + seeds (stratified cluster bootstrap crossed with seeds); ε is per "
+         "patient, and the labels travel in the clear (not covered by ε). A release keeps utility when "
+         "p_Holm < 0.05; a mechanism's utility horizon is the smallest such ε.",
     "b": "Per-subject FedAvg: utility accuracy of the global model at the last round, and for each attack the AUROC "
          "of its strongest attacker (named in brackets) at the last round it is scored. The `*_untrained_control` "
          "columns are the same attacks on an untrained model: the level an AUROC must beat.",
@@ -328,6 +366,21 @@ INTRO = {
          "permuted-label control), the AEDS decision score, identification BPID@1, and membership AUC against the "
          "head (LiRA) and the encoder.",
 }
+
+
+def horizon_lines(rows: pd.DataFrame) -> list[str]:
+    """Study A's utility horizons (the summary run's ``utility_horizon/<mechanism>/<metric>`` tags) as a table."""
+    found = rows[(rows["arm"] == "release_minus_null") & (rows["horizon"] != "")]
+    found = found.drop_duplicates(["dataset", "mechanism", "metric"]).sort_values(["dataset", "mechanism", "metric"])
+    if found.empty:
+        return []
+    lines = ["## Utility horizons", "",
+             "The smallest ε (per patient) whose release − null clears 0 after the Holm correction; `none` when no "
+             "ε in the grid does.", "", "| dataset | mechanism | metric | horizon ε | run |",
+             "| --- | --- | --- | --- | --- |"]
+    lines += [f"| {_dataset_label(r)} | {r['mechanism']} | {A_METRICS[r['metric']]} | {r['horizon']} | "
+              f"{r['run_id'][:8]} |" for _, r in found.iterrows()]
+    return [*lines, ""]
 
 
 def render(study: str, rows: pd.DataFrame, uri: str, figure: str | None) -> str:
@@ -344,8 +397,10 @@ def render(study: str, rows: pd.DataFrame, uri: str, figure: str | None) -> str:
     lines += [INTRO[study], ""]
     if figure:
         lines += [f"![{TITLES[study]}]({figure})", ""]
-    lines += [table.to_markdown(index=False, disable_numparse=True), "",
-              "## Runs", "", "| run | name | MLflow |", "| --- | --- | --- |"]
+    lines += [table.to_markdown(index=False, disable_numparse=True), ""]
+    if study == "a":
+        lines += horizon_lines(rows)
+    lines += ["## Runs", "", "| run | name | MLflow |", "| --- | --- | --- |"]
     runs = rows.drop_duplicates("run_id").sort_values("run_name")
     lines += [f"| {r.run_id[:8]} | {r.run_name} | `runs:/{r.run_id}` |" for r in runs.itertuples()]
     lines += ["", "## Datasets", "", "| dataset | synthetic | dataset_version |", "| --- | --- | --- |"]

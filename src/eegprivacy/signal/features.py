@@ -10,21 +10,29 @@ Definitions (the paper names the features; where it leaves a choice open, this i
   a sample equal to the mean counts as positive. A sine of f Hz gives about 2 f.
 - PSD: ``scipy.signal.welch`` (config window, nperseg, noverlap, nfft; ``scaling="density"``; per-segment
   mean removal, ``detrend="constant"``), one-sided, in µV²/Hz.
+- Bands: ``config.bands`` (study A's six by default, :data:`BANDS`; set per dataset in ``params/features.yaml``,
+  ``features.per_dataset.<dataset>.welch.bands``). A column is named after its band, whose edges are the same at
+  every sampling rate.
 - Band power: rectangle rule, sum of the PSD bins whose centre lies in the band times the bin width
-  df = sfreq / nfft. Edges: lower inclusive, upper exclusive, except the top edge of the highest band (and a
-  band edge clipped to Nyquist), which is inclusive. Adjacent bands therefore never share a bin, and the band
-  powers add up to the power over the whole band range. A sine of amplitude A whose leakage stays in one band
-  gives A²/2 there.
-- ``sef95``: the frequency below which ``sef_fraction`` of the power in the band range (lowest band edge to
-  min(highest band edge, Nyquist): 0.5–70 Hz by default) lies. Consistent with the rectangle rule, each bin's
-  power is spread evenly over its cell [f - df/2, f + df/2]; the cumulative power is interpolated linearly
-  inside the cell where it crosses the fraction, and the result is clipped to the band range. Windows with no
-  power there give NaN.
+  df = sfreq / nfft. Edges: lower inclusive, upper exclusive, except the top edge of the highest configured band,
+  which is inclusive. Adjacent bands therefore never share a bin, and the band powers add up to the power over
+  the whole band range. A sine of amplitude A whose leakage stays in one band gives A²/2 there.
+- Nyquist: a band whose upper edge exceeds Nyquist is *dropped*: its column is NaN. Clipping it to Nyquist would
+  keep a column whose name promises power the data cannot hold (``high_gamma`` 45–70 Hz at 128 Hz measures
+  45–64 Hz), and two tables would then disagree on what one column means. To measure the part below Nyquist,
+  give that dataset a band with honest edges in params (e.g. ``high_gamma_45_60: [45, 60]``).
+- ``sef95``: the frequency below which ``sef_fraction`` of the power in the SEF range lies. The range runs from
+  the lowest lower edge to the highest upper edge of the bands kept at this rate (not dropped, not unavailable;
+  so never past Nyquist), with the same edge rule as the bands: 0.5–70 Hz by default. Consistent with the
+  rectangle rule, each bin's power is spread evenly over its cell [f - df/2, f + df/2]; the cumulative power is
+  interpolated linearly inside the cell where it crosses the fraction, and the result is clipped to the range.
+  Windows with no power there give NaN.
 
 Flags (returned, never silent): ``nperseg_reduced:<n>`` (windows shorter than nperseg: nperseg = n_samples,
-noverlap = nperseg // 2), ``band_clipped:<name>`` (upper edge above Nyquist, clipped to it),
+noverlap = nperseg // 2), ``band_dropped:<name>`` (upper edge above Nyquist: NaN, see above),
 ``band_unavailable:<name>`` (lower edge at or above Nyquist: NaN), ``band_empty:<name>`` (no PSD bin inside the
-band at this resolution: NaN), ``sef_undefined:zero_power`` (some window had no power in the band range: NaN).
+band at this resolution: NaN), ``sef_undefined:no_bins`` (no band is kept at this rate: NaN),
+``sef_undefined:zero_power`` (some window had no power in the SEF range: NaN).
 """
 
 from __future__ import annotations
@@ -51,7 +59,10 @@ def _normalise_bands(bands) -> tuple[tuple[str, tuple[float, float]], ...]:
     items = bands.items() if isinstance(bands, Mapping) else bands
     out = []
     for name, edges in items:
-        lo, hi = (float(e) for e in edges)
+        try:
+            lo, hi = (float(e) for e in edges)
+        except (TypeError, ValueError):
+            raise ValueError(f"band {name!r} needs two edges in Hz, [low, high], got {edges!r}") from None
         if not (math.isfinite(lo) and math.isfinite(hi) and 0 <= lo < hi):
             raise ValueError(f"band {name!r} needs 0 <= low < high, got {edges!r}")
         out.append((str(name), (lo, hi)))
@@ -121,28 +132,32 @@ def _plan(n_samples: int, sfreq: float, config: FeatureConfig, flags: list[str])
     freqs = np.arange(nfft // 2 + 1) * df  # same grid as welch's; built from sfreq / nfft so edges hit exactly
     tol = 1e-9 * df
     nyquist = sfreq / 2.0
-    top = max(hi for _, (_, hi) in config.bands)
+    top = max(hi for _, (_, hi) in config.bands)  # of every configured band: a band's edges never depend on sfreq
     weights = np.zeros((freqs.size, len(config.bands)))
     missing = np.zeros(len(config.bands), dtype=bool)
+    kept = []
     for j, (name, (lo, hi)) in enumerate(config.bands):
         if lo >= nyquist:
             missing[j] = True
             flags.append(f"band_unavailable:{name}")
             continue
-        inclusive = hi >= top
         if hi > nyquist:
-            hi, inclusive = nyquist, True
-            flags.append(f"band_clipped:{name}")
-        upper = freqs <= hi + tol if inclusive else freqs < hi - tol
+            missing[j] = True
+            flags.append(f"band_dropped:{name}")
+            continue
+        kept.append((lo, hi))
+        upper = freqs <= hi + tol if hi >= top else freqs < hi - tol
         mask = (freqs >= lo - tol) & upper
         if not mask.any():
             missing[j] = True
             flags.append(f"band_empty:{name}")
             continue
         weights[mask, j] = df
-    lo_range = min(lo for _, (lo, _) in config.bands)
-    hi_range = min(top, nyquist)
-    idx = np.flatnonzero((freqs >= lo_range - tol) & (freqs <= hi_range + tol))
+    lo_range = min((lo for lo, _ in kept), default=math.nan)
+    hi_range = max((hi for _, hi in kept), default=math.nan)
+    # the bins of the kept bands: the top edge is inclusive only where it is the top configured band's
+    below = freqs <= hi_range + tol if hi_range >= top else freqs < hi_range - tol
+    idx = np.flatnonzero((freqs >= lo_range - tol) & below)
     sef_bins = slice(int(idx[0]), int(idx[-1]) + 1) if idx.size else slice(0, 0)
     sef_left = float(freqs[idx[0]] - df / 2) if idx.size else math.nan
     return _SpectralPlan(nperseg, noverlap, nfft, weights, missing, sef_bins, sef_left, (lo_range, hi_range), df)
@@ -195,7 +210,8 @@ def _chunk_features(w: np.ndarray, sfreq: float, config: FeatureConfig, plan: _S
 
 def window_features(windows: np.ndarray, sfreq: float,
                     config: FeatureConfig = FeatureConfig()) -> tuple[np.ndarray, list[str]]:
-    """(n_windows, n_channels, n_samples) in volts -> (n_windows, n_channels, 11) in FEATURE_NAMES order, flags."""
+    """(n_windows, n_channels, n_samples) in volts -> (n_windows, n_channels, n_features) in
+    ``config.feature_names`` order (FEATURE_NAMES, 11, with the default bands), flags."""
     if not (math.isfinite(sfreq) and sfreq > 0):
         raise ValueError(f"sfreq must be a positive number, got {sfreq!r}")
     w = np.asarray(windows)

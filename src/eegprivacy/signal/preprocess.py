@@ -1,7 +1,12 @@
 """Study A's preprocessing: 0.5–70 Hz band-pass, 50 Hz notch (Q = 30), average reference.
 
+Those are the defaults and the shared ``features.preprocess`` block of ``params/features.yaml``; a dataset whose
+Nyquist frequency is below them gets its own edges there (``features.per_dataset.<dataset>.preprocess``, e.g.
+0.5–60 Hz for the 128-Hz MSU cohort), so the project's own datasets never reach the fallback below.
+
 Filters that the sampling rate cannot support are clipped or skipped and *flagged*, never applied silently
-wrong, so a table built from 100-Hz data says so in its ``flags`` column.
+wrong, so a table built from 100-Hz data says so in its ``flags`` column. This fallback is for user cohorts
+(``audit-cohort``) whose rate the params do not anticipate.
 
 Design choices (the paper does not fix them):
 - Band-pass: MNE's default zero-phase FIR (``firwin``, Hamming window, automatic length and transition bands).

@@ -58,28 +58,62 @@ class FeaturePipelineConfig:
         return hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
+# The blocks of the ``features`` section that build a FeaturePipelineConfig, and that a dataset may override.
+PIPELINE_BLOCKS = ("preprocess", "window", "welch")
+
+
 @dataclass(frozen=True)
 class FeaturesParams(Config):
     """``features`` of ``params/features.yaml``: the typed section behind :class:`FeaturePipelineConfig`, plus
-    each dataset's constructor arguments. The blocks are checked by the config dataclasses they build."""
+    each dataset's constructor arguments. The blocks are checked by the config dataclasses they build.
+
+    ``per_dataset`` holds partial overrides of the shared blocks for one dataset, e.g. a lower low-pass and
+    bands below Nyquist for a 128-Hz cohort. Each key given replaces the shared one (a ``bands`` mapping is
+    replaced whole, so a dataset names all its bands); a dataset without an entry gets the shared blocks as they
+    are, so its config and config hash do not change when another dataset's entry is added.
+    """
 
     preprocess: dict = param(MAPPING, default={}, doc="band-pass, notch and reference (PreprocessConfig)")
     window: dict = param(MAPPING, default={}, doc="window length and overlap (WindowConfig)")
-    welch: dict = param(MAPPING, default={}, doc="Welch PSD set-up (FeatureConfig)")
+    welch: dict = param(MAPPING, default={}, doc="Welch PSD set-up and bands (FeatureConfig)")
     datasets: dict = param(MAPPING, default={}, doc="constructor arguments per dataset")
+    per_dataset: dict = param(MAPPING, default={}, doc="per dataset, partial overrides of preprocess, window, welch")
 
     def check(self, source, prefix) -> None:
-        try:
-            self.pipeline()
-        except (TypeError, ValueError) as err:
-            raise ParamsError(f"{source}: {prefix.rstrip('.')}: {err}. Fix it in {source} (nothing was computed "
-                              "or written)") from err
+        def built(name, where):
+            try:
+                self.pipeline(name)
+            except (TypeError, ValueError) as err:
+                raise ParamsError(f"{source}: {where}: {err}. Fix it in {source} (nothing was computed or "
+                                  "written)") from err
+
+        built(None, prefix.rstrip("."))
         for name, kwargs in self.datasets.items():
             if kwargs is not None and not isinstance(kwargs, dict):
                 raise ParamsError(f"{source}: {prefix}datasets.{name} must be a mapping of constructor arguments")
+        for name, blocks in self.per_dataset.items():
+            where = f"{prefix}per_dataset.{name}"
+            if name not in self.datasets:
+                raise ParamsError(f"{source}: {where}: {name!r} is not a dataset of {prefix}datasets "
+                                  f"({', '.join(sorted(self.datasets)) or 'none'}); fix the name or list the "
+                                  f"dataset under {prefix}datasets")
+            if blocks is not None and not isinstance(blocks, dict):
+                raise ParamsError(f"{source}: {where} must be a mapping of blocks "
+                                  f"({', '.join(PIPELINE_BLOCKS)}), not {blocks!r}")
+            for block, settings in (blocks or {}).items():
+                if block not in PIPELINE_BLOCKS:
+                    raise ParamsError(f"{source}: unknown block {where}.{block}; a dataset overrides "
+                                      f"{', '.join(PIPELINE_BLOCKS)} (bands go in welch)")
+                if settings is not None and not isinstance(settings, dict):
+                    raise ParamsError(f"{source}: {where}.{block} must be a mapping of settings, not {settings!r}")
+            built(name, where)
 
-    def pipeline(self) -> FeaturePipelineConfig:
-        return FeaturePipelineConfig.from_params(self.to_dict())
+    def pipeline(self, dataset: str | None = None) -> FeaturePipelineConfig:
+        """The feature config of ``dataset``: the shared blocks with its ``per_dataset`` overrides merged over
+        them (the shared config when it has none, or when ``dataset`` is None)."""
+        override = (self.per_dataset.get(dataset) or {}) if dataset is not None else {}
+        return FeaturePipelineConfig.from_params(
+            {block: {**getattr(self, block), **(override.get(block) or {})} for block in PIPELINE_BLOCKS})
 
     def dataset_kwargs(self, name: str) -> dict:
         """Constructor arguments of dataset ``name`` ({} when the params name none)."""

@@ -38,14 +38,21 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from scipy.stats import rankdata
 
 from eegprivacy.atomic import atomic_path, atomic_paths
 from eegprivacy.attacks.metrics import auroc as attack_auroc
 from eegprivacy.attacks.table import NearestNeighbourReidentifier, TableMembershipInference, top_k_hits
 from eegprivacy.data.base import EEGDataset
 from eegprivacy.evaluation import LOSOEvaluation, mean_ci, wilson_interval
-from eegprivacy.evaluation.thresholds import DP_GRID, ORIGINAL_GRID
+from eegprivacy.evaluation.cluster_bootstrap import (
+    auroc_along,
+    balanced_accuracy_along,
+    bootstrap_indices,
+    combine_seeds,
+)
+from eegprivacy.evaluation.cluster_bootstrap import percentile_interval as _interval
+from eegprivacy.evaluation.cluster_bootstrap import utility_horizon as shared_horizon
+from eegprivacy.evaluation.thresholds import DP_GRID as THRESHOLD_GRID
 from eegprivacy.pipeline.sweep import Cell, PrefetchedCells, SweepRunner, config_key, expand_grid
 from eegprivacy.privacy import NO_NOISE, DPFeatureReleaser, make_mechanism, patient_vectors
 from eegprivacy.signal.table import (
@@ -157,7 +164,11 @@ def canonical_order(X: np.ndarray, y: np.ndarray | None = None) -> np.ndarray:
 
 def window_table(dataset: EEGDataset, config: AuditConfig, cache_dir: str | Path | None,
                  progress: bool = True) -> tuple[pd.DataFrame, str, str]:
-    """(window features, dataset version, feature-config hash), read from ``cache_dir`` when current."""
+    """(window features, dataset version, feature-config hash), read from ``cache_dir`` when current.
+
+    A user's cohort gets the shared feature settings whatever it is called (``per_dataset`` overrides are the
+    pipeline's own datasets'), so a BIDS copy of a dataset and its loader give the same numbers; a low-pass or band
+    above the cohort's Nyquist is moved or dropped, and flagged, by the signal layer."""
     features = FeaturesParams.load(config.features_params, "features").pipeline()
     version = dataset.version()
     if cache_dir is None:
@@ -224,8 +235,9 @@ def _reidentification_tables(frame: pd.DataFrame, features: list[str], meta: pd.
                     break
         reason = f"{len(multi)} subjects with two or more recordings; first vs second ({kind})"
     elif split_halves:
-        half = frame.groupby(["subject", "recording"])["t_start"].transform("median")
-        a, b = frame[frame["t_start"] < half], frame[frame["t_start"] >= half]
+        from eegprivacy.studies.release.table_attacks import recording_halves  # table_attacks' halves split
+
+        a, b = recording_halves(frame)
         both = sorted(set(a["subject"]) & set(b["subject"]))
         if len(both) < 3:
             return None, None, "none", "fewer than 3 subjects with two recordings or two half-recordings"
@@ -326,24 +338,8 @@ def _stream(tag: int, mechanism: str, epsilon: float, seed: int) -> np.random.Ge
     return np.random.default_rng([tag, code, int(seed)])
 
 
-def auroc_along(scores: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """AUROC along the last axis (ties count one half), vectorised over leading axes; NaN with one class."""
-    scores = np.asarray(scores, dtype=float)
-    y = np.broadcast_to(np.asarray(y, dtype=int), scores.shape)
-    ranks = rankdata(scores, axis=-1)
-    n1 = y.sum(-1)
-    n0 = y.shape[-1] - n1
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return (np.where(y == 1, ranks, 0.0).sum(-1) - n1 * (n1 + 1) / 2.0) / (n1 * n0)
 
 
-def balanced_accuracy_along(pred: np.ndarray, y: np.ndarray) -> np.ndarray:
-    pred = np.asarray(pred, dtype=float)
-    y = np.broadcast_to(np.asarray(y, dtype=float), pred.shape)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        tpr = (pred * y).sum(-1) / y.sum(-1)
-        tnr = ((1 - pred) * (1 - y)).sum(-1) / (1 - y).sum(-1)
-    return (tpr + tnr) / 2.0
 
 
 def _release(X: np.ndarray, mechanism: str, epsilon: float, delta: float, clip_norm: float, rng):
@@ -356,11 +352,11 @@ def utility_cell(config: dict, seed: int, *, X: np.ndarray, y: np.ndarray) -> li
     """One LOSO evaluation: rows ``auroc`` (threshold-free) and, on nested seeds, ``balanced_accuracy`` (nested
     threshold); the last item is the per-patient predictions (``_predictions``), kept out of MLflow by the caller."""
     arm, mechanism, epsilon = config["arm"], config["mechanism"], float(config["epsilon"])
-    labels, grid = y, DP_GRID
+    labels = y
     if arm == "baseline":
-        features, grid = X, ORIGINAL_GRID
+        features = X
     elif arm == "permuted":
-        features, grid = X, ORIGINAL_GRID
+        features = X
         labels = np.random.default_rng([_PERMUTE_STREAM, seed]).permutation(y)
     else:
         # release and null share the noise draw: null = the same noise on a zero-signal table of the same shape
@@ -368,7 +364,8 @@ def utility_cell(config: dict, seed: int, *, X: np.ndarray, y: np.ndarray) -> li
         features, _ = _release(source, mechanism, epsilon, config["delta"], config["clip_norm"],
                                _stream(_NOISE_STREAM, mechanism, epsilon, seed))
     nested = seed < int(config["nested_seeds"])
-    evaluation = LOSOEvaluation(threshold_grid=grid, random_state=seed, nested=nested,
+    # one threshold grid for every arm, as in dp_utility: a control is a control only under the same protocol
+    evaluation = LOSOEvaluation(threshold_grid=THRESHOLD_GRID, random_state=seed, nested=nested,
                                 inner_folds=int(config["inner_folds"]))
     result = evaluation.evaluate(features, labels, np.arange(len(labels)))
     rows = [{"metric": "auroc", "value": float(auroc_along(result.proba, result.y_true)), "chance": 0.5,
@@ -573,20 +570,9 @@ def run_sweeps(cohort: Cohort, config: AuditConfig, cells_dir: str | Path, *, pr
 # ---------------------------------------------------------------------------------------------------------------
 def utility_horizon(epsilons: Sequence[float], lower_bounds: Sequence[float]) -> float | None:
     """The smallest ε whose (utility − null) interval lower bound is above 0; None when no ε clears it."""
-    cleared = [float(e) for e, low in zip(epsilons, lower_bounds) if np.isfinite(low) and low > 0]
-    return min(cleared) if cleared else None
+    return shared_horizon(epsilons, [np.isfinite(low) and low > 0 for low in lower_bounds])
 
 
-def bootstrap_indices(y: np.ndarray, n_resamples: int, seed: int = 0) -> np.ndarray:
-    """(n_resamples, n) patient indices resampled with replacement within each class (a stratified cluster
-    bootstrap: the patient is the unit, and every resample keeps both classes so AUROC is defined)."""
-    rng = np.random.default_rng([_BOOTSTRAP_STREAM, seed])
-    y = np.asarray(y)
-    out = np.empty((n_resamples, len(y)), dtype=int)
-    for label in np.unique(y):
-        where = np.flatnonzero(y == label)
-        out[:, where] = where[rng.integers(0, len(where), size=(n_resamples, len(where)))]
-    return out
 
 
 def _per_seed_resampled(metric, values: np.ndarray, labels: np.ndarray, idx: np.ndarray) -> np.ndarray:
@@ -594,18 +580,8 @@ def _per_seed_resampled(metric, values: np.ndarray, labels: np.ndarray, idx: np.
     return np.stack([metric(values[s][idx], labels[s][idx]) for s in range(len(values))])
 
 
-def combine_seeds(per_seed: np.ndarray, seed_idx: np.ndarray) -> np.ndarray:
-    """Replicate b: the mean over a resample of seeds (``seed_idx[b]``) of the seeds' values on patient resample b."""
-    return per_seed[seed_idx, np.arange(per_seed.shape[1])[:, None]].mean(axis=1)
 
 
-def _interval(replicates: np.ndarray, confidence: float) -> tuple[float, float]:
-    replicates = replicates[np.isfinite(replicates)]
-    if replicates.size < 2:
-        return float("nan"), float("nan")
-    alpha = 1.0 - confidence
-    low, high = np.quantile(replicates, [alpha / 2, 1 - alpha / 2])
-    return float(low), float(high)
 
 
 def _load_predictions(cells_dir: Path, cells: list[Cell]) -> dict[int, dict]:

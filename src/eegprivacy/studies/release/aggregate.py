@@ -1,9 +1,11 @@
-"""The ``dp_aggregate`` summaries: per-seed release and utility rows -> mean and 95% CI over seeds, and the
-headline numbers of each dataset (baseline, permuted-label control, each mechanism at the figure's ε).
+"""The ``dp_aggregate`` summaries: each dataset's headline from the ``dp_utility`` summary (intervals over patients
+and seeds, release − matched null, utility horizons) and the per-seed rows (the paper's optimistic protocol, the
+intrinsic utility), as ``metrics/dp_release.json``.
 
-Intervals are over seeds (noise realisations and MLP initialisations), so they say how much one release's
-numbers could move, not how they would generalise to other patients; the Wilson intervals of seed 0 beside the
-baseline say that.
+The per-seed aggregate (mean and t-interval over seeds) is kept for what only has seeds to vary over (intrinsic
+utility of a release, noise scale) and for the paper's optimistic protocol, which is reported beside its own
+permuted-label control and labelled as the paper's; its intervals say how much one release's numbers move
+between noise draws, not how they would generalise to other patients.
 """
 
 from __future__ import annotations
@@ -15,9 +17,10 @@ import numpy as np
 import pandas as pd
 
 from eegprivacy.pipeline.sweep import aggregate
+from eegprivacy.privacy.labels import LABELS_IN_CLEAR_NOTE
 from eegprivacy.reporting.format import epsilon_key
 
-BY = ["study", "dataset", "mechanism", "epsilon", "protocol"]
+BY = ["study", "dataset", "arm", "mechanism", "epsilon", "protocol"]
 PROTOCOLS = ("optimistic", "nested")
 NOT_RELEASES = {"none", "permuted_labels"}
 
@@ -35,52 +38,118 @@ def interval(row) -> dict:
 
 def load_rows(metrics_dir: str | Path, dataset: str) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The dataset's ``dp_release`` and ``dp_utility`` rows, one table, and their mean and CI over seeds."""
-    per_seed = pd.concat([pd.read_csv(Path(metrics_dir) / f"dp_release_{dataset}.csv"),
+    per_seed = pd.concat([pd.read_csv(Path(metrics_dir) / f"dp_release_{dataset}.csv").assign(arm="release"),
                           pd.read_csv(Path(metrics_dir) / f"dp_utility_{dataset}.csv")], ignore_index=True)
     return per_seed, aggregate(per_seed, BY)
 
 
-def headline(agg: pd.DataFrame, per_seed: pd.DataFrame, epsilon: float) -> dict:
-    """Baseline and ε-specific balanced accuracy (mean, CI over seeds) beside chance, plus intrinsic utility."""
-    def pick(mechanism, eps, protocol, metric):
-        rows = agg[(agg.mechanism == mechanism) & (agg.protocol == protocol) & (agg.metric == metric)
-                   & (np.isclose(agg.epsilon, eps) | (np.isinf(agg.epsilon) & np.isinf(eps)))]
-        return None if rows.empty else interval(rows.iloc[0])
+def load_summary(metrics_dir: str | Path, dataset: str) -> pd.DataFrame:
+    """The dataset's ``dp_utility`` summary rows (see :func:`eegprivacy.studies.release.utility.summarise`)."""
+    return pd.read_csv(Path(metrics_dir) / f"dp_utility_summary_{dataset}.csv")
 
-    base_seed0 = per_seed[(per_seed.mechanism == "none") & (per_seed.seed == 0) & (per_seed.protocol == "optimistic")]
-    wilson = {m: {"value": rounded(r.value), "ci_low": rounded(r.ci_low), "ci_high": rounded(r.ci_high)}
-              for m, r in base_seed0.set_index("metric").iterrows() if m in ("accuracy", "recall", "specificity")}
-    at_epsilon = f"epsilon_{epsilon_key(epsilon)}"
-    out = {"chance_balanced_accuracy": 0.5,
-           "baseline": {p: pick("none", math.inf, p, "balanced_accuracy") for p in PROTOCOLS},
-           # the same protocol on permuted labels: the score with nothing to learn (the protocol's own bias)
-           "negative_control_permuted_labels": {p: pick("permuted_labels", math.inf, p, "balanced_accuracy")
-                                                for p in PROTOCOLS},
-           "baseline_seed0_wilson": wilson,
-           at_epsilon: {}}
-    for mechanism in sorted(set(agg.mechanism) - NOT_RELEASES):
-        out[at_epsilon][mechanism] = {
-            "balanced_accuracy": {p: pick(mechanism, epsilon, p, "balanced_accuracy") for p in PROTOCOLS},
-            "correlation": pick(mechanism, epsilon, "intrinsic", "correlation"),
-            "snr_db": pick(mechanism, epsilon, "intrinsic", "snr_db"),
-            "noise_scale": pick(mechanism, epsilon, "intrinsic", "noise_scale"),
-        }
+
+def summary_entry(summary: pd.DataFrame, arm: str, metric: str, mechanism: str | None = None,
+                  epsilon: float | None = None) -> dict | None:
+    """One summary row as the headline JSON writes it (value, interval and what it is over)."""
+    rows = summary[(summary.arm == arm) & (summary.metric == metric)]
+    if mechanism is not None:
+        rows = rows[rows.mechanism == mechanism]
+    if epsilon is not None:
+        rows = rows[np.isclose(rows.epsilon.astype(float), epsilon)]
+    if rows.empty:
+        return None
+    row = rows.iloc[0]
+    out = {"value": rounded(row.value), "ci_low": rounded(row.ci_low), "ci_high": rounded(row.ci_high),
+           "ci_over": row.ci_over, "n_patients": int(row.n), "n_seeds": int(row.n_seeds)}
+    if arm == "release_minus_null":
+        out.update(p_holm=rounded(row.p_holm), keeps_utility=bool(row.keeps_utility), correction=row.correction)
     return out
 
 
-def dataset_summary(dataset: str, agg: pd.DataFrame, per_seed: pd.DataFrame, epsilon: float) -> dict:
-    """The dataset's entry of ``metrics/dp_release.json``: what it is, then :func:`headline`."""
+def horizons(summary: pd.DataFrame) -> dict:
+    """Each mechanism's utility horizon per metric: the smallest ε whose release − null clears 0 (Holm), or
+    "none"."""
+    out: dict = {}
+    for row in summary[summary.arm == "horizon"].itertuples():
+        metric = row.metric.removesuffix("_horizon_epsilon")
+        out.setdefault(row.mechanism, {})[metric] = rounded(row.value) if math.isfinite(row.value) else "none"
+    return out
+
+
+def headline(summary: pd.DataFrame, agg: pd.DataFrame, epsilon: float) -> dict:
+    """The dataset's headline: the non-private utility against its permuted control, each mechanism's release,
+    matched null and difference at ``epsilon`` (AUROC and nested balanced accuracy, intervals over patients and
+    seeds), every mechanism's horizon, the paper's optimistic protocol beside its own control, and intrinsic
+    utility at ``epsilon``."""
+    def seeds_only(arm, mechanism, eps, protocol, metric):
+        rows = agg[(agg.arm == arm) & (agg.mechanism == mechanism) & (agg.protocol == protocol)
+                   & (agg.metric == metric)
+                   & (np.isclose(agg.epsilon, eps) | (np.isinf(agg.epsilon) & np.isinf(eps)))]
+        return None if rows.empty else {**interval(rows.iloc[0]), "ci_over": "seeds"}
+
+    metrics = {"auroc": "auroc", "balanced_accuracy_nested": "balanced_accuracy"}
+    at_epsilon = f"epsilon_{epsilon_key(epsilon)}"
+    out = {"chance": 0.5,
+           "baseline": {k: summary_entry(summary, "baseline", m) for k, m in metrics.items()},
+           # the same protocol on permuted labels: the score with nothing to learn (the protocol's own bias)
+           "negative_control_permuted_labels": {k: summary_entry(summary, "permuted", m) for k, m in metrics.items()},
+           "baseline_minus_permuted": {k: summary_entry(summary, "baseline_minus_permuted", m)
+                                       for k, m in metrics.items()},
+           "utility_horizons": horizons(summary),
+           "paper_protocol_optimistic": {
+               "note": "threshold chosen on the pooled LOSO predictions it is scored on (biased upwards); "
+                       "intervals over seeds only",
+               "baseline_balanced_accuracy": seeds_only("baseline", "none", math.inf, "optimistic",
+                                                        "balanced_accuracy"),
+               "permuted_labels_balanced_accuracy": seeds_only("permuted", "permuted_labels", math.inf,
+                                                               "optimistic", "balanced_accuracy")},
+           at_epsilon: {}}
+    for mechanism in sorted(set(summary.loc[summary.arm == "release", "mechanism"])):
+        entry = {}
+        for key, metric in metrics.items():
+            entry[key] = {arm: summary_entry(summary, arm, metric, mechanism, epsilon)
+                          for arm in ("release", "matched_null", "release_minus_null")}
+        entry["paper_protocol_optimistic_balanced_accuracy"] = {
+            arm: seeds_only(arm, mechanism, epsilon, "optimistic", "balanced_accuracy")
+            for arm in ("release", "matched_null")}
+        for metric in ("correlation", "snr_db", "noise_scale"):
+            entry[metric] = seeds_only("release", mechanism, epsilon, "intrinsic", metric)
+        out[at_epsilon][mechanism] = entry
+    return out
+
+
+def labels_note(label_epsilon: float) -> str:
+    """What the release's ε says about the label column."""
+    if not math.isfinite(label_epsilon):
+        return "released in the clear: " + LABELS_IN_CLEAR_NOTE
+    return (f"randomized response at ε_label = {label_epsilon:g} per patient; a (features, label) row is "
+            f"(ε + {label_epsilon:g}, δ)-DP by basic composition")
+
+
+def dataset_summary(dataset: str, summary: pd.DataFrame, agg: pd.DataFrame, per_seed: pd.DataFrame,
+                    epsilon: float, label_epsilon: float = math.inf) -> dict:
+    """The dataset's entry of ``metrics/dp_release.json``: what it is and what ε covers, then :func:`headline`."""
     return {"dataset_version": str(per_seed["dataset_version"].iloc[0]), "synthetic": dataset.startswith("synthetic"),
             "n_patients": int(per_seed["n_patients"].iloc[0]), "n_features": int(per_seed["n_features"].iloc[0]),
-            **headline(agg, per_seed, epsilon)}
+            "eps_unit": "subject", "labels": labels_note(label_epsilon), **headline(summary, agg, epsilon)}
 
 
 def headline_metrics(summary: dict, epsilon: float) -> dict:
-    """The dataset's headline as flat MLflow metrics (baseline, each mechanism's balanced accuracy at ε)."""
+    """The dataset's headline as flat MLflow metrics: baseline and control AUROC, each mechanism's release − null
+    AUROC at ε and its horizons (absent where no ε keeps utility)."""
     tag = f"eps_{epsilon_key(epsilon)}"
-    flat = {"baseline_balanced_accuracy_optimistic": (summary["baseline"]["optimistic"] or {}).get("mean")}
+    flat = {}
+    for name in ("baseline", "negative_control_permuted_labels", "baseline_minus_permuted"):
+        for key, entry in summary[name].items():
+            if entry and entry["value"] is not None:
+                flat[f"{name}/{key}"] = entry["value"]
     for mechanism, values in summary[f"epsilon_{epsilon_key(epsilon)}"].items():
-        for protocol, ba in values["balanced_accuracy"].items():
-            if ba and ba["mean"] is not None:
-                flat[f"{mechanism}/{tag}/balanced_accuracy_{protocol}_mean"] = ba["mean"]
+        for key in ("auroc", "balanced_accuracy_nested"):
+            for arm, entry in values[key].items():
+                if entry and entry["value"] is not None:
+                    flat[f"{mechanism}/{tag}/{arm}/{key}"] = entry["value"]
+    for mechanism, per_metric in summary["utility_horizons"].items():
+        for metric, value in per_metric.items():
+            if value != "none":
+                flat[f"utility_horizon/{mechanism}/{metric}"] = value
     return {k: v for k, v in flat.items() if v is not None}

@@ -11,9 +11,11 @@ from dataclasses import dataclass
 
 from eegprivacy.params import Config, ParamsError, param
 from eegprivacy.validation import (
+    BOOLEAN,
     CLIP_NORM,
     DELTA,
     EPSILON,
+    EPSILON_OR_INF,
     EPSILONS,
     FRACTION,
     FRACTION_OPEN,
@@ -38,9 +40,13 @@ PROCESSES = count(1, "processes")
 
 @dataclass(frozen=True)
 class PatientLabel(Config):
-    """How a dataset's patient label is made: the window table's ``label`` or a metadata-derived label."""
+    """How a dataset's patient table is made: the label (the window table's ``label`` or a metadata-derived one)
+    and the condition whose windows form each patient vector."""
 
     label: str = param(TEXT, doc="'label' or a metadata label such as bad_counter")
+    condition: str | None = param(AnyOf((TEXT, options((None,))), text="a condition name or null"), default=None,
+                                  doc="the condition whose windows form a patient vector (null: the patient's "
+                                      "windows must share one condition)")
 
 
 @dataclass(frozen=True)
@@ -52,20 +58,33 @@ class DPReleaseConfig(Config):
     epsilons: list = param(EPSILONS, doc="ε per patient of each release")
     mechanisms: list = param(MECHANISMS)
     noise_seeds: int = param(count(1, "seeds"), doc="noise realisations per (mechanism, ε)")
-    datasets: dict[str, PatientLabel] = param(doc="patient label per dataset")
+    datasets: dict[str, PatientLabel] = param(doc="patient label and condition per dataset")
+    common_random_numbers: bool = param(BOOLEAN, default=False,
+                                        doc="one noise stream per seed shared by every mechanism and ε (default: "
+                                            "independent noise per (mechanism, ε, seed))")
+    label_epsilon: float = param(EPSILON_OR_INF, default=float("inf"),
+                                 doc="label DP: randomized response on each patient's label at this ε, composed "
+                                     "with the feature release's (∞ = labels in the clear, the paper's release)")
 
 
 @dataclass(frozen=True)
 class DPUtilityConfig(Config):
     """``dp_utility``: LOSO utility of the non-private table, its permuted-label control and every release."""
 
-    baseline_mlp_seeds: int = param(count(1, "seeds"), doc="MLP seeds on the non-private features")
+    mechanisms: list = param(MECHANISMS, doc="mechanisms whose releases (and matched nulls) are evaluated: a "
+                                             "subset of dp_release.mechanisms")
+    baseline_mlp_seeds: int = param(count(1, "seeds"), doc="MLP seeds on the non-private features and the "
+                                                           "permuted-label control")
     nested_seeds: int = param(count(0), doc="seeds of each cell that also run the nested protocol")
     n_jobs: int = param(PROCESSES, doc="processes over the cells (results do not depend on it)")
     figure_epsilon: float = param(EPSILON, doc="ε at which the confusion matrices are drawn")
     nested_inner_folds: int | str = param(AnyOf((count(2), options(("loso",))), text="loso or a whole number of "
                                                 "inner folds, at least 2"), default="loso",
                                           doc="inner split of the nested protocol: loso or k folds")
+    bootstrap: int = param(count(100, "resamples"), default=2000,
+                           doc="patient-level (cluster) bootstrap resamples of every interval")
+    confidence: float = param(FRACTION_OPEN, default=0.95, doc="interval level; 1 - confidence is the α of the "
+                                                               "Holm-corrected keeps-utility decisions")
 
 
 @dataclass(frozen=True)
@@ -80,8 +99,18 @@ class FederatedBaseline(Config):
 
 
 @dataclass(frozen=True)
+class ScenarioVisits(Config):
+    """What one dataset's *visits* are: a patient seen at two hospitals brings some of its visits to each."""
+
+    visits: str = param(options(("recordings", "halves")), default="recordings",
+                        doc="recordings: every recording is a visit; halves: the first and the second half of every "
+                            "recording are two visits (one session; for cohorts with one recording per subject)")
+
+
+@dataclass(frozen=True)
 class DeploymentConfig(Config):
-    """``deployment``: client-side, server-side and decentralised releases (clip_norm, δ, label: dp_release)."""
+    """``deployment``: client-side, server-side and decentralised releases (clip_norm, δ, label and condition:
+    dp_release)."""
 
     scenarios: list = param(subset_of(("client_side", "server_side", "decentralised"), "scenarios"))
     n_hospitals: int = param(count(2, "hospitals"))
@@ -91,6 +120,8 @@ class DeploymentConfig(Config):
     epsilons: list = param(EPSILONS, doc="ε per release (a patient at two hospitals spends it twice client-side)")
     noise_seeds: int = param(count(1, "seeds"))
     federated: FederatedBaseline = param(doc="the decentralised scenario's FedAvg")
+    datasets: dict[str, ScenarioVisits] = param(default={}, doc="per dataset, what a visit is (a dataset not "
+                                                                "listed: its recordings)")
 
 
 @dataclass(frozen=True)
@@ -108,10 +139,44 @@ class DPScalingConfig(Config):
     n_jobs: int = param(PROCESSES, default=1, doc="processes over the cells (results do not depend on it)")
 
 
+OPTIONAL_CONDITION = AnyOf((TEXT, options((None,))), text="a condition name or null")
+
+
+@dataclass(frozen=True)
+class TablePairing(Config):
+    """How one dataset's two re-identification tables are formed, rows aligned by subject: what is released and
+    what the attacker holds of the same subjects.
+
+    - ``split: conditions`` (cross-condition): the release is each subject's ``release_condition`` recording, the
+      attacker holds its ``auxiliary_condition`` recording (eegmat: task released, rest held);
+    - ``split: halves`` (same-session halves): for a cohort with one recording per subject, the release is the
+      first half of every recording and the attacker holds the second half. Both halves come from one session, so
+      the attack is an upper bound on what linkage across sessions would achieve.
+    """
+
+    split: str = param(options(("conditions", "halves")), default="conditions",
+                       doc="conditions (cross-condition) or halves (same-session halves)")
+    release_condition: str | None = param(OPTIONAL_CONDITION, default=None,
+                                          doc="split conditions: the condition of the released recording")
+    auxiliary_condition: str | None = param(OPTIONAL_CONDITION, default=None,
+                                            doc="split conditions: the condition of the recording the attacker holds")
+
+    def check(self, source, prefix: str) -> None:
+        conditions = (self.release_condition, self.auxiliary_condition)
+        if self.split == "halves" and any(c is not None for c in conditions):
+            raise ParamsError(f"{source}: {prefix}split = 'halves' releases the first half of each recording and "
+                              f"takes no release_condition or auxiliary_condition; remove them from {source}")
+        if self.split == "conditions" and (None in conditions or conditions[0] == conditions[1]):
+            raise ParamsError(f"{source}: {prefix}split = 'conditions' (the default) needs two different conditions, "
+                              f"release_condition and auxiliary_condition (got {conditions[0]!r} and "
+                              f"{conditions[1]!r}); fix them in {source}, or use split: halves for a cohort with "
+                              "one recording per subject")
+
+
 @dataclass(frozen=True)
 class ReidentificationSettings(Config):
-    release_condition: str = param(TEXT, doc="the released table: each subject's recording of this condition")
-    auxiliary_condition: str = param(TEXT, doc="what the attacker holds")
+    datasets: dict[str, TablePairing] = param(doc="per dataset, how the released and the attacker's tables are "
+                                                  "formed")
     metrics: list = param(TEXTS, doc="distance names")
     top_k: list = param(counts(1, "k"), doc="top-k accuracies reported")
 
@@ -144,23 +209,39 @@ class SearchSpaceA(Config):
 
 @dataclass(frozen=True)
 class OptunaStudyAConfig(Config):
-    """``optuna_study_a``: the multi-objective search over (mechanism, ε, C)."""
+    """``optuna_study_a``: the multi-objective search over (mechanism, ε, C) and the re-evaluation of its front.
+
+    Search and re-evaluation seeds are disjoint (``reevaluation_seed_offset`` ≥ ``noise_seeds``): the front is
+    the best of many noisy trials, so only values measured on seeds the search never saw say what it is worth."""
 
     dataset: str = param(TEXT)
     label: str = param(TEXT, doc="patient label (as dp_release's datasets.<name>.label)")
-    release_condition: str = param(TEXT)
-    auxiliary_condition: str = param(TEXT)
+    condition: str | None = param(AnyOf((TEXT, options((None,))), text="a condition name or null"),
+                                  doc="the recording condition whose halves are used (null: every subject's windows "
+                                      "must share one condition)")
     delta: float = param(DELTA)
     search_space: SearchSpaceA = param()
-    noise_seeds: int = param(count(1, "seeds"), doc="every trial's objectives are means over these seeds")
-    protocol: str = param(options(("optimistic", "nested"), "optimistic or nested"))
-    n_jobs: int = param(PROCESSES)
+    noise_seeds: int = param(count(1, "seeds"), doc="every trial's objectives are means over seeds 0..noise_seeds-1")
+    reevaluation_seeds: int = param(count(1, "seeds"), doc="fresh seeds every Pareto-front trial is re-evaluated on")
+    reevaluation_seed_offset: int = param(count(1), doc="the first re-evaluation seed (at least noise_seeds)")
+    bootstrap: int = param(count(100, "resamples"), doc="patient-level (cluster) bootstrap resamples of the "
+                                                        "re-evaluated intervals")
+    confidence: float = param(FRACTION_OPEN, doc="interval level; 1 - confidence is the α of the Holm-corrected "
+                                                 "keeps-utility decisions over the front")
+    n_jobs: int = param(PROCESSES, doc="processes over a trial's seeds (results do not depend on it)")
     n_trials: int = param(count(1, "trials"), doc="the study's target of COMPLETE trials")
     sampler: str = param(options(("tpe", "nsga2"), "tpe or nsga2"))
     population_size: int = param(count(2), doc="nsga2 only")
     seed: int = param(count(0), doc="sampler seed")
     storage: str = param(TEXT, doc="SQLAlchemy URL of the study database")
     heartbeat_interval: int = param(count(1, "seconds"))
+
+    def check(self, source, prefix: str) -> None:
+        if self.reevaluation_seed_offset < self.noise_seeds:
+            raise ParamsError(f"{source}: {prefix}reevaluation_seed_offset = {self.reevaluation_seed_offset!r} is "
+                              f"invalid; it must be at least noise_seeds ({self.noise_seeds}) so the re-evaluation "
+                              f"seeds are fresh. Fix it in {source} and run the stage again (nothing was computed "
+                              "or written)")
 
 
 @dataclass(frozen=True)

@@ -37,8 +37,9 @@ def noise_scale_row(noise_scale: float) -> dict:
 
 def release_cell(config: dict, seed: int, *, table: PatientTable) -> list[dict]:
     """One seeded release of ``table`` with the cell's mechanism, ε, δ and C, and its intrinsic rows."""
-    releaser, released = release(table, config["mechanism"], config["epsilon"], config["delta"], config["clip_norm"],
-                                 seed)
+    releaser, released = release(table.X.to_numpy(), config["mechanism"], config["epsilon"], config["delta"],
+                                 config["clip_norm"], seed,
+                                 common_random_numbers=bool(config.get("common_random_numbers", False)))
     return [*quality_rows(releaser, released), noise_scale_row(config["noise_scale"])]
 
 
@@ -46,7 +47,7 @@ def release_sweeps(table: PatientTable, config: DPReleaseConfig, label: str, *, 
                    progress: bool) -> list[pd.DataFrame]:
     """One sweep (MLflow parent run) per mechanism over ε × noise seeds; each returns its per-seed rows."""
     params = {"dp_release": config.to_dict(), "label": label, **table.base_config}
-    extra = {"code_hash": code_hash("dp_release")}
+    extra = {"code_hash": code_hash("dp_release"), "common_random_numbers": bool(config.common_random_numbers)}
     cell_fn = functools.partial(release_cell, table=table)
     return [run_sweep(table, "dp_release", mechanism, release_cells(table, config, mechanism, extra), cell_fn,
                       cells_dir=cells_dir, params=params, progress=progress, mechanism=mechanism, delta=config.delta)

@@ -7,6 +7,7 @@ Patient identifiers stay in this process: the table handed on has a 0..n-1 index
 from __future__ import annotations
 
 import math
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,6 +21,9 @@ from eegprivacy.privacy import DPFeatureReleaser, make_mechanism, patient_vector
 from eegprivacy.signal.table import INDEX_COLUMNS, FeaturesParams, read_feature_table
 from eegprivacy.studies.release.config import DPReleaseConfig
 from eegprivacy.tracking import required_tags
+
+# Mixed with the (mechanism, ε) code and the seed: the release noise stream of study A (privacy.release's tag).
+NOISE_STREAM_TAG = 0x44505245
 
 # Patient labels derived from dataset metadata (name -> function of the per-subject metadata rows).
 METADATA_LABELS = {
@@ -69,7 +73,7 @@ def load_window_table(dataset_name: str, features_params: str | Path = "params/f
     params = FeaturesParams.load(features_params, "features")
     dataset = get_dataset(dataset_name, **params.dataset_kwargs(dataset_name))
     version = dataset.version()
-    config = params.pipeline()
+    config = params.pipeline(dataset_name)
     table = read_feature_table(Path(features_dir) / f"{dataset_name}.parquet", dataset_version=version,
                                config=config)
     return WindowTable(dataset_name, version, config.config_hash(), dataset.synthetic, table, dataset.metadata())
@@ -86,20 +90,51 @@ def labelled_windows(windows: WindowTable, label: str) -> pd.DataFrame:
 
 
 def load_patient_table(dataset_name: str, label: str, features_params: str | Path = "params/features.yaml",
-                       features_dir: str | Path = "data/features") -> PatientTable:
-    """Window features of the dataset's current version -> patient-level vectors and labels."""
+                       features_dir: str | Path = "data/features", condition: str | None = None) -> PatientTable:
+    """Window features of the dataset's current version -> patient-level vectors and labels.
+
+    A patient vector is the mean over the windows of one condition: ``condition`` selects it (e.g. eegmat's
+    ``arithmetic``, recorded for every subject). Without it every patient's windows must already share one
+    condition; vectors that mix a resting and a task recording would describe different things per patient."""
     windows = load_window_table(dataset_name, features_params, features_dir)
     table = labelled_windows(windows, label)
+    if condition is not None:
+        present = sorted(table["condition"].astype(str).unique())
+        if condition not in present:
+            raise ValueError(f"{dataset_name}: no window of condition {condition!r}; the table holds {present}")
+        table = table[table["condition"] == condition]
+    else:
+        mixed = int((table.groupby("subject")["condition"].nunique() > 1).sum())
+        if mixed:
+            raise ValueError(f"{dataset_name}: {mixed} patients have windows of more than one condition "
+                             f"({sorted(table['condition'].astype(str).unique())}); set dp_release.datasets."
+                             f"{dataset_name}.condition so each patient vector describes one condition")
     X, y, _private_ids = patient_vectors(table, windows.feature_columns, group="subject", label="label")
+    dropped = [c for c in X.columns if not np.isfinite(X[c].to_numpy()).all()]
+    if dropped:  # e.g. a band the signal layer dropped above Nyquist: NaN for every patient
+        X = X.drop(columns=dropped)
     return PatientTable(dataset_name, windows.dataset_version, windows.features_hash, windows.synthetic, X,
                         y.astype(int), np.arange(len(X)))
 
 
-def release(table: PatientTable, mechanism: str, epsilon: float, delta: float, clip_norm: float,
-            seed: int) -> tuple[DPFeatureReleaser, np.ndarray]:
-    """One seeded release of the patient table (scale -> clip -> noise)."""
-    releaser = DPFeatureReleaser(make_mechanism(mechanism, epsilon, delta), clip_norm=clip_norm, random_state=seed)
-    released = releaser.fit_transform(table.X.to_numpy())
+def noise_generator(mechanism: str, epsilon: float, seed: int,
+                    common_random_numbers: bool = False) -> np.random.Generator:
+    """The noise stream of one release. By default every (mechanism, ε, seed) draws independent noise, so two
+    mechanisms or two ε are never the same draw rescaled (which would make curves flat and rows identical).
+    ``common_random_numbers`` shares one stream per seed across mechanisms and ε (a variance-reduction option for
+    comparing them; the rows are then correlated by construction)."""
+    if common_random_numbers:
+        return np.random.default_rng([NOISE_STREAM_TAG, int(seed)])
+    code = zlib.crc32(f"{mechanism}|{float(epsilon)!r}".encode())
+    return np.random.default_rng([NOISE_STREAM_TAG, code, int(seed)])
+
+
+def release(X: np.ndarray, mechanism: str, epsilon: float, delta: float, clip_norm: float, seed: int, *,
+            common_random_numbers: bool = False) -> tuple[DPFeatureReleaser, np.ndarray]:
+    """One seeded release of a patient table (scale -> clip -> noise), its noise from :func:`noise_generator`."""
+    rng = noise_generator(mechanism, epsilon, seed, common_random_numbers)
+    releaser = DPFeatureReleaser(make_mechanism(mechanism, epsilon, delta), clip_norm=clip_norm, random_state=rng)
+    released = releaser.fit_transform(np.asarray(X, dtype=float))
     return releaser, released
 
 
