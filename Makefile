@@ -63,6 +63,7 @@ FULL_PROFILE := \
 	-S 'params/dp_release.yaml:dp_utility.mechanisms=[gaussian_analytic,gaussian_classic,laplace_implemented,laplace_formal]' \
 	-S 'params/table_attacks.yaml:table_attacks.noise_seeds=20' \
 	-S 'params/dp_scaling.yaml:dp_scaling.noise_seeds=20' \
+	-S 'params/deployment.yaml:deployment.noise_seeds=10' \
 	-S 'params/federated_mia.yaml:federated_mia.seeds=5' \
 	-S 'params/federated_mia.yaml:federated_mia.attack_rounds=all' \
 	-S 'params/embedding_audit.yaml:embedding_audit.profile=full' \

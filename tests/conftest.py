@@ -50,15 +50,17 @@ def synthetic_features_dir(tmp_path_factory):
     """``make(dataset_name) -> folder`` holding that synthetic cohort's window-feature table, as the features
     stage writes it; each cohort is computed once per session."""
     from eegprivacy.data import get_dataset
-    from eegprivacy.signal.table import FeaturePipelineConfig, dataset_window_features, write_feature_table
+    from eegprivacy.signal.table import FeaturesParams, dataset_window_features, write_feature_table
 
     folder = tmp_path_factory.mktemp("features")
+    params = FeaturesParams.load(Path(__file__).resolve().parents[1] / "params/features.yaml", "features")
 
     def make(name: str) -> Path:
         path = folder / f"{name}.parquet"
         if not path.exists():
-            dataset = get_dataset(name, **({"seed": 0} if name == "synthetic_clinical" else {}))
-            config = FeaturePipelineConfig()
+            # the dataset and feature settings the features stage uses (params/features.yaml)
+            dataset = get_dataset(name, **params.dataset_kwargs(name))
+            config = params.pipeline(name)
             table = dataset_window_features(dataset, config, progress=False)
             write_feature_table(table, path, dataset_version=dataset.version(), config=config, synthetic=True)
         return folder

@@ -41,7 +41,11 @@ import pandas as pd
 
 from eegprivacy.atomic import atomic_path, atomic_paths
 from eegprivacy.attacks.metrics import auroc as attack_auroc
-from eegprivacy.attacks.table import NearestNeighbourReidentifier, TableMembershipInference, top_k_hits
+from eegprivacy.attacks.table import (
+    NearestNeighbourReidentifier,
+    TableMembershipInference,
+    top_k_hits,
+)
 from eegprivacy.data.base import EEGDataset
 from eegprivacy.evaluation import LOSOEvaluation, mean_ci, wilson_interval
 from eegprivacy.evaluation.cluster_bootstrap import (
@@ -53,8 +57,19 @@ from eegprivacy.evaluation.cluster_bootstrap import (
 from eegprivacy.evaluation.cluster_bootstrap import percentile_interval as _interval
 from eegprivacy.evaluation.cluster_bootstrap import utility_horizon as shared_horizon
 from eegprivacy.evaluation.thresholds import DP_GRID as THRESHOLD_GRID
-from eegprivacy.pipeline.sweep import Cell, PrefetchedCells, SweepRunner, config_key, expand_grid
-from eegprivacy.privacy import NO_NOISE, DPFeatureReleaser, make_mechanism, patient_vectors
+from eegprivacy.pipeline.sweep import (
+    Cell,
+    PrefetchedCells,
+    SweepRunner,
+    config_key,
+    expand_grid,
+)
+from eegprivacy.privacy import (
+    NO_NOISE,
+    DPFeatureReleaser,
+    make_mechanism,
+    patient_vectors,
+)
 from eegprivacy.signal.table import (
     INDEX_COLUMNS,
     FeaturesParams,
@@ -63,6 +78,7 @@ from eegprivacy.signal.table import (
     read_feature_table,
     write_feature_table,
 )
+from eegprivacy.studies.release.table_attacks import recording_halves
 from eegprivacy.tracking import required_tags
 
 log = logging.getLogger(__name__)
@@ -235,7 +251,6 @@ def _reidentification_tables(frame: pd.DataFrame, features: list[str], meta: pd.
                     break
         reason = f"{len(multi)} subjects with two or more recordings; first vs second ({kind})"
     elif split_halves:
-        from eegprivacy.studies.release.table_attacks import recording_halves  # table_attacks' halves split
 
         a, b = recording_halves(frame)
         both = sorted(set(a["subject"]) & set(b["subject"]))

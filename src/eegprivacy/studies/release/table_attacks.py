@@ -48,7 +48,6 @@ from eegprivacy.studies.release.config import (
     TablePairing,
 )
 from eegprivacy.studies.release.table import (
-    NOISE_STREAM_TAG,
     PatientTable,
     WindowTable,
     load_window_table,
@@ -56,9 +55,8 @@ from eegprivacy.studies.release.table import (
     sweep_runner,
 )
 
-# The release noise tag (table.noise_generator's); the two below keep the shuffled-identity control and the
-# membership draws apart from the noise.
-NOISE_STREAM = NOISE_STREAM_TAG
+# Seed streams of the shuffled-identity control and of the membership draws, apart from the release noise
+# (table.noise_generator's streams).
 CONTROL_STREAM = 0x43544C52
 _MEMBERSHIP_STREAM = 0x4D454D42
 ATTACKS = ("reidentification", "membership")
