@@ -36,21 +36,19 @@ def reference_window_features(window: np.ndarray, sfreq: float,
     df = sfreq / nfft
     nyquist = sfreq / 2
     top = max(hi for _, (_, hi) in config.bands)
-    bands = []
+    bands, kept = [], []
     for _, (lo, hi) in config.bands:
-        if lo >= nyquist:
+        if lo >= nyquist or hi > nyquist:  # a band reaching past Nyquist is dropped (NaN), never clipped
             bands.append(np.full(x.shape[0], np.nan))
             continue
-        if hi > nyquist:
-            hi, inclusive = nyquist, True
-        else:
-            inclusive = hi >= top  # only the top edge of the highest band is inclusive
+        kept.append((lo, hi))
+        inclusive = hi >= top  # only the top edge of the highest configured band is inclusive
         mask = (freqs >= lo) & ((freqs <= hi) if inclusive else (freqs < hi))
         bands.append(psd[:, mask].sum(axis=-1) * df if mask.any() else np.full(x.shape[0], np.nan))
 
-    lo_range = min(lo for _, (lo, _) in config.bands)
-    hi_range = min(top, nyquist)
-    inside = (freqs >= lo_range) & (freqs <= hi_range)
+    lo_range = min((lo for lo, _ in kept), default=math.nan)
+    hi_range = max((hi for _, hi in kept), default=math.nan)  # the SEF range ends at the highest kept band
+    inside = (freqs >= lo_range) & ((freqs <= hi_range) if hi_range >= top else (freqs < hi_range))
     f, p_all = freqs[inside], psd[:, inside]
     sef = np.full(x.shape[0], np.nan)
     for c in range(x.shape[0]):  # each bin's power spread evenly over [f - df/2, f + df/2]

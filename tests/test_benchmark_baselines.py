@@ -16,7 +16,7 @@ import pytest
 from scipy.stats import ks_2samp
 
 from eegprivacy.privacy.mechanisms import make_mechanism
-from eegprivacy.signal.features import FEATURE_NAMES, FeatureConfig, window_features
+from eegprivacy.signal.features import BANDS, FEATURE_NAMES, FeatureConfig, window_features
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 
@@ -43,12 +43,16 @@ def _windows(n_windows: int, n_channels: int, n_samples: int, sfreq: float, seed
 @pytest.mark.parametrize("sfreq, n_samples", [(500.0, 1000), (256.0, 512), (173.61, 347), (100.0, 200),
                                               (500.0, 100)])
 def test_reference_loop_gives_the_vectorised_features(sfreq, n_samples):
-    """Default rate, bin-aligned band edges (df = 1 Hz), an irrational rate, a clipped band, a short window."""
+    """Default rate, bin-aligned band edges (df = 1 Hz), an irrational rate, a band past Nyquist (dropped: NaN in
+    both, never clipped), a short window."""
     windows = _windows(7, 4, n_samples, sfreq)
     ours, _ = window_features(windows, sfreq)
     theirs = baselines.reference_features_loop(windows, sfreq)
     assert theirs.shape == ours.shape == (7, 4, len(FEATURE_NAMES))
-    assert np.isfinite(theirs).all()
+    dropped = [FEATURE_NAMES.index(name) for name, (_, hi) in BANDS.items() if hi > sfreq / 2]
+    assert bool(dropped) == (sfreq == 100.0)  # high gamma (45-70 Hz) only at 100 Hz
+    assert np.isnan(theirs[..., dropped]).all() and np.isnan(ours[..., dropped]).all()
+    assert np.isfinite(np.delete(theirs, dropped, axis=-1)).all()
     np.testing.assert_allclose(ours, theirs, rtol=1e-9, atol=0)
 
 

@@ -175,7 +175,7 @@ def test_study_a_sweep_on_two_nodes_equals_the_local_rows(cluster, tmp_path, mon
 
     assert set(local["mechanism"]) == {"none", "permuted_labels", "gaussian_analytic", "laplace_implemented"}
     pd.testing.assert_frame_equal(local, remote)
-    assert len(on_ray.task_nodes) == 10
+    assert len(on_ray.task_nodes) == 18  # baseline + control + 2 mechanisms x 2 ε x 2 seeds x (release, null)
     assert set(on_ray.task_nodes) == set(cluster.node_ids.values())  # both nodes computed cells
 
 
