@@ -1,6 +1,6 @@
 """Stage ``dataset_version``: verify a dataset against its manifest and write its version (sha256 over path, size,
-sha256 of every file) to JSON, so DVC reruns everything downstream when its bytes change; one MLflow run records
-each version of each dataset the pipeline saw.
+sha256 of every file the pipeline reads, e.g. eegmmidb's imagery runs 4, 8, 12) to JSON, so DVC reruns everything
+downstream when its bytes change; one MLflow run records each version of each dataset the pipeline saw.
 
 A dataset that reads whatever part of its public file list a copy holds (eegmat, eegmmidb: it has ``absent()``)
 also gets ``n_recordings_listed``, ``n_recordings_present`` and ``absent`` (the public file names it lacks) in the
@@ -14,6 +14,7 @@ from eegprivacy.atomic import write_text_atomic
 from eegprivacy.data import get_dataset
 from eegprivacy.data._local import presence
 from eegprivacy.signal.table import FeaturesParams
+from eegprivacy.studies.federated.config import FederatedMIAConfig
 from eegprivacy.tracking import log_metrics, required_tags, start_run
 from eegprivacy.tracking.runs import has_finished_run
 
@@ -22,11 +23,24 @@ def add_arguments(parser) -> None:
     parser.add_argument("--dataset", required=True, help="registry name, e.g. eegmat (see `eegprivacy datasets`)")
     parser.add_argument("--params", default="params/features.yaml",
                         help="params file whose features.datasets.<name> holds the dataset's constructor arguments")
+    parser.add_argument("--federated-params", default="params/federated_mia.yaml",
+                        help="params file whose federated_mia.datasets.<name>.dataset holds a study-B-only dataset's "
+                             "constructor arguments (eegmmidb)")
     parser.add_argument("--out", required=True, help="JSON file to write, e.g. data/versions/eegmat.json")
 
 
+def dataset_kwargs(name: str, features_params: str, federated_params: str) -> dict:
+    """The constructor arguments the pipeline builds dataset ``name`` with: ``features.datasets.<name>``, or, for a
+    study-B-only cohort (eegmmidb), ``federated_mia.datasets.<name>.dataset``; {} when neither names it."""
+    features = FeaturesParams.load(features_params, "features")
+    if name in features.datasets:
+        return features.dataset_kwargs(name)
+    grid = FederatedMIAConfig.load(federated_params, "federated_mia")
+    return dict(grid.datasets[name].dataset or {}) if name in grid.datasets else {}
+
+
 def run(args) -> int:
-    kwargs = FeaturesParams.load(args.params, "features").dataset_kwargs(args.dataset)
+    kwargs = dataset_kwargs(args.dataset, args.params, args.federated_params)
     dataset = get_dataset(args.dataset, **kwargs)
     info = {"dataset": dataset.name, "version": dataset.version(), "synthetic": dataset.synthetic,
             "subjects": len(dataset.subjects()), "recordings": len(dataset.recordings())}

@@ -34,7 +34,8 @@ def add_arguments(parser) -> None:
 def run(args) -> int:
     start = time.perf_counter()
     config = args.config
-    training = FederatedMIAConfig.load(args.training_params, "federated_mia")
+    training = FederatedMIAConfig.load(args.training_params, "federated_mia").for_dataset(args.dataset,
+                                                                                          args.training_params)
     spec = training.dataset_spec(args.dataset, args.training_params)
     study = LiRAStudy(config, training, args.dataset, spec, Path(args.cells), args.stage.code_hash(),
                       progress=not args.no_progress)

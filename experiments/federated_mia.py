@@ -33,9 +33,10 @@ def add_arguments(parser) -> None:
                              "depend on it: each cell is a pure function of its config and seed")
 
 
-def sweep_plan(args, base: dict, knobs: dict, synthetic: bool, tags_of) -> list[tuple]:
-    """(model, ε, runner, cells) in the order they run: one runner (MLflow parent) per (model, ε)."""
-    config, stage = args.config, args.stage.name
+def sweep_plan(args, config, base: dict, knobs: dict, synthetic: bool, tags_of) -> list[tuple]:
+    """(model, ε, runner, cells) in the order they run: one runner (MLflow parent) per (model, ε); ``config`` is
+    the grid as this dataset runs it (its per-dataset overrides applied)."""
+    stage = args.stage.name
     plan = []
     for model in config.models:
         for eps in [float(e) for e in config.epsilons]:
@@ -71,7 +72,7 @@ def export_arrays(plan: list[tuple], arrays_dir: Path, export: Path) -> None:
 
 
 def run(args) -> int:
-    config, stage = args.config, args.stage.name
+    config, stage = args.config.for_dataset(args.dataset, args.params), args.stage.name
     spec = config.dataset_spec(args.dataset, args.params)
     dataset, trials = load_trials(args.dataset, spec)
     version, synthetic = dataset.version(), bool(trials.synthetic)
@@ -84,7 +85,7 @@ def run(args) -> int:
                              synthetic=synthetic, seed=seed, dvc_stage=f"{stage}@{args.dataset}",
                              split="per_subject_80_20", **extra)
 
-    plan = sweep_plan(args, base, knobs, synthetic, tags_of)
+    plan = sweep_plan(args, config, base, knobs, synthetic, tags_of)
     arrays_dir = Path(args.cells) / stage / args.dataset / "arrays"
     drop_cells_without_arrays(plan, arrays_dir)
     jobs = [(cell.config, cell.seed) for _, _, runner, cells in plan for cell in runner.pending(cells)]

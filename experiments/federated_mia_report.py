@@ -8,11 +8,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from eegprivacy.atomic import atomic_path, write_text_atomic
-from eegprivacy.reporting.federated import figures, headline, tables_md, write_headline
+from eegprivacy.reporting.federated import figures, headline, tables_md, with_test_sizes, write_headline
 from eegprivacy.tracking import log_artifact, log_metrics, required_tags, start_run
 from eegprivacy.studies.federated.cumulative import Cumulative
 from eegprivacy.studies.federated.report import (
     across_rounds,
+    client_utility,
     read_rows,
     regressions_by_dataset,
     without_points,
@@ -20,7 +21,8 @@ from eegprivacy.studies.federated.report import (
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--inputs", nargs="+", default=["metrics/federated_mia_eegmat.csv",
+    parser.add_argument("--inputs", nargs="+", default=["metrics/federated_mia_eegmmidb.csv",
+                                                         "metrics/federated_mia_eegmat.csv",
                                                          "metrics/federated_mia_synthetic_mi.csv"])
     parser.add_argument("--json", default="metrics/federated_mia.json")
     parser.add_argument("--summary", default="metrics/federated_mia.csv")
@@ -44,14 +46,15 @@ def log_dataset_run(dataset: str, rows, metrics: dict, artifacts: list[Path]) ->
 
 def run(args) -> int:
     tidy = read_rows(args.inputs)
-    summary = across_rounds(tidy)
+    summary = with_test_sizes(across_rounds(tidy), tidy)
+    clients = client_utility(tidy)
     regressions = regressions_by_dataset(tidy)
     with atomic_path(args.summary) as tmp:
         summary.to_csv(tmp, index=False)
     cum = Cumulative(args.accounting)
-    head = headline(summary, without_points(regressions), cum)
+    head = headline(summary, without_points(regressions), cum, clients)
     write_headline(args.json, head)
-    write_text_atomic(args.tables, tables_md(summary, without_points(regressions), cum))
+    write_text_atomic(args.tables, tables_md(summary, without_points(regressions), cum, clients))
     paths = figures(tidy, regressions, Path(args.figures), cum)
     for dataset, rows in tidy.groupby("dataset", sort=True):
         means = {key: entry["mean"] for key, entry in head.items() if key.startswith(f"{dataset}/")

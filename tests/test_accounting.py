@@ -192,6 +192,7 @@ def test_stage_runs_on_a_tiny_federation(tmp_path):
     grid = yaml.safe_load((REPO / "params" / "federated_mia.yaml").read_text())
     block = grid["federated_mia"]
     block["datasets"] = {"synthetic_mi": {**block["datasets"]["synthetic_mi"]}}
+    block.pop("per_dataset", None)  # the shipped per-dataset protocols name cohorts this grid leaves out
     block["datasets"]["synthetic_mi"]["dataset"] = {"n_subjects": 3, "n_sessions": 1, "n_runs": 2,
                                                     "n_trials_per_class": 10, "seed": 0}
     block.update(models=["simplenet"], epsilons=[math.inf, 2.0], num_rounds=2, local_epochs=2, batch_size=16,
@@ -267,3 +268,11 @@ def test_bad_accounting_params_stop_the_stage_before_any_work(tmp_path, key, val
               str(out / "c.csv"), "--summary", str(out / "a.json"), "--report", str(out / "a.md"), "--figure",
               str(out / "a.png")])
     assert not out.exists()
+
+
+def test_pld_is_skipped_with_a_reason_where_dp_accounting_cannot_build_the_laplace_pld():
+    # at ε = 750 per step (an EEGNet certified ε on eegmmidb) dp_accounting raises while building the Laplace PLD
+    # ("deltas are not in non-increasing order"): skip PLD with the reason, never crash the accounting stage
+    bound = make_accountant("pld").epsilon(laplace(750.0, 40), DELTA)
+    assert math.isnan(bound.epsilon) and bound.detail.startswith("skipped") and "cannot build" in bound.detail
+    assert math.isfinite(make_accountant("rdp").epsilon(laplace(750.0, 40), DELTA).epsilon)

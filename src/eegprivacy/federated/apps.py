@@ -51,6 +51,9 @@ class StudyBConfig:
     balance: bool = True
     epoch_s: float = 4.0
     resample: float = 128.0
+    tmin: float = 0.0  # motor imagery: seconds from the cue to the epoch's start
+    l_freq: float = 0.0  # motor imagery band-pass in Hz; 0 and 0 keep the paradigm's default (8-32 Hz)
+    h_freq: float = 0.0
     model: str = "simplenet"
     epsilon: float = math.inf  # per local optimiser step; inf = no DP
     clip_norm: float = 1.0
@@ -81,14 +84,20 @@ class StudyBConfig:
         for name in ("seed", "split_seed", "csp_components", "num_server_rounds", "local_epochs",
                      "clients_per_round", "num_clients", "batch_size"):
             object.__setattr__(out, name, int(getattr(out, name)))
-        for name in ("epoch_s", "resample", "epsilon", "clip_norm", "test_size", "learning_rate", "node_timeout_s"):
+        for name in ("epoch_s", "resample", "tmin", "l_freq", "h_freq", "epsilon", "clip_norm", "test_size",
+                     "learning_rate", "node_timeout_s"):
             object.__setattr__(out, name, float(getattr(out, name)))
         return out
 
     def trials_spec(self) -> dict:
         """The data set's entry as ``params/federated_mia.yaml`` spells it (for :func:`cohort.load_trials`)."""
-        return {"paradigm": self.paradigm, "balance": self.balance, "epoch_s": self.epoch_s,
+        spec = {"paradigm": self.paradigm, "balance": self.balance, "epoch_s": self.epoch_s,
                 "resample": self.resample, "dataset": dict(self.dataset_kwargs)}
+        if self.paradigm == "left_right_imagery":
+            spec["tmin"] = self.tmin
+            if self.l_freq or self.h_freq:
+                spec["band"] = [self.l_freq, self.h_freq]
+        return spec
 
     def task(self):
         """The study's TorchTask on this model's CSP input, with the Laplace gradient DP step when ε is finite."""

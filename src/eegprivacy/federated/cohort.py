@@ -18,17 +18,25 @@ __all__ = ["load_trials", "client_data", "model_input_shape"]
 
 def load_trials(name: str, spec: Mapping):
     """The dataset and its trials under the paradigm `spec` names (eegmat: rest vs arithmetic; MI: left vs
-    right). `spec` holds ``paradigm``, ``epoch_s``, ``resample``, ``balance`` and the dataset's own ``dataset``
-    keyword arguments, as in ``params/federated_mia.yaml``."""
+    right). `spec` holds ``paradigm``, ``epoch_s``, ``resample``, ``balance``, for motor imagery ``tmin`` (s
+    from the cue) and ``band`` ([low, high] Hz), and the dataset's own ``dataset`` keyword arguments, as in
+    ``params/federated_mia.yaml``."""
     from eegprivacy.data import get_dataset
     from eegprivacy.signal.epochs import LeftRightImagery, RecordingLabelParadigm
+    from eegprivacy.signal.preprocess import PreprocessConfig
 
     dataset = get_dataset(name, **(spec.get("dataset") or {}))
     common = {"epoch_s": float(spec.get("epoch_s", 4.0)), "resample": spec.get("resample", 128.0)}
     if spec.get("paradigm", "recording_label") == "recording_label":
+        if spec.get("tmin") is not None or spec.get("band") is not None:
+            raise ValueError(f"{name}: tmin and band apply to left_right_imagery only (recording_label epochs "
+                             "start at the recording's first sample and use the project's preprocessing)")
         paradigm = RecordingLabelParadigm(balance=bool(spec.get("balance", False)), **common)
     else:
-        paradigm = LeftRightImagery(**common)
+        if spec.get("band") is not None:
+            low, high = (float(v) for v in spec["band"])
+            common["preprocess"] = PreprocessConfig(l_freq=low, h_freq=high)
+        paradigm = LeftRightImagery(tmin=float(spec.get("tmin") or 0.0), **common)
     return dataset, paradigm.get_data(dataset)
 
 

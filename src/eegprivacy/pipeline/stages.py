@@ -128,6 +128,8 @@ RELEASE = (f"{SRC}/signal/table.py", f"{SRC}/privacy", f"{SRC}/evaluation", f"{S
 FEDERATED = (f"{SRC}/data", f"{SRC}/signal", f"{SRC}/federated", f"{SRC}/models", f"{SRC}/attacks",
              f"{SRC}/evaluation", f"{SRC}/studies/federated")
 EEGMAT_VERSION = ("data/versions/eegmat.json",)
+EEGMMIDB_VERSION = ("data/versions/eegmmidb.json",)
+STUDY_B = ("eegmmidb", "eegmat", "synthetic_mi")  # federated_mia's cohorts: eegmmidb first (the paper's protocol)
 STUDY_A = ("synthetic_clinical", "eegmat", "msu_schizophrenia")
 SCALING_DATASETS = ("synthetic_clinical", "eegmat", "msu_schizophrenia")  # dp_scaling runs per dataset on these
 
@@ -136,8 +138,9 @@ STAGES: tuple[Stage, ...] = (
     Stage("dataset_version", "Hash a dataset's files (checked against its manifest) into its version file, so "
           "every downstream stage reruns when the data changes.",
           entry="experiments.dataset_version", code=(f"{SRC}/data",), support=MACHINERY,
-          outs=("data/versions/{item}.json",), reads=("params/features.yaml:features.datasets",),
-          items=STUDY_A),
+          outs=("data/versions/{item}.json",),
+          reads=("params/features.yaml:features.datasets", "params/federated_mia.yaml:federated_mia.datasets"),
+          items=(*STUDY_A, "eegmmidb")),
     Stage("features", "Preprocess (band-pass, 50 Hz notch, average reference), cut 2-s windows with 50% overlap "
           "and compute the 11 window features per channel of a dataset (cached per dataset version and feature "
           "config); parquet table, metrics JSON, a figure and an MLflow run.",
@@ -256,13 +259,12 @@ STAGES: tuple[Stage, ...] = (
           entry="experiments.federated_mia", section="federated_mia", params_file="params/federated_mia.yaml",
           config="eegprivacy.studies.federated.config:FederatedMIAConfig", code=FEDERATED, support=MACHINERY,
           inputs=("data/versions/{item}.json",),
-          outs=("metrics/federated_mia_{item}.csv", "data/federated_mia/{item}"), items=("eegmat", "synthetic_mi"),
+          outs=("metrics/federated_mia_{item}.csv", "data/federated_mia/{item}"), items=STUDY_B,
           flags=("dataset", "progress", "out", "cells")),
     Stage("federated_mia_report", "Study B: the per-round attack rows summarised (intervals over seeds, "
           "cumulative ε beside each per-step ε), the paper-shaped tables and figures.",
           entry="experiments.federated_mia_report", code=FEDERATED, support=(*MACHINERY, *REPORTING),
-          inputs=("metrics/federated_mia_eegmat.csv", "metrics/federated_mia_synthetic_mi.csv",
-                  "metrics/federated_accounting.csv"),
+          inputs=(*(f"metrics/federated_mia_{d}.csv" for d in STUDY_B), "metrics/federated_accounting.csv"),
           outs=("metrics/federated_mia.csv", "reports/federated_mia_tables.md", "metrics/federated_mia.json",
                 *(f"reports/figures/federated_mia_{f}.png" for f in ("rla_rounds", "grad_norms", "client_accuracy",
                                                                       "loss_gap")))),
@@ -270,24 +272,37 @@ STAGES: tuple[Stage, ...] = (
           "per example and per client, nominal and certified calibrations.",
           entry="experiments.federated_accounting", section="federated_accounting",
           params_file="params/federated_accounting.yaml",
-          config="eegprivacy.studies.federated.accounting:FederatedAccountingConfig", code=FEDERATED,
-          support=(*MACHINERY, *REPORTING), inputs=EEGMAT_VERSION,
+          config="eegprivacy.studies.federated.accounting:FederatedAccountingConfig",
+          code=(*FEDERATED, f"{SRC}/privacy/accounting.py"),
+          support=(*MACHINERY, *REPORTING), inputs=(*EEGMMIDB_VERSION, *EEGMAT_VERSION),
           outs=("metrics/federated_accounting.csv", "reports/federated_accounting.md",
                 "metrics/federated_accounting.json", "plots/federated_accounting_curves.csv",
                 "reports/figures/federated_accounting.png"),
           reads=tuple(f"params/federated_mia.yaml:federated_mia.{k}" for k in (
               "datasets", "models", "epsilons", "test_size", "split_seed", "csp_components", "clients_per_round",
-              "num_rounds", "local_epochs", "batch_size"))),
+              "num_rounds", "local_epochs", "batch_size", "per_dataset"))),
     Stage("federated_lira", "Study B, strongest attack: LiRA with shadow federations trained through the same "
           "federated code and knobs as federated_mia, beside RLA with LR/RF/MLP attackers.",
           entry="experiments.federated_lira", section="federated_lira", params_file="params/federated_lira.yaml",
           config="eegprivacy.studies.federated.lira:FederatedLiRAConfig", code=FEDERATED,
-          support=(*MACHINERY, *REPORTING), inputs=(*EEGMAT_VERSION, "metrics/federated_accounting.csv"),
+          support=(*MACHINERY, *REPORTING), inputs=(*EEGMMIDB_VERSION, "metrics/federated_accounting.csv"),
           outs=("metrics/federated_lira.csv", "reports/federated_lira.md", "metrics/federated_lira.json",
                 "reports/figures/federated_lira_roc.png"),
           reads=tuple(f"params/federated_mia.yaml:federated_mia.{k}" for k in (
-              "datasets.eegmat", "test_size", "split_seed", "csp_components", "clients_per_round", "num_rounds",
-              "local_epochs", "learning_rate", "batch_size")), flags=("dataset", "progress")),
+              "datasets.eegmmidb", "test_size", "split_seed", "csp_components", "clients_per_round", "num_rounds",
+              "local_epochs", "learning_rate", "batch_size", "per_dataset")), flags=("dataset", "progress")),
+    Stage("federated_transfer", "Study B transfer check: leave-one-subject-out over the federation, the held-out "
+          "subject scored beside the joined clients, its own-data-only CSP+LDA and the untrained model.",
+          entry="experiments.federated_transfer", section="federated_transfer",
+          params_file="params/federated_transfer.yaml",
+          config="eegprivacy.studies.federated.transfer:FederatedTransferConfig", code=FEDERATED,
+          support=(*MACHINERY, *REPORTING), inputs=EEGMMIDB_VERSION,
+          outs=("metrics/federated_transfer.csv", "reports/federated_transfer.md", "metrics/federated_transfer.json",
+                "reports/figures/federated_transfer.png"),
+          reads=tuple(f"params/federated_mia.yaml:federated_mia.{k}" for k in (
+              "datasets.eegmmidb", "test_size", "split_seed", "csp_components", "clients_per_round", "num_rounds",
+              "local_epochs", "learning_rate", "batch_size", "clip_norm", "per_dataset")),
+          flags=("progress", "cells")),
     Stage("optuna_study_b", "Study B: multi-objective Optuna search (per-step ε, C, local epochs) of the DP "
           "federation: non-member AUROC vs record-level attack TPR at 1% FPR.",
           entry="experiments.optuna_study_b", section="optuna_study_b", params_file="params/optuna.yaml",
@@ -304,7 +319,7 @@ STAGES: tuple[Stage, ...] = (
           outs=("metrics/csp_correlations_{item}.csv", "reports/figures/csp_pca_{item}.png"),
           reads=tuple(f"params/federated_mia.yaml:federated_mia.{k}" for k in (
               "datasets", "test_size", "split_seed", "csp_components")),
-          items=("eegmat", "synthetic_mi"), flags=("dataset",)),
+          items=STUDY_B, flags=("dataset",)),
     # ---- Study C: embedding audit ---------------------------------------------------------------------------
     Stage("embedding_audit", "Study C: split-controlled audit of frozen EEG-encoder embeddings (BIOT, LaBraM, "
           "EEGPT, random-init and band-power references): attribute, identity, membership and reconstruction "

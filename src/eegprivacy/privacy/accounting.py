@@ -312,8 +312,12 @@ class PldAccountant(Accountant):
 
         interval = self.interval_for(event)
         for multiplier in sorted(_laplace_multipliers(event)):
-            pld = privacy_loss_distribution.from_laplace_mechanism(multiplier,
-                                                                   value_discretization_interval=interval)
+            try:
+                pld = privacy_loss_distribution.from_laplace_mechanism(multiplier,
+                                                                       value_discretization_interval=interval)
+            except ValueError as err:  # e.g. "deltas are not in non-increasing order" at a huge certified ε
+                return (f"dp_accounting cannot build the Laplace PLD at per-step epsilon {1 / multiplier:.4g} "
+                        f"(interval {interval:.3g}: {str(err)[:60]}); use basic or RDP")
             for pmf in (pld._pmf_remove, pld._pmf_add):
                 dense = pmf.to_dense_pmf()
                 mass, infinite = float(dense._probs.sum()), float(dense._infinity_mass)

@@ -201,7 +201,9 @@ class Accounting:
 
 def dataset_rows(cache: CurveCache, name: str, shape: dict, grid: FederatedMIAConfig,
                  config: FederatedAccountingConfig) -> list[dict]:
-    """Every protocol × model × ε × calibration × unit of one dataset; notes the expected rounds in ``shape``."""
+    """Every protocol × model × ε × calibration × unit of one dataset (its own rounds and local epochs when the
+    grid overrides them per dataset); notes the expected rounds in ``shape``."""
+    grid = grid.for_dataset(name)
     clip_norm = float(grid.clip_norm)
     rows, rounds_of = [], {}
     for proto in protocols(grid, config):

@@ -17,6 +17,7 @@ from eegprivacy.validation import (
     CLIP_NORM,
     EPSILONS_OR_INF,
     FRACTION_OPEN,
+    NON_NEGATIVE,
     POSITIVE,
     TEXT,
     AnyOf,
@@ -51,6 +52,10 @@ class DatasetSpec(Config):
                                  doc="as many epochs of each label per subject (recording_label only)")
     epoch_s: float | None = param(_or_unset(POSITIVE), default=None, doc="epoch length in seconds (default 4)")
     resample: float | None = param(_or_unset(POSITIVE), default=None, doc="sampling rate in Hz (default 128)")
+    tmin: float | None = param(_or_unset(NON_NEGATIVE), default=None,
+                               doc="seconds from the cue to the epoch's start (left_right_imagery only; default 0)")
+    band: list | None = param(_or_unset(Range(text="a [low, high] band-pass in Hz with 0 < low < high")),
+                              default=None, doc="band-pass in Hz (left_right_imagery default [8, 32])")
     dataset: dict | None = param(_or_unset(InstanceOf((dict,), text="a mapping of the dataset's arguments")),
                                  default=None, doc="keyword arguments of the registered dataset")
 
@@ -61,6 +66,24 @@ class DatasetSpec(Config):
     def paradigm_text(self) -> str:
         """The spec as cell configs and MLflow params record it (``repr`` of its sorted items)."""
         return repr(sorted(self.as_mapping().items()))
+
+
+ATTACK_ROUNDS = AnyOf((options(("all",)), counts(1, "rounds")), text="'all' or a non-empty list of rounds ≥ 1")
+PROTOCOL_KEYS = ("seeds", "num_rounds", "local_epochs", "attack_rounds")
+
+
+@dataclass(frozen=True)
+class ProtocolOverride(Config):
+    """One dataset's departures from the grid's protocol (``federated_mia.per_dataset.<name>``); a key left out
+    keeps the grid's value. Lets the primary cohort run the paper's protocol while a second one runs lighter."""
+
+    seeds: int | None = param(_or_unset(count(1, "seeds")), default=None)
+    num_rounds: int | None = param(_or_unset(count(1, "rounds")), default=None)
+    local_epochs: int | None = param(_or_unset(count(1, "epochs")), default=None)
+    attack_rounds: list | str | None = param(_or_unset(ATTACK_ROUNDS), default=None)
+
+    def changes(self) -> dict:
+        return {key: getattr(self, key) for key in PROTOCOL_KEYS if getattr(self, key) is not None}
 
 
 @dataclass(frozen=True)
@@ -85,9 +108,11 @@ class FederatedMIAConfig(Config):
     rf_estimators: int = param(count(1, "trees"), doc="trees of the random-forest attacker")
     attack_test_size: float = param(FRACTION_OPEN, doc="attacker-test share of the attack data")
     cla_components: int = param(count(1, "components"), doc="PCA components of the client-level attack")
-    attack_rounds: list | str = param(AnyOf((options(("all",)), counts(1, "rounds")),
-                                                text="'all' or a non-empty list of rounds ≥ 1"), default="all",
+    attack_rounds: list | str = param(ATTACK_ROUNDS, default="all",
                                       doc="rounds after which RLA, FLA and GLA run ('all' or a list)")
+    per_dataset: dict[str, ProtocolOverride] = param(default={},
+                                                     doc="per dataset: seeds, num_rounds, local_epochs, "
+                                                         "attack_rounds replacing the grid's")
 
     def check(self, source, prefix: str) -> None:
         rounds = self.attack_rounds
@@ -95,6 +120,25 @@ class FederatedMIAConfig(Config):
             raise ParamsError(f"{source}: {prefix}attack_rounds = {rounds!r} is invalid; it must be 'all' or a "
                               f"non-empty list of rounds in 1..num_rounds ({self.num_rounds}). Fix it in {source} "
                               "and run the stage again (nothing was computed or written)")
+        unknown = sorted(set(self.per_dataset) - set(self.datasets))
+        if unknown:
+            raise ParamsError(f"{source}: {prefix}per_dataset.{unknown[0]} names no dataset of {prefix}datasets "
+                              f"({', '.join(self.datasets)}). Fix it in {source} (nothing was computed or written)")
+        for name in self.per_dataset:
+            self.for_dataset(name, source, prefix)
+
+    def for_dataset(self, name: str, source="params", prefix: str = "federated_mia.") -> FederatedMIAConfig:
+        """The grid as dataset ``name`` runs it: its ``per_dataset`` overrides applied (and checked), no others.
+        Every consumer of one dataset's protocol (the sweep, accounting, LiRA, the transfer check) reads this."""
+        override = self.per_dataset.get(name)
+        if override is None or not override.changes():
+            return self
+        changed = {f.name: getattr(self, f.name) for f in fields(self)}
+        changed.update(override.changes(), per_dataset={})
+        try:
+            return type(self).from_mapping(changed, source, f"{prefix}per_dataset.{name}.")
+        except ParamsError as err:
+            raise ParamsError(f"{err} (with the overrides of {prefix}per_dataset.{name})") from None
 
     def attacked(self, rnd: int) -> bool:
         """Whether the per-round attacks (RLA, FLA, GLA) run after round ``rnd``."""

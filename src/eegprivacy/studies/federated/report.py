@@ -4,6 +4,12 @@ Two spreads, named apart. ``std`` (the paper's ±) is the standard deviation acr
 averaged over seeds: how a score moves during training, not uncertainty. ``ci_low``/``ci_high`` is the 95 %
 Student-t interval across seeds (split, initialisation, client sampling and DP noise all change with the seed) of
 each seed's mean over rounds: the uncertainty of the number. Chance levels stand beside every attack score.
+
+Each score also gets a one-sided test against its chance (one-sample t-test of the per-seed means: is the score
+above chance?) and a Holm adjustment over every cell of its table (:func:`table_of`: one table per dataset for
+utility, one per (dataset, attacker) for the attacks), so a table that tests ~30 cells does not call one of them
+"leaky" by luck. :func:`client_utility` gives each client's own accuracy with its chance and a Holm-adjusted
+binomial test, so the clients a federation leaves near chance are listed, not averaged away.
 """
 
 from __future__ import annotations
@@ -13,7 +19,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from scipy import stats
+
 from eegprivacy.attacks.membership import loss_gap_regression
+from eegprivacy.evaluation.cluster_bootstrap import holm
 from eegprivacy.evaluation.intervals import mean_ci
 
 EPSILON_SCOPE = ("ε is per mechanism application (one local optimiser step on one batch gradient), not a "
@@ -53,7 +62,74 @@ def across_rounds(tidy: pd.DataFrame) -> pd.DataFrame:
     # A t-interval knows nothing of a score's range: clip scores (not losses, norms or counts) to [0, 1].
     scores = ~out["metric"].str.contains("loss|grad_norm|noise_scale|n_clients", regex=True)
     out.loc[scores, ["ci_low", "ci_high"]] = out.loc[scores, ["ci_low", "ci_high"]].clip(0.0, 1.0)
+    tests = per_seed.groupby(KEYS, dropna=False).apply(_above_chance, include_groups=False).rename("p_value")
+    out = out.merge(tests.reset_index(), on=KEYS, how="left")
+    return with_holm(out)
+
+
+def _above_chance(part: pd.DataFrame) -> float:
+    """One-sided one-sample t-test of the per-seed means against chance (NaN without chance, two finite seeds,
+    or any spread: a constant score has no t)."""
+    values, chance = part["mean"].dropna().to_numpy(dtype=float), part["chance"].iloc[0]
+    if not np.isfinite(chance) or values.size < 2 or np.ptp(values) == 0:
+        return float("nan")
+    return float(stats.ttest_1samp(values, chance, alternative="greater").pvalue)
+
+
+TESTED = ("utility_accuracy", "utility_auroc", "accuracy", "auroc", "tpr_at_fpr_0.01")
+
+
+def table_of(row) -> str:
+    """Which table a summary row is printed in (the family its Holm adjustment runs over): the dataset's
+    classification table, or its attack table for one attacker (untrained controls included)."""
+    if row["attack"]:
+        return f"{row['dataset']}/attacks/{row['attacker']}"
+    return f"{row['dataset']}/utility"
+
+
+def with_holm(summary: pd.DataFrame) -> pd.DataFrame:
+    """``p_holm``: each tested score's p-value Holm-adjusted over the cells of its table (:func:`table_of`)."""
+    out = summary.copy()
+    out["p_holm"] = np.nan
+    if "p_value" not in out:
+        out["p_value"] = np.nan
+    tested = out["metric"].isin(TESTED) & out["p_value"].notna()
+    if tested.any():
+        families = out[tested].apply(table_of, axis=1)
+        for _, index in families.groupby(families).groups.items():
+            out.loc[index, "p_holm"] = holm(out.loc[index, "p_value"].to_numpy())
     return out
+
+
+def client_utility(tidy: pd.DataFrame, alpha: float = 0.05) -> pd.DataFrame:
+    """Each client's accuracy on its non-members after the last round, pooled over seeds, beside its chance.
+
+    Per (dataset, model, ε, client): correct predictions and trials summed over seeds (each seed draws its own
+    80/20 split, so a trial can be a non-member in several seeds: the pooled count is an approximation that
+    overstates the independent trials), a Clopper–Pearson interval, the one-sided binomial p-value against
+    chance 0.5, and ``above_chance`` after Holm over the clients of the (dataset, model, ε)."""
+    rows = tidy[tidy["metric"] == "client_accuracy"]
+    if rows.empty:
+        return pd.DataFrame()
+    last = rows.groupby(["dataset", "model", "epsilon", "seed"])["round"].transform("max")
+    rows = rows[rows["round"] == last].copy()
+    rows["hits"] = np.round(rows["value"] * rows["n"])
+    pooled = rows.groupby(["dataset", "synthetic", "model", "epsilon", "client"], dropna=False).agg(
+        hits=("hits", "sum"), n=("n", "sum"), n_seeds=("seed", "nunique")).reset_index()
+    pooled["accuracy"] = pooled["hits"] / pooled["n"]
+    pooled["chance"] = 0.5
+    bounds = [stats.binomtest(int(h), int(n)).proportion_ci(confidence_level=1 - alpha) for h, n in
+              zip(pooled["hits"], pooled["n"])]
+    pooled["ci_low"] = [b.low for b in bounds]
+    pooled["ci_high"] = [b.high for b in bounds]
+    pooled["p_value"] = [stats.binomtest(int(h), int(n), 0.5, alternative="greater").pvalue
+                         for h, n in zip(pooled["hits"], pooled["n"])]
+    pooled["p_holm"] = np.nan
+    for _, index in pooled.groupby(["dataset", "model", "epsilon"]).groups.items():
+        pooled.loc[index, "p_holm"] = holm(pooled.loc[index, "p_value"].to_numpy())
+    pooled["above_chance"] = pooled["p_holm"] < alpha
+    pooled["client"] = pooled["client"].astype(int)
+    return pooled
 
 
 def regressions_by_dataset(tidy: pd.DataFrame) -> dict:
