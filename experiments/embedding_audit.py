@@ -16,7 +16,7 @@ from pathlib import Path
 from eegprivacy.atomic import atomic_path, write_text_atomic
 from eegprivacy.reporting.embedding_audit import figures, headline, report_md, write_headline
 from eegprivacy.studies.embedding_audit.study import parent_run_name, run_audit
-from eegprivacy.studies.embedding_audit.summaries import bootstrap_ci_metrics
+from eegprivacy.studies.embedding_audit.summaries import bootstrap_ci_metrics, ci_over_tags
 from eegprivacy.tracking.runs import log_to_named_run
 
 
@@ -49,6 +49,6 @@ def run(args) -> int:
     write_headline(js, headline(audit.summary, audit.cells, meta))
     for e, w in audit.cells:
         log_to_named_run("c", parent_run_name(config.dataset, e, w), bootstrap_ci_metrics(audit.summary, e, w),
-                         [out, js, md, *paths])
+                         [out, js, md, *paths], tags=ci_over_tags(audit.summary, e, w))
     print(f"{audit.title}: {len(audit.tidy)} rows -> {out}; {md}; {len(paths)} figures ({meta['wall_time_s']} s)")
     return 0

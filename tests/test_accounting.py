@@ -220,10 +220,13 @@ def test_stage_runs_on_a_tiny_federation(tmp_path):
     # 32 members, batch 16: 2 batches x 2 epochs = 4 client steps per round; basic = rounds · steps · ε
     final = tidy[(tidy.metric == "epsilon_cumulative") & (tidy.accountant == "basic") & (tidy["round"] == 3)
                  & (tidy.protocol == "paper") & (tidy.epsilon == 5.0) & (tidy.calibration == "nominal")]
-    assert dict(zip(final.unit, final.value)) == pytest.approx({"client": 3 * 4 * 5.0, "example": 3 * 2 * 5.0})
+    # Issue 20: CSP is fitted on the client's private trials, so an example pays its client's steps (not 2 per round)
+    assert dict(zip(final.unit, final.value)) == pytest.approx({"client": 3 * 4 * 5.0, "example": 3 * 4 * 5.0})
+    assert set(final.loc[final.unit == "example", "unit_note"]) == {"= per-client: CSP fitted on the client's "
+                                                                    "private trials"}
     per_round = tidy[(tidy.metric == "epsilon_per_round") & (tidy.epsilon == 5.0) & (tidy.accountant == "basic")
                      & (tidy.calibration == "nominal")]
-    assert set(per_round.value) == {20.0, 10.0}
+    assert set(per_round.value) == {20.0}
     inf = tidy[(tidy.epsilon == math.inf) & tidy.metric.str.startswith("epsilon")]
     assert len(inf) and np.isinf(inf.value).all()
 

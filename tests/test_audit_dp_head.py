@@ -16,6 +16,12 @@ from eegprivacy.embeddings.dp_head import DELTA, EPSILONS, DPSGDHead
 from eegprivacy.embeddings.endpoints import membership_auc
 
 
+def WindowHead(**kw):
+    """The head at window level (every row its own unit, no groups needed): these tests check the estimator's
+    mechanics; tests/test_dp_head_subject.py checks the subject-level unit."""
+    return DPSGDHead(**{"privacy_unit": "window", **kw})
+
+
 @pytest.fixture(autouse=True)
 def _one_torch_thread():
     """Tiny matrices: a second intra-op thread only contends (50x slower on a loaded 2-core box)."""
@@ -44,7 +50,7 @@ def grid():
         Z, y = gaussian_classes()
         fits = {}
         for eps in EPSILONS:
-            head = DPSGDHead(epsilon=eps, random_state=0).fit(Z[:400], y[:400])
+            head = WindowHead(epsilon=eps, random_state=0).fit(Z[:400], y[:400])
             fits[eps] = (head, balanced_accuracy_score(y[400:], head.predict(Z[400:])))
     finally:
         torch.set_num_threads(before)
@@ -80,7 +86,8 @@ def test_model_is_plain_torch_and_outputs_are_consistent(grid):
     np.testing.assert_array_equal(head.predict(Z[400:]), head.classes_[proba.argmax(axis=1)])
     np.testing.assert_array_equal(head.decision_function(Z[400:]) > 0, proba[:, 1] > 0.5)
     assert set(head.predict(Z)) <= {"rest", "task"} and list(head.classes_) == ["rest", "task"]
-    assert head.n_features_in_ == 32 and head.mean_.shape == head.scale_.shape == (32,)
+    assert head.n_features_in_ == 32 and head.standardisation_ == "per_window"
+    assert not hasattr(head, "mean_") and not hasattr(head, "scale_")  # nothing learned from private rows
 
 
 def test_transform_is_the_hidden_relu_representation(grid):
@@ -93,21 +100,21 @@ def test_transform_is_the_hidden_relu_representation(grid):
     W, b = head.model_[2].weight.double().numpy(), head.model_[2].bias.double().numpy()
     logits = H @ W.T + b
     np.testing.assert_allclose(logits[:, 1] - logits[:, 0], head.decision_function(Z), atol=1e-4)
-    assert DPSGDHead(hidden=7, epochs=2, random_state=0).fit_transform(Z[:100], y[:100]).shape == (100, 7)
+    assert WindowHead(hidden=7, epochs=2, random_state=0).fit_transform(Z[:100], y[:100]).shape == (100, 7)
 
 
 def test_same_seed_reproduces_and_leaves_global_rng_alone():
     Z, y = gaussian_classes(n=200)
     state = torch.get_rng_state()
-    a = DPSGDHead(epsilon=4.0, epochs=5, random_state=3).fit(Z, y)
+    a = WindowHead(epsilon=4.0, epochs=5, random_state=3).fit(Z, y)
     assert torch.equal(state, torch.get_rng_state())
-    b = DPSGDHead(epsilon=4.0, epochs=5, random_state=3).fit(Z, y)
+    b = WindowHead(epsilon=4.0, epochs=5, random_state=3).fit(Z, y)
     np.testing.assert_array_equal(a.predict_proba(Z), b.predict_proba(Z))
-    c = DPSGDHead(epsilon=4.0, epochs=5, random_state=4).fit(Z, y)
+    c = WindowHead(epsilon=4.0, epochs=5, random_state=4).fit(Z, y)
     assert not np.allclose(a.model_[0].weight.numpy(), c.model_[0].weight.numpy())
     # the plain-SGD path (shuffled batches) is seeded as well
-    p1 = DPSGDHead(epochs=5, random_state=3).fit(Z, y).predict_proba(Z)
-    p2 = DPSGDHead(epochs=5, random_state=3).fit(Z, y).predict_proba(Z)
+    p1 = WindowHead(epochs=5, random_state=3).fit(Z, y).predict_proba(Z)
+    p2 = WindowHead(epochs=5, random_state=3).fit(Z, y).predict_proba(Z)
     np.testing.assert_array_equal(p1, p2)
 
 
@@ -117,7 +124,7 @@ def test_sample_losses_separate_members_without_dp():
     Z = rng.standard_normal((80, 64))
     y = (Z[:, 0] + 1.5 * rng.standard_normal(80) > 0).astype(int)
     members, others = slice(0, 40), slice(40, 80)
-    head = DPSGDHead(hidden=64, epochs=300, batch_size=8, learning_rate=0.1, random_state=0)
+    head = WindowHead(hidden=64, epochs=300, batch_size=8, learning_rate=0.1, random_state=0)
     head.fit(Z[members], y[members])
     lm, lo = head.sample_losses(Z[members], y[members]), head.sample_losses(Z[others], y[others])
     assert lm.shape == lo.shape == (40,)
@@ -135,15 +142,15 @@ def test_sample_losses_separate_members_without_dp():
 
 def test_sklearn_contract():
     Z, y = gaussian_classes(n=120)
-    head = DPSGDHead(epsilon=8.0, hidden=8, epochs=3, batch_size=32, learning_rate=0.2, random_state=1)
+    head = WindowHead(epsilon=8.0, hidden=8, epochs=3, batch_size=32, learning_rate=0.2, random_state=1)
     with pytest.raises(NotFittedError):
         head.predict(Z)
     with pytest.raises(NotFittedError):
         head.transform(Z)
     params = head.get_params()
     assert params == dict(epsilon=8.0, delta=1e-5, max_grad_norm=1.0, hidden=8, epochs=3, batch_size=32,
-                          learning_rate=0.2, random_state=1)
-    other = DPSGDHead().set_params(**params)
+                          learning_rate=0.2, privacy_unit="window", random_state=1)
+    other = WindowHead().set_params(**params)
     assert other.get_params() == params
     twin = clone(head)
     assert twin is not head and twin.get_params() == params
@@ -156,29 +163,29 @@ def test_sklearn_contract():
 @pytest.mark.parametrize("param, value", [
     ("epsilon", 0.0), ("epsilon", -1.0), ("epsilon", float("nan")), ("delta", 0.0), ("delta", 1.0),
     ("max_grad_norm", 0.0), ("max_grad_norm", np.inf), ("hidden", 0), ("hidden", 2.5), ("epochs", 0),
-    ("batch_size", 0), ("batch_size", True), ("learning_rate", -0.1),
+    ("batch_size", 0), ("batch_size", True), ("learning_rate", -0.1), ("privacy_unit", "record"),
 ])
 def test_bad_parameters_name_themselves(param, value):
     Z, y = gaussian_classes(n=20)
     with pytest.raises(ValueError, match=param):
-        DPSGDHead(**{param: value}).fit(Z, y)
+        WindowHead(**{param: value}).fit(Z, y)
 
 
 def test_bad_inputs():
     Z, y = gaussian_classes(n=20)
     with pytest.raises(ValueError, match="exactly 2 classes"):
-        DPSGDHead().fit(Z, np.arange(20) % 3)
+        WindowHead().fit(Z, np.arange(20) % 3)
     with pytest.raises(ValueError, match="exactly 2 classes"):
-        DPSGDHead().fit(Z, np.zeros(20))
+        WindowHead().fit(Z, np.zeros(20))
     with pytest.raises(ValueError, match="rows"):
-        DPSGDHead().fit(Z, y[:-1])
+        WindowHead().fit(Z, y[:-1])
     bad = Z.copy()
     bad[0, 0] = np.nan
     with pytest.raises(ValueError, match="non-finite"):
-        DPSGDHead().fit(bad, y)
+        WindowHead().fit(bad, y)
     with pytest.raises(ValueError, match="2-d"):
-        DPSGDHead().fit(Z[:, 0], y)
-    head = DPSGDHead(epochs=1, random_state=0).fit(Z, y)
+        WindowHead().fit(Z[:, 0], y)
+    head = WindowHead(epochs=1, random_state=0).fit(Z, y)
     with pytest.raises(ValueError, match="features"):
         head.predict(Z[:, :5])
     with pytest.raises(ValueError, match="non-finite"):

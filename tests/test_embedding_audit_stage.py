@@ -69,12 +69,33 @@ def test_roles_keep_pretraining_subjects_out_of_the_audit():
     subject_role = np.array(["pretrain"] * 20 + ["audit"] * 10)
     recording = np.repeat(["a1", "a2", "b1"], 10)
     order = np.tile(np.arange(10), 3)
-    w = window_roles(subject_role, recording, order, gap=2)
+    w = window_roles(subject_role, recording, order, gap=1, block=3, seed=0)
+    np.testing.assert_array_equal(w, window_roles(subject_role, recording, order, gap=1, block=3, seed=0))
     for rec in ("a1", "a2"):
         r = w[recording == rec]
-        assert list(r[:5]) == ["pretrain_member"] * 5 and list(r[5:7]) == ["pretrain_gap"] * 2
-        assert list(r[7:]) == ["pretrain_nonmember"] * 3
+        assert {"pretrain_member", "pretrain_nonmember"} <= set(r)
     assert (w[recording == "b1"] == "audit").all()
+
+
+def test_encoder_membership_blocks_are_interleaved_with_gaps():
+    """Issue 20: members were the first half of each recording and non-members the end, so drift within a
+    recording read as membership. Now member and non-member blocks are drawn at random within each recording,
+    never adjacent, and across recordings sit at the same times on average."""
+    n_rec, n = 40, 15
+    subject_role = np.array(["pretrain"] * (n_rec * n))
+    recording = np.repeat([f"r{i:02d}" for i in range(n_rec)], n)
+    order = np.tile(np.arange(n), n_rec)
+    w = window_roles(subject_role, recording, order, seed=3)
+    members, nonmembers = order[w == "pretrain_member"], order[w == "pretrain_nonmember"]
+    assert members.size > 0.4 * w.size and nonmembers.size > 0.3 * w.size
+    assert abs(members.mean() - nonmembers.mean()) < 1.5  # first/second half: ~7.5 windows apart
+    assert not (window_roles(subject_role, recording, order, seed=4) == w).all()
+    for rec in np.unique(recording):
+        r = w[recording == rec]
+        for a, b in zip(r[:-1], r[1:]):  # a gap window between every member and non-member window
+            assert {a, b} != {"pretrain_member", "pretrain_nonmember"}, rec
+    with pytest.raises(ValueError, match=">= 1 window"):
+        window_roles(subject_role, recording, order, gap=0)
 
 
 def test_units_and_tags_name_every_split_and_defense():
@@ -88,6 +109,9 @@ def test_units_and_tags_name_every_split_and_defense():
     assert unit_tags("defense/dp_head/inf")["mechanism"] == "none"
     assert unit_tags("attribute/temporal_gap")["split"] == "temporal_gap"
     assert unit_tags("deployment/1")["defense"] == "noise_1"
+    # membership and AEDS run per member draw (issue 20): over the seeds the defenses use
+    seeds = dict(units(config, "self_pretrained"))
+    assert seeds["membership"] == seeds["aeds"] == list(config.defense_seeds)
 
 
 def test_bad_params_stop_before_any_work(tmp_path):
@@ -144,7 +168,11 @@ def test_stage_end_to_end_on_eegmat(tmp_path, data_root):
     head = tidy[(tidy["endpoint"] == "membership_head") & (tidy["metric"] == "auc")]
     assert set(head["attacker"]) == {"loss_threshold", "lira_online"}
     assert head["value"].between(0, 1).all() and (head["ci_low"] <= head["value"]).all()
-    assert "membership_encoder" not in set(tidy[tidy["weights"] == "random_init"]["endpoint"])
+    # the random-init encoder runs the same encoder attack (its matched null), and the pretrained one reports it
+    assert "membership_encoder" in set(tidy[tidy["weights"] == "random_init"]["endpoint"])
+    enc = tidy[(tidy["endpoint"] == "membership_encoder") & (tidy["weights"] == "self_pretrained")]
+    assert {"auc", "control_random_init", "auc_minus_control"} <= set(enc["metric"])
+    assert (tidy.loc[tidy["ci_low"].notna(), "ci_over"].isin(["subjects", "windows"])).all()
     dp = tidy[tidy["unit"] == "defense/dp_head/1"]
     spent = dp[dp["metric"] == "epsilon_spent"]["value"].iloc[0]
     assert 0 < spent <= 1.0 + 1e-6
@@ -201,7 +229,10 @@ def _synthetic_cells(config: EmbeddingAuditConfig):
     A = centered_psd(X, sfreq)
     Z = {"small": np.hstack([A, np.log(gain), state[:, None]]) + 0.3 * rng.standard_normal((subject.size, 10))}
     Z["wide"] = Z["small"] @ rng.standard_normal((10, 24)) + 0.3 * rng.standard_normal((subject.size, 24))
-    members = {"mia_members": rng.normal(0.9, 0.2, 30), "mia_nonmembers": rng.normal(1.0, 0.2, 30)}
+    members = {"mia_members": rng.normal(0.9, 0.2, 30), "mia_nonmembers": rng.normal(1.0, 0.2, 30),
+               "mia_control_members": rng.normal(1.0, 0.2, 30), "mia_control_nonmembers": rng.normal(1.0, 0.2, 30),
+               "mia_members_subject": np.repeat(np.arange(3), 10),
+               "mia_nonmembers_subject": np.repeat(np.arange(3), 10)}
     contexts = {("small", "self_pretrained"): Context(Z["small"], data, config, {"Z": Z["small"], **members}),
                 ("wide", "none"): Context(Z["wide"], data, config, {"Z": Z["wide"]})}
     bridge = {"embeddings": Z, "A": A, "groups": subject, "audit_config": config,
@@ -210,6 +241,35 @@ def _synthetic_cells(config: EmbeddingAuditConfig):
             for u, seeds in units(config, w) for s in seeds]
     jobs += [({"source": a, "target": b}, 0) for a, b in (("small", "wide"), ("wide", "small"))]
     return contexts, bridge, jobs
+
+
+def test_member_subjects_are_redrawn_per_seed_and_aeds_uses_its_seed():
+    """Issue 20: the head's members were one fixed half for every seed. Now each seed draws its own half (the same
+    one for the loss, LiRA and the DP-SGD head), and AEDS at seed s combines the membership result of seed s."""
+    from eegprivacy.studies.embedding_audit.cells import core_rows
+
+    params = _small_params()
+    params["embedding_audit"].update(permutations=1, lira_shadows=0)
+    config = _config(params)
+    contexts, _, _ = _synthetic_cells(config)
+    ctx = contexts[("small", "self_pretrained")]
+    halves = [ctx.head_rows_for(s) for s in (0, 1, 2)]
+    n_subjects = np.unique(ctx.groups).size
+    for half in halves:
+        assert np.unique(ctx.groups[half]).size == n_subjects // 2
+        np.testing.assert_array_equal(half, ctx.head_rows_for(int(np.flatnonzero([h is half for h in halves])[0])))
+    assert not all(np.array_equal(halves[0], h) for h in halves[1:])
+    rows = {r["metric"]: r for r in core_rows("aeds", 1, ctx)}
+    attacks = {k: m for k, m in ctx.membership(1).items() if k != "encoder_random_init"}
+    assert rows["r_m"]["value"] == pytest.approx(max(m.residual for m in attacks.values()))
+    assert ("membership", 1) in ctx.memo and ("membership", 0) not in ctx.memo
+    head = ctx.membership(1)["head"]
+    assert head.ci_over == "subjects" and not head.joint and head.n_subjects == n_subjects
+    assert ctx.membership(1)["encoder"].joint  # same pretraining subjects on both sides: resampled jointly
+    enc = {r["metric"]: r for r in core_rows("membership", 1, ctx) if r["endpoint"] == "membership_encoder"}
+    assert {"auc", "residual", "control_random_init", "auc_minus_control"} == set(enc)
+    assert enc["auc_minus_control"]["ci_low"] <= enc["auc_minus_control"]["value"] <= enc["auc_minus_control"][
+        "ci_high"]
 
 
 def test_cells_do_not_depend_on_the_number_of_worker_processes(tmp_path):
@@ -266,3 +326,10 @@ def test_embeddings_and_pretraining_do_not_depend_on_the_number_of_worker_proces
                 np.testing.assert_array_equal(value, out[2][cell][name], err_msg=f"{cell} {name}")
     trained, untrained = out[2][("biot", "self_pretrained")]["Z"], out[2][("biot", "random_init")]["Z"]
     assert not np.array_equal(trained, untrained)  # pretraining moved the weights
+    # the encoder attack's control: the random-init cell scores the same windows with the untrained encoder, the
+    # very losses the pretrained cell keeps as its control; every loss names its subject (as a code)
+    pre, init = out[1][("biot", "self_pretrained")], out[1][("biot", "random_init")]
+    np.testing.assert_array_equal(init["mia_members"], pre["mia_control_members"])
+    np.testing.assert_array_equal(init["mia_nonmembers"], pre["mia_control_nonmembers"])
+    assert not np.array_equal(pre["mia_members"], pre["mia_control_members"])
+    assert pre["mia_members_subject"].shape == pre["mia_members"].shape and set(pre["mia_members_subject"]) == {0, 1}

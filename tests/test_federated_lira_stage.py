@@ -16,7 +16,14 @@ import yaml
 
 from eegprivacy.cli import main
 from eegprivacy.params import ParamsError
-from eegprivacy.studies.federated.lira import METRICS, pooled_rows, shadow_loo, shadow_membership
+from eegprivacy.studies.federated.lira import (
+    METRICS,
+    POOLED_METRICS,
+    pooled_rows,
+    resolvable_fpr,
+    shadow_loo,
+    shadow_membership,
+)
 from eegprivacy.tracking import tracking_uri
 
 TRAIN = {"federated_mia": {
@@ -84,12 +91,14 @@ def test_shadow_as_target_scores_every_shadow_with_its_pair_left_out():
     rows, _ = pooled_rows(loo, 50, 0, "shadow_loo_pooled")
     auc = {r["attack"]: r for r in rows if r["metric"] == "auroc"}
     assert auc["lira_online"]["value"] > 0.85 and auc["lira_online"]["ci_low"] <= auc["lira_online"]["value"]
-    assert auc["lira_online"]["n_nonmembers"] == 8 * 200
+    # 1600 pooled non-member scores, but only the 400 distinct trials are independent non-members.
+    assert auc["lira_online"]["n_nonmembers"] == 8 * 200 and auc["lira_online"]["n_independent_nonmembers"] == 400
     phis["inf"] = rng.normal(size=(8, 400))  # no leak
     rows, _ = pooled_rows(shadow_loo(phis, mask, "inf", "global"), 0, 0, "x")
     assert all(abs(r["value"] - 0.5) < 0.05 for r in rows if r["metric"] == "auroc")
-    tpr = [r["value"] for r in rows if r["metric"] == "tpr_at_fpr_0.001"]
-    assert all(t < 0.01 for t in tpr)  # 1600 non-members: resolvable, and near its chance of 0.001
+    assert not any(r["metric"] == "tpr_at_fpr_0.001" for r in rows)  # 400 < 1000: not resolvable
+    low = [r for r in rows if r["metric"] == "tpr_at_resolvable_fpr"]
+    assert all(r["fpr"] == 0.005 and r["value"] < 0.05 for r in low)  # near its chance of 0.005
 
 
 def test_federated_lira_stage_end_to_end(tmp_path):
@@ -113,17 +122,26 @@ def test_federated_lira_stage_end_to_end(tmp_path):
     assert n["n_members"] == 64 and n["n_nonmembers"] == 16
     # 4 shadows leave one pair (one IN, one OUT value per trial) once a pair is the target: no shadow-as-target.
     assert set(rows["scope"].dropna()) == {"target_seed", "target_pooled"}
-    pooled = scored[scored["scope"] == "target_pooled"]
-    assert (pooled["n_nonmembers"] == 32).all() and len(pooled) == 2 * 6 * len(METRICS)
+    pooled = rows[(rows["scope"] == "target_pooled") & rows["metric"].isin(POOLED_METRICS)]
+    assert (pooled["n_nonmembers"] == 32).all() and len(pooled) == 2 * 6 * len(POOLED_METRICS)
+    # Each target on its own split: more distinct non-members than one target's 16, and the TPR only at the FPR
+    # they resolve (named), never at 0.1 %.
+    n_independent = pooled["n_independent_nonmembers"].iloc[0]
+    assert 16 < n_independent <= 32 and (pooled["n_independent_nonmembers"] == n_independent).all()
+    low = pooled[pooled["metric"] == "tpr_at_resolvable_fpr"]
+    assert (low["fpr"] == resolvable_fpr(0.001, int(n_independent))).all() and (low["fpr"] > 0.001).all()
+    assert set(pooled["ci_over"]) == {"subjects+seeds"}
 
     summary = json.loads(Path(args["json"]).read_text())
     assert summary["synthetic"] is True and summary["n_members"] == 64 and summary["n_nonmembers"] == 16
+    assert summary["n_independent_nonmembers"] == n_independent
     entry = summary["synthetic_mi/simplenet/eps_inf/target_seed/lira_online/auroc"]
     assert entry["chance"] == 0.5 and 0 <= entry["mean"] <= 1
     assert "not a cumulative guarantee" in summary["epsilon_scope"]
     report = Path(args["report"]).read_text()
     assert "SYNTHETIC synthetic_mi" in report and "64 members and 16 non-members" in report
-    assert "| chance |" in report
+    assert "| chance |" in report and f"{int(n_independent)} independent non-members" in report
+    assert "Shadows: 4 federations" in report
     assert Path(args["figure"]).stat().st_size > 0
 
     client = mlflow.MlflowClient(tracking_uri())

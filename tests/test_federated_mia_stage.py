@@ -62,11 +62,13 @@ def test_federated_mia_stage_end_to_end(tmp_path, tiny_params):
     assert set(rows["mechanism"]) == {"none", "laplace_gradient"} and rows["synthetic"].all()
     attacks = rows.dropna(subset=["attack"])
     assert set(attacks["attack"]) == {"rla", "fla", "gla_paper", "gla_sound", "cla", "rla_untrained_control",
-                                      "fla_untrained_control"}
+                                      "fla_untrained_control", "gla_sound_control", "gla_sound_pooled",
+                                      "gla_sound_pooled_control"}
     controls = attacks[attacks["attack"].str.endswith("_untrained_control")]
     assert (controls["round"] == 0).all() and controls["value"].notna().any()  # scored on the untrained model
     assert set(attacks["attacker"]) == {"lr", "rf"}
-    per_round = attacks[(attacks["attack"] != "cla") & ~attacks["attack"].str.endswith("_untrained_control")]
+    per_round = attacks[~attacks["attack"].isin(["cla", "gla_sound_pooled", "gla_sound_pooled_control"])
+                        & ~attacks["attack"].str.endswith("_untrained_control")]
     assert set(per_round["round"]) == {1, 2}  # every per-round attack ran in both rounds
     assert attacks["chance"].notna().all()
     auc = attacks[attacks["metric"] == "auroc"]["value"]
@@ -108,6 +110,7 @@ def test_federated_mia_stage_end_to_end(tmp_path, tiny_params):
     assert 0 <= headline["synthetic_mi/simplenet/eps_inf/utility/accuracy"]["mean"] <= 1
     tables = tables_md.read_text()
     assert "SYNTHETIC synthetic_mi" in tables and "FL-SimpleNet" in tables and "DP-FL-SimpleNet" in tables
+    assert "GLA (sound) AUROC per round | control per round | pooled | pooled control" in tables
     assert "| chance |" in tables and "not a cumulative guarantee" in tables
     for name in ("rla_rounds", "grad_norms", "client_accuracy", "loss_gap"):
         assert (tmp_path / "figures" / f"federated_mia_{name}.png").stat().st_size > 0
@@ -163,10 +166,32 @@ def test_attack_rounds_skip_attacks_without_moving_any_number(tiny_config):
     cell = {"model": "simplenet", "epsilon": 1.0}
     every = pd.DataFrame(mia.cell_rows(cell, 0, trials, tiny_config))
     some = pd.DataFrame(mia.cell_rows(cell, 0, trials, tiny_config.replace(attack_rounds=[2])))
-    per_round = every["attack"].isin(["rla", "fla", "gla_paper", "gla_sound"])
-    expected = every[~(per_round & (every["round"] == 1))].reset_index(drop=True)
-    pd.testing.assert_frame_equal(some.reset_index(drop=True), expected)
+    def pooled(rows):  # the sound GLA's one test over the attacked rounds (and its round count): it differs
+        return rows["attack"].isin(["gla_sound_pooled", "gla_sound_pooled_control"]) | (
+            rows["metric"] == "gla_sound_pooled_n_rounds")
+
+    per_round = every["attack"].isin(["rla", "fla", "gla_paper", "gla_sound", "gla_sound_control"])
+    expected = every[~(per_round & (every["round"] == 1)) & ~pooled(every)].reset_index(drop=True)
+    pd.testing.assert_frame_equal(some[~pooled(some)].reset_index(drop=True), expected)
     assert set(some.loc[some["attack"].isin(["rla", "gla_sound"]), "round"]) == {2}
     with pytest.raises(ParamsError, match="attack_rounds"):
         FederatedMIAConfig.from_mapping({**TINY["federated_mia"], "attack_rounds": [3]}, "tiny.yaml",
                                         "federated_mia.")
+
+
+def test_three_seed_intervals_are_marked_t2_and_clipped():
+    """Issue 20: an across-seed interval over 3 seeds is a t(2) interval and says so; a score's interval that
+    the t quantile pushes past [0, 1] is clipped and marked (SYNTHETIC per-seed values)."""
+    from eegprivacy.reporting.federated import _cell
+    from eegprivacy.studies.federated.report import across_rounds
+
+    values = [0.05, 0.95, 0.5]  # 3 seeds spread over the whole range: the raw t(2) interval leaves [0, 1]
+    tidy = pd.DataFrame([{"dataset": "d", "synthetic": True, "model": "simplenet", "epsilon": 1.0, "attack": "rla",
+                          "attacker": "lr", "metric": "auroc", "seed": s, "round": r, "value": v, "chance": 0.5}
+                         for s, v in enumerate(values) for r in (1, 2)])
+    summary = across_rounds(tidy)
+    row = summary.iloc[0]
+    assert row["ci_method"] == "t(2)" and row["ci_over"] == "seeds" and bool(row["ci_clipped"])
+    assert 0.0 <= row["ci_low"] and row["ci_high"] <= 1.0
+    text = _cell(summary, "d", "simplenet", 1.0, "auroc", "rla", "lr")
+    assert "t(2), 3 seeds" in text and "clipped" in text

@@ -34,6 +34,10 @@ __all__ = [
     "weighted_balanced_accuracy",
     "balanced_accuracy_ci",
     "closes_channel",
+    "ChannelVerdict",
+    "utility_kept",
+    "has_utility",
+    "channel_verdict",
 ]
 
 NOISE_SIGMAS = (0.1, 0.3, 1.0, 3.0)  # protocol grid, in multiples of the per-dimension std
@@ -270,3 +274,74 @@ def closes_channel(leakage: LeakageResult | tuple[float, float], balanced_accura
     if not np.isfinite(low):
         return False
     return bool(low <= 0.0 and balanced_accuracy >= threshold)
+
+
+def utility_kept(defended: float, undefended: float, chance: float = 0.5) -> float:
+    """(BA_defended - chance) / (BA_undefended - chance): the share of the task's above-chance utility a defense
+    keeps (1 = all of it, 0 = chance; NaN when the undefended utility is not above chance)."""
+    above = float(undefended) - chance
+    return (float(defended) - chance) / above if np.isfinite(above) and above > 0 else float("nan")
+
+
+def has_utility(undefended: UtilityResult, chance: float = 0.5) -> bool:
+    """Whether the undefended task utility is real: the lower end of its subject-bootstrap interval lies above
+    chance and above both of its controls (Gaussian embeddings, permuted training rows)."""
+    low = float(undefended.ci[0])
+    bar = max(chance, float(undefended.control_gaussian), float(undefended.control_permuted))
+    return bool(np.isfinite(low) and np.isfinite(bar) and low > bar)
+
+
+@dataclass
+class ChannelVerdict:
+    """Whether a defense closes the attribute channel while keeping the task's utility.
+
+    ``closes``: True (yes), False (no) or None (undecided: the undefended task has no utility to keep, so
+    keeping a share of it means nothing). ``closes_absolute``: the earlier rule against a fixed bar.
+    ``as_value()`` codes ``closes`` for a numeric row: 1.0, 0.0 or NaN.
+    """
+
+    closes: bool | None
+    closes_absolute: bool
+    leakage_closed: bool
+    kept: float
+    reason: str
+
+    def as_value(self) -> float:
+        return float("nan") if self.closes is None else float(self.closes)
+
+
+def _leakage_closed(leakages) -> bool:
+    lows = [le.ci[0] if isinstance(le, LeakageResult) else float(le[0]) for le in leakages]
+    return bool(lows) and all(np.isfinite(low) and low <= 0.0 for low in lows)
+
+
+def channel_verdict(leakages, defended: float, undefended: UtilityResult, kept_threshold: float = 0.5,
+                    absolute_threshold: float = 0.6, chance: float = 0.5) -> ChannelVerdict:
+    """Does a defense close the channel? Every attacker's L_A interval must reach 0 (:func:`closes_channel`'s
+    reading) and the defense must keep at least ``kept_threshold`` of the undefended utility above chance.
+
+    **(ours)** Utility is judged relative to what there is to keep: the undefended held-out balanced accuracy
+    of the same task, same subjects and split (0.51-0.58 on eegmat, below any fixed bar such as 0.6, so the
+    absolute rule could never say yes). Decision order: an attacker whose interval excludes 0 from above leaves
+    the channel open -> no, whatever the utility. Otherwise, when the undefended utility is not itself above
+    its controls (:func:`has_utility`), there is no utility to keep -> undecided (None), not a forced no.
+    Otherwise yes iff kept = (BA_defended - chance) / (BA_undefended - chance) >= ``kept_threshold``.
+    ``leakages``: one LeakageResult (or (ci_low, ci_high)) per attacker.
+    """
+    if isinstance(leakages, LeakageResult) or (isinstance(leakages, tuple) and all(map(np.isscalar, leakages))):
+        leakages = [leakages]  # one attacker
+    leakages = list(leakages)
+    if not leakages:
+        raise ValueError("channel_verdict needs the leakage result of at least one attacker")
+    if not 0.0 < float(kept_threshold) <= 1.0:
+        raise ValueError(f"kept_threshold must lie in (0, 1], got {kept_threshold!r}")
+    closed = _leakage_closed(leakages)
+    absolute = all(closes_channel(le, defended, absolute_threshold) for le in leakages)
+    kept = utility_kept(defended, undefended.balanced_accuracy, chance)
+    if not closed:
+        return ChannelVerdict(False, absolute, closed, kept, "leakage remains for at least one attacker")
+    if not has_utility(undefended, chance):
+        return ChannelVerdict(None, absolute, closed, kept, "undecided: no utility to keep")
+    if np.isfinite(kept) and kept >= kept_threshold:
+        return ChannelVerdict(True, absolute, closed, kept, "leakage closed, utility kept")
+    return ChannelVerdict(False, absolute, closed, kept, "utility lost")

@@ -11,7 +11,11 @@ are marked **(ours)** and restated where they are implemented:
 - the subject-level bootstrap resamples subjects with replacement and recomputes the real and both control
   scores on the same resample, so L_A's interval carries the controls' uncertainty too;
 - the split-local permutation control uses one seeded permutation; the permutation p-value compares the real
-  score with ``n_permutations`` further split-local permutations, p = (1 + #null >= real) / (1 + n).
+  score with ``n_permutations`` further split-local permutations, p = (1 + #null >= real) / (1 + n);
+- every interval is over the privacy unit, the subject: membership AUC, BPID@1 and AEDS resample subjects with
+  replacement (multinomial counts over subjects, :func:`subject_counts`) exactly as L_A does, and each result
+  says so in ``ci_over``. Windows of one subject are not independent (a subject random effect moves all of them),
+  so a window bootstrap is far too narrow: on null data it excluded chance in most datasets.
 """
 
 from __future__ import annotations
@@ -24,7 +28,6 @@ from sklearn.model_selection import GroupKFold, KFold
 from sklearn.utils import check_random_state
 
 from eegprivacy.attacks.metrics import auroc
-from eegprivacy.evaluation.intervals import wilson_interval
 
 __all__ = [
     "AttributeDecoder",
@@ -36,6 +39,8 @@ __all__ = [
     "MembershipResult",
     "membership_auc",
     "membership_residual",
+    "membership_difference",
+    "subject_counts",
     "identity_residual",
     "ReconstructionResult",
     "reconstruction_r2",
@@ -141,6 +146,39 @@ class AttributeDecoder(RegressorMixin, BaseEstimator):
 
 
 # ---------------------------------------------------------------------------------------------------------------
+# the subject (cluster) bootstrap every interval uses
+
+
+def subject_counts(n_subjects: int, n_bootstrap: int, random_state=None) -> np.ndarray:
+    """Multiplicities (n_bootstrap, n_subjects) of a subject bootstrap: each row draws ``n_subjects`` subjects
+    with replacement. A window counts as often as its subject was drawn, so every statistic that is a ratio of
+    per-subject sums (Pearson moments, AUC pair counts, hit counts) is recomputed exactly on each resample."""
+    if int(n_subjects) < 1:
+        raise ValueError("a subject bootstrap needs at least one subject")
+    if int(n_bootstrap) < 1:
+        raise ValueError(f"n_bootstrap must be >= 1, got {n_bootstrap}")
+    rng = check_random_state(random_state)
+    return rng.multinomial(int(n_subjects), np.full(int(n_subjects), 1.0 / int(n_subjects)), size=int(n_bootstrap))
+
+
+def _percentile_ci(draws: np.ndarray, confidence: float) -> tuple[float, float]:
+    finite = np.asarray(draws, float)
+    finite = finite[np.isfinite(finite)]
+    if not finite.size:
+        return (float("nan"), float("nan"))
+    a = 1.0 - confidence
+    return tuple(float(q) for q in np.quantile(finite, [a / 2, 1 - a / 2]))
+
+
+def _codes(groups, n: int, name: str) -> tuple[np.ndarray, np.ndarray]:
+    """(unique subjects, each row's index into them) of one group array, checked against ``n`` rows."""
+    groups = np.asarray(groups)
+    if groups.shape != (n,):
+        raise ValueError(f"{name} must name the subject of every row: {groups.shape} vs {n} rows")
+    return np.unique(groups, return_inverse=True)
+
+
+# ---------------------------------------------------------------------------------------------------------------
 # attribute leakage with negative controls
 
 
@@ -235,6 +273,7 @@ class LeakageResult:
     n_subjects: int
     draws: np.ndarray = field(repr=False)
     null_scores: np.ndarray = field(repr=False)
+    ci_over: str = "subjects"
 
     def as_dict(self) -> dict:
         return {"score": self.score, "control_gaussian": self.control_gaussian,
@@ -283,7 +322,7 @@ def attribute_leakage(Z, A, groups, splitter, decoder=None, Z_fit=None, n_bootst
     real, ctrl_g, ctrl_p = _pearson_from_moments(moments.sum(axis=1))
     gain = real - max(ctrl_g, ctrl_p)
 
-    counts = rng.multinomial(subjects.size, np.full(subjects.size, 1.0 / subjects.size), size=int(n_bootstrap))
+    counts = subject_counts(subjects.size, n_bootstrap, rng)
     boot = _pearson_from_moments(np.einsum("bs,msij->bmij", counts.astype(float), moments))  # (B, 3)
     draws = boot[:, 0] - np.maximum(boot[:, 1], boot[:, 2])
     a = 1.0 - confidence
@@ -345,7 +384,12 @@ def raw_copy_fraction(Z, groups=None, order=None, threshold: float = 0.99) -> fl
 
 @dataclass
 class BPIDResult:
-    """Top-1 reference-set identification: accuracy, chance 1/K, Wilson interval, per-query hits."""
+    """Top-1 reference-set identification: accuracy, chance 1/K, and a query-subject bootstrap interval.
+
+    ``draws`` are the accuracies of ``n_bootstrap`` resamples of the query subjects (``ci`` their percentile
+    interval); ``ci_over`` says what was resampled. The reference set (the candidates) is held fixed: it is the
+    attacker's, not a sample of the protected population.
+    """
 
     accuracy: float
     chance: float
@@ -353,6 +397,9 @@ class BPIDResult:
     n_queries: int
     n_candidates: int
     correct: np.ndarray = field(repr=False)
+    draws: np.ndarray = field(default=None, repr=False)
+    n_query_subjects: int = 0
+    ci_over: str = "subjects"
 
     @property
     def residual(self) -> float:
@@ -364,14 +411,18 @@ def _unit(Z: np.ndarray) -> np.ndarray:
     return Z / np.where(n > 0, n, 1.0)
 
 
-def bpid_at_1(Z_ref, subj_ref, Z_query, subj_query, center: bool = False,
-              confidence: float = 0.95) -> BPIDResult:
+def bpid_at_1(Z_ref, subj_ref, Z_query, subj_query, center: bool = False, confidence: float = 0.95,
+              n_bootstrap: int = 1000, random_state=0) -> BPIDResult:
     """BPID@1: assign each query to the candidate whose reference centroid has the highest cosine similarity.
 
     Candidates are the subjects of the reference set (K of them, chance 1/K). Every query subject must be a
     candidate -- the protocol only defines BPID@1 in that setting, so a missing one is an error, not a miss.
     ``center=True`` **(ours, off by default)** subtracts the reference-set mean first, which the attacker can
     compute; it removes a common offset that otherwise pushes every cosine towards 1.
+
+    The interval resamples query *subjects* with replacement (cluster bootstrap, ``ci_over="subjects"``): the
+    queries of one subject share that subject's centroid and embedding style, so they hit or miss together and a
+    Wilson interval over query windows is far too narrow. One query subject gives a zero-width interval.
     """
     Z_ref = np.asarray(Z_ref, float)
     Z_query = np.asarray(Z_query, float)
@@ -389,9 +440,14 @@ def bpid_at_1(Z_ref, subj_ref, Z_query, subj_query, center: bool = False,
     guess = candidates[np.argmax(sims, axis=1)]
     correct = guess == subj_query
     k = candidates.size
-    return BPIDResult(accuracy=float(correct.mean()), chance=1.0 / k,
-                      ci=wilson_interval(int(correct.sum()), correct.size, confidence),
-                      n_queries=int(correct.size), n_candidates=int(k), correct=correct)
+    queried, index = _codes(subj_query, correct.size, "subj_query")
+    hits = np.bincount(index, weights=correct.astype(float), minlength=queried.size)
+    tries = np.bincount(index, minlength=queried.size).astype(float)
+    counts = subject_counts(queried.size, n_bootstrap, random_state).astype(float)
+    draws = (counts @ hits) / (counts @ tries)
+    return BPIDResult(accuracy=float(correct.mean()), chance=1.0 / k, ci=_percentile_ci(draws, confidence),
+                      n_queries=int(correct.size), n_candidates=int(k), correct=correct, draws=draws,
+                      n_query_subjects=int(queried.size))
 
 
 def identity_residual(bpid, n_candidates: int):
@@ -409,49 +465,119 @@ def identity_residual(bpid, n_candidates: int):
 
 @dataclass
 class MembershipResult:
-    """Loss-threshold membership attack: AUC, its bootstrap interval and draws, and R_M."""
+    """Loss-threshold membership attack: AUC, its cluster-bootstrap interval and draws, and R_M.
+
+    ``ci_over`` says what the bootstrap resampled: ``"subjects"`` when the caller named every loss's subject,
+    ``"windows"`` for the documented fallback without subjects (each window its own cluster). ``paired_with``
+    records what fixes the resamples (the seed and both group arrays), so two attacks on the same windows can be
+    differenced draw by draw (:func:`membership_difference`).
+    """
 
     auc: float
     ci: tuple[float, float]
     n_members: int
     n_nonmembers: int
     draws: np.ndarray = field(repr=False)
+    ci_over: str = "subjects"
+    n_subjects: int = 0
+    joint: bool = False
+    paired_with: tuple = field(default=(), repr=False, compare=False)
 
     @property
     def residual(self) -> float:
         return membership_residual(self.auc)
 
 
-def membership_auc(losses_members, losses_nonmembers, n_bootstrap: int = 1000, confidence: float = 0.95,
-                   random_state=0) -> MembershipResult:
-    """AUC of the loss-threshold attack (lower loss => member), with a stratified bootstrap interval.
+def _pair_counts(pos: np.ndarray, neg: np.ndarray, ipos: np.ndarray, ineg: np.ndarray, n_upos: int,
+                 n_uneg: int) -> np.ndarray:
+    """(n_upos, n_uneg) sums over pairs of P(pos > neg) + 0.5 P(tie), per (positive cluster, negative cluster).
 
-    Members and non-members are resampled separately so every resample keeps both classes.
+    A resample's AUC is then a bilinear form in the two clusters' multiplicities, so every resample costs one
+    small matrix product instead of a rank computation over the windows.
+    """
+    onehot_neg = np.zeros((neg.size, n_uneg))
+    onehot_neg[np.arange(neg.size), ineg] = 1.0
+    out = np.zeros((n_upos, n_uneg))
+    for start in range(0, pos.size, 2048):  # bounded memory for large window counts
+        p = pos[start:start + 2048, None]
+        wins = (p > neg[None, :]) + 0.5 * (p == neg[None, :])  # (chunk, n_neg)
+        onehot_pos = np.zeros((p.shape[0], n_upos))
+        onehot_pos[np.arange(p.shape[0]), ipos[start:start + 2048]] = 1.0
+        out += onehot_pos.T @ (wins @ onehot_neg)
+    return out
+
+
+def membership_auc(losses_members, losses_nonmembers, n_bootstrap: int = 1000, confidence: float = 0.95,
+                   random_state=0, *, groups_members=None, groups_nonmembers=None) -> MembershipResult:
+    """AUC of the loss-threshold attack (lower loss => member), with a subject-cluster bootstrap interval.
+
+    ``groups_members`` / ``groups_nonmembers`` name the subject of every loss. Subjects are the privacy unit,
+    so they are what is resampled, with replacement (multinomial counts, as in :func:`attribute_leakage`):
+
+    - the two sides share no subject (the head attack: members = the head's training subjects) -> members'
+      subjects and non-members' subjects are resampled separately (stratified, so every resample keeps both
+      classes);
+    - a subject has windows on both sides (the encoder attack: member and non-member blocks of the same
+      recordings) -> the union of subjects is resampled jointly, a subject carrying its member *and* its
+      non-member windows into the resample.
+
+    Without groups (both ``None``) every window is its own cluster and ``ci_over="windows"`` -- a fallback for
+    callers that have no subject ids, not valid for subject-level claims. Giving one group array but not the
+    other is an error. ``random_state`` (an int) fixes the resamples: two calls with the same groups and seed
+    draw the same subject multiplicities, which :func:`membership_difference` relies on.
     """
     m = np.asarray(losses_members, float).ravel()
     nm = np.asarray(losses_nonmembers, float).ravel()
     if m.size == 0 or nm.size == 0:
         raise ValueError("need at least one member and one non-member loss")
+    if (groups_members is None) != (groups_nonmembers is None):
+        raise ValueError("give the subject of every member *and* every non-member loss (groups_members and "
+                         "groups_nonmembers), or neither for a window-level bootstrap")
+    ci_over = "windows" if groups_members is None else "subjects"
+    gm = np.arange(m.size) if groups_members is None else np.asarray(groups_members)
+    gn = np.arange(m.size, m.size + nm.size) if groups_nonmembers is None else np.asarray(groups_nonmembers)
+    _codes(gm, m.size, "groups_members")
+    _codes(gn, nm.size, "groups_nonmembers")
     y = np.r_[np.ones(m.size, int), np.zeros(nm.size, int)]
     auc = auroc(y, -np.r_[m, nm])
     rng = check_random_state(random_state)
-    draws = np.empty(int(n_bootstrap))
-    for b in range(draws.size):
-        mb = m[rng.randint(0, m.size, m.size)]
-        nb = nm[rng.randint(0, nm.size, nm.size)]
-        draws[b] = _auc_mann_whitney(-mb, -nb)
-    a = 1.0 - confidence
-    ci = tuple(float(q) for q in np.quantile(draws, [a / 2, 1 - a / 2]))
-    return MembershipResult(auc=float(auc), ci=ci, n_members=int(m.size), n_nonmembers=int(nm.size),
-                            draws=draws)
+    joint = bool(np.intersect1d(gm, gn).size)
+    if joint:
+        units, index = np.unique(np.r_[gm, gn], return_inverse=True)
+        im, inn = index[: m.size], index[m.size:]
+        w_m = w_n = subject_counts(units.size, n_bootstrap, rng).astype(float)
+        n_um = n_un = units.size
+    else:
+        (units_m, im), (units_n, inn) = np.unique(gm, return_inverse=True), np.unique(gn, return_inverse=True)
+        n_um, n_un = units_m.size, units_n.size
+        w_m = subject_counts(n_um, n_bootstrap, rng).astype(float)
+        w_n = subject_counts(n_un, n_bootstrap, rng).astype(float)
+        units = np.r_[units_m, units_n]
+    C = _pair_counts(-m, -nm, im, inn, n_um, n_un)
+    size_m = np.bincount(im, minlength=n_um).astype(float)
+    size_n = np.bincount(inn, minlength=n_un).astype(float)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        draws = np.einsum("bh,hg,bg->b", w_m, C, w_n) / ((w_m @ size_m) * (w_n @ size_n))
+    seed = random_state if isinstance(random_state, (int, np.integer)) else None
+    return MembershipResult(auc=float(auc), ci=_percentile_ci(draws, confidence), n_members=int(m.size),
+                            n_nonmembers=int(nm.size), draws=draws, ci_over=ci_over,
+                            n_subjects=int(np.unique(units).size), joint=joint,
+                            paired_with=(seed, int(n_bootstrap), gm.tobytes(), gn.tobytes()))
 
 
-def _auc_mann_whitney(pos: np.ndarray, neg: np.ndarray) -> float:
-    """AUC as P(pos > neg) + 0.5 P(tie), by ranks (fast enough for every bootstrap resample)."""
-    from scipy.stats import rankdata
+def membership_difference(attack: MembershipResult, control: MembershipResult,
+                          confidence: float = 0.95) -> tuple[float, tuple[float, float], np.ndarray]:
+    """AUC(attack) - AUC(control) with a paired subject-bootstrap interval: (value, ci, draws).
 
-    ranks = rankdata(np.r_[pos, neg])
-    return float((ranks[: pos.size].sum() - pos.size * (pos.size + 1) / 2) / (pos.size * neg.size))
+    Both results must come from the same windows' subjects and the same integer seed (e.g. the pretrained and
+    the random-init encoder scored on the same member/non-member windows), so draw i of each resampled the same
+    subjects; their difference is then the matched-null difference the conventions ask for.
+    """
+    if attack.paired_with[0] is None or attack.paired_with != control.paired_with:
+        raise ValueError("the attack and its control must share the windows' subjects, n_bootstrap and an integer "
+                         "random_state to be differenced draw by draw")
+    draws = attack.draws - control.draws
+    return float(attack.auc - control.auc), _percentile_ci(draws, confidence), draws
 
 
 def membership_residual(auc):
@@ -507,51 +633,50 @@ def reconstruction_r2(Z, X_down, groups, splitter, decoder=None, random_state=0)
 
 @dataclass
 class AEDSResult:
-    """AEDS = L_A - max(R_M, R_I) with its bootstrap interval and draws."""
+    """AEDS = L_A - max(R_M, R_I) with its bootstrap interval and draws (``ci_over``: what the parts resampled)."""
 
     value: float
     ci: tuple[float, float]
     draws: np.ndarray = field(repr=False)
+    ci_over: str = "subjects"
 
 
-def _value_and_draws(part, name: str, residual: bool) -> tuple[float, np.ndarray | None]:
-    """Point value and bootstrap draws of one AEDS part (a float, or a result object carrying draws)."""
+def _value_and_draws(part, name: str, residual: bool) -> tuple[float, np.ndarray | None, str | None]:
+    """Point value, bootstrap draws and ``ci_over`` of one AEDS part (a float, a pair, or a result object)."""
     if isinstance(part, LeakageResult):
-        return part.gain, part.draws
+        return part.gain, part.draws, part.ci_over
     if isinstance(part, MembershipResult):
-        return part.residual, membership_residual(part.draws)
+        return part.residual, membership_residual(part.draws), part.ci_over
     if isinstance(part, BPIDResult):
-        return part.residual, None
+        if part.draws is None:
+            raise ValueError("the BPID@1 result carries no subject-bootstrap draws")
+        return part.residual, identity_residual(part.draws, part.n_candidates), part.ci_over
     if isinstance(part, tuple) and len(part) == 2:
-        return float(part[0]), np.asarray(part[1], float)
+        return float(part[0]), np.asarray(part[1], float), None
     value = float(part)
     if residual and value < 0:
         raise ValueError(f"{name} is a residual and cannot be negative, got {value}")
-    return value, None
-
-
-def _bpid_draws(part: BPIDResult, n: int, rng) -> np.ndarray:
-    """Bootstrap draws of R_I by resampling queries (the binomial counterpart of the Wilson interval)."""
-    idx = rng.randint(0, part.correct.size, size=(n, part.correct.size))
-    return identity_residual(part.correct[idx].mean(axis=1), part.n_candidates)
+    return value, None, None
 
 
 def aeds(leakage, membership=0.0, identity=0.0, n_bootstrap: int = 1000, confidence: float = 0.95,
          random_state=0) -> AEDSResult:
-    """AEDS = L_A - max(R_M, R_I) with a bootstrap CI that combines the parts' bootstrap draws.
+    """AEDS = L_A - max(R_M, R_I) with a bootstrap CI that combines the parts' subject-bootstrap draws.
 
     Each part is a float, a ``(value, draws)`` pair, or the result object of its endpoint
-    (``LeakageResult``, ``MembershipResult``, ``BPIDResult``), whose draws are used. The parts come from
-    independent resamplings of independent data, so draw i of each part is combined into AEDS draw i; a part
-    without draws enters as a constant. Draw arrays of different lengths are resampled to ``n_bootstrap``.
+    (``LeakageResult``, ``MembershipResult``, ``BPIDResult``), whose subject-level draws are used. Draw i of
+    each part is combined into AEDS draw i; a part without draws enters as a constant. Draw arrays of other
+    lengths are resampled to ``n_bootstrap``. **(ours)** The parts resample the audited subjects independently
+    of one another, so the combination treats them as independent; every part's draws are over subjects, so the
+    result is ``ci_over="subjects"`` (``"windows"`` if any part fell back to a window bootstrap).
     Use ``identity=0`` where the split has no candidates (subject-disjoint), as the protocol says.
     """
     rng = check_random_state(random_state)
-    parts = []
+    parts, over = [], set()
     for part, name, residual in ((leakage, "L_A", False), (membership, "R_M", True), (identity, "R_I", True)):
-        value, draws = _value_and_draws(part, name, residual)
-        if isinstance(part, BPIDResult):
-            draws = _bpid_draws(part, int(n_bootstrap), rng)
+        value, draws, ci_over = _value_and_draws(part, name, residual)
+        if ci_over is not None:
+            over.add(ci_over)
         if draws is not None:
             draws = draws[np.isfinite(draws)]
             if draws.size != n_bootstrap:
@@ -564,6 +689,5 @@ def aeds(leakage, membership=0.0, identity=0.0, n_bootstrap: int = 1000, confide
         return np.full(int(n_bootstrap), v) if d is None else d
 
     draws = _d(la, la_d) - np.maximum(_d(rm, rm_d), _d(ri, ri_d))
-    a = 1.0 - confidence
-    ci = tuple(float(q) for q in np.quantile(draws, [a / 2, 1 - a / 2]))
-    return AEDSResult(value=float(value), ci=ci, draws=draws)
+    return AEDSResult(value=float(value), ci=_percentile_ci(draws, confidence), draws=draws,
+                      ci_over="windows" if "windows" in over else "subjects")

@@ -107,6 +107,18 @@ def _mask_and_target(x, patch_len: int, mask_ratio: float, target_points: int, g
     return x_masked, target, weight
 
 
+def _init_decoder(encoder: FrozenEncoder, windows: np.ndarray, hidden: int, target_points: int):
+    """The masked-patch decoder head at initialisation, drawn from torch's global generator (seed it first): the
+    same call in :func:`pretrain` and :func:`untrained_masked_losses` gives the same head."""
+    import torch
+    from torch import nn
+
+    with torch.no_grad():
+        probe = encoder.trainable_forward(encoder.prepare(windows[:1]))
+    n_out_ch = encoder.prepare(windows[:1]).shape[1]
+    return nn.Sequential(nn.Linear(probe.shape[1], hidden), nn.GELU(), nn.Linear(hidden, n_out_ch * target_points))
+
+
 def pretrain(encoder: FrozenEncoder, windows: np.ndarray, subjects: Sequence[str], *,
              audit_subjects: Iterable[str], checkpoint_path: str | Path, budget_s: float = DEFAULT_BUDGET_S,
              max_steps: int | None = None, batch_size: int = 16, lr: float = 1e-4, weight_decay: float = 0.01,
@@ -123,7 +135,6 @@ def pretrain(encoder: FrozenEncoder, windows: np.ndarray, subjects: Sequence[str
     300 s buys tens of steps at most -- use a GPU or the tiny configs for anything more than a smoke run).
     """
     import torch
-    from torch import nn
 
     if isinstance(encoder, BandPowerEncoder):
         raise TypeError("the band-power encoder has nothing to pretrain")
@@ -144,11 +155,7 @@ def pretrain(encoder: FrozenEncoder, windows: np.ndarray, subjects: Sequence[str
     before = torch.cat([p.detach().flatten().clone() for p in model.parameters()])
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        with torch.no_grad():
-            probe = encoder.trainable_forward(encoder.prepare(windows[:1]))
-        n_out_ch = encoder.prepare(windows[:1]).shape[1]
-        decoder = nn.Sequential(nn.Linear(probe.shape[1], hidden), nn.GELU(),
-                                nn.Linear(hidden, n_out_ch * target_points))
+        decoder = _init_decoder(encoder, windows, hidden, target_points)
         for p in model.parameters():
             p.requires_grad_(True)
         params = [p for p in model.parameters()] + list(decoder.parameters())
@@ -211,12 +218,40 @@ def masked_losses(encoder: FrozenEncoder, record: PretrainRecord, windows: np.nd
     The score of the loss-threshold membership attack on the encoder itself (members = its pretraining windows).
     Masks are drawn from ``seed`` in window order, so every window gets the same mask whatever its group.
     """
-    import torch
-
     if record.decoder is None:
         raise ValueError("the record holds no decoder head (records read back from JSON do not): score the losses "
                          "in the run that pretrained the encoder")
-    cfg = record.config
+    return _score_masked(encoder, record.decoder, record.config, windows, seed, batch_size)
+
+
+def untrained_masked_losses(encoder: FrozenEncoder, windows: np.ndarray, *, seed: int = 0, batch_size: int = 32,
+                            mask_ratio: float = 0.5, patch_s: float = 0.5, target_points: int = 32,
+                            hidden: int = 256) -> np.ndarray:
+    """Per-window masked-patch loss of ``encoder`` as it stands (untrained: its random initialisation) with the
+    decoder head :func:`pretrain` would start from (same ``seed``, same defaults).
+
+    The matched null of the encoder-membership attack: the same loss on the same windows from a model that never
+    saw a member window, so any AUC it reaches is the member/non-member split, not memorisation. Masks are drawn
+    as in :func:`masked_losses` (from ``seed`` in window order). Leaves torch's global generator as it was.
+    """
+    import torch
+
+    if isinstance(encoder, BandPowerEncoder):
+        raise TypeError("the band-power encoder has no masked-patch loss")
+    windows = np.asarray(windows)
+    if len(windows) == 0:
+        return np.zeros(0)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        decoder = _init_decoder(encoder, windows, hidden, target_points).eval()
+    config = {"patch_s": patch_s, "mask_ratio": mask_ratio, "target_points": target_points}
+    return _score_masked(encoder, decoder, config, windows, seed, batch_size)
+
+
+def _score_masked(encoder: FrozenEncoder, decoder, cfg: dict, windows: np.ndarray, seed: int,
+                  batch_size: int) -> np.ndarray:
+    import torch
+
     patch_len = max(1, int(round(cfg["patch_s"] * encoder.expected_sfreq)))
     gen = torch.Generator().manual_seed(int(seed))
     out = []
@@ -225,7 +260,7 @@ def masked_losses(encoder: FrozenEncoder, record: PretrainRecord, windows: np.nd
         for start in range(0, len(windows), batch_size):
             x = encoder.prepare(windows[start:start + batch_size])
             x_masked, target, weight = _mask_and_target(x, patch_len, cfg["mask_ratio"], cfg["target_points"], gen)
-            pred = record.decoder(encoder.trainable_forward(x_masked)).view_as(target)
+            pred = decoder(encoder.trainable_forward(x_masked)).view_as(target)
             w = weight[:, None, :].expand_as(target)
             out.append((((pred - target) ** 2 * w).sum(dim=(1, 2)) / w.sum(dim=(1, 2)).clamp_min(1e-8)).numpy())
     return np.concatenate(out).astype(float) if out else np.zeros(0)
@@ -258,4 +293,4 @@ def dataset_windows(dataset, subjects: Sequence[str] | None = None, window_s: fl
 
 
 __all__ = ["DEFAULT_BUDGET_S", "PretrainRecord", "dataset_windows", "masked_losses", "pretrain",
-           "subject_hash"]
+           "subject_hash", "untrained_masked_losses"]

@@ -55,6 +55,9 @@ class StudyBConfig:
     l_freq: float = 0.0  # motor imagery band-pass in Hz; 0 and 0 keep the paradigm's default (8-32 Hz)
     h_freq: float = 0.0
     model: str = "simplenet"
+    # EEGNet's BatchNorm running statistics: "local" (FedBN: each node keeps its own, nothing un-noised travels)
+    # or "shared" (averaged with the weights, un-noised: no DP guarantee then)
+    batchnorm_stats: str = "local"
     epsilon: float = math.inf  # per local optimiser step; inf = no DP
     clip_norm: float = 1.0
     seed: int = 0
@@ -107,7 +110,8 @@ class StudyBConfig:
 
         dp = LaplaceGradientDP(self.clip_norm, self.epsilon) if math.isfinite(self.epsilon) else None
         shape = model_input_shape(self.model, self.csp_components, self.epoch_s, self.resample)
-        return TorchTask(self.model, shape, learning_rate=self.learning_rate, batch_size=self.batch_size, dp=dp)
+        return TorchTask(self.model, shape, learning_rate=self.learning_rate, batch_size=self.batch_size, dp=dp,
+                         batchnorm_stats=self.batchnorm_stats)
 
 
 # -- ClientApp ----------------------------------------------------------------------------------------------

@@ -9,11 +9,22 @@ Message protocol (what the server in :mod:`server_app` sends):
 
 - ``train``: an ArrayRecord (global weights) and a ConfigRecord with ``local-epochs``, ``seed``,
   ``server-round`` and, when the federation standardises, ``feature-mean``/``feature-scale``. Reply: the
-  locally trained weights, a MetricRecord (``num-examples``, ``train_loss``) and a ConfigRecord
+  locally trained weights, a MetricRecord (``num-examples``, ``train_loss``; a private client: ``num-examples``
+  only) and a ConfigRecord
   ``client-info`` with the partition index (a simulation label, so the server can file per-client history).
 - ``query``: reply with this client's feature moments (``num-examples``, per-feature ``mean`` and ``m2``,
   the sum of squared deviations from its own mean) for a federated StandardScaler; no row leaves the client.
 - ``evaluate``: loss and accuracy of the received weights on the local partition.
+
+Private clients (a task whose ``private`` is true: a DP step with finite ε) send nothing un-noised that depends on
+their data. Their train reply holds only the DP-trained weights (with FedBN, ``batchnorm_stats="local"``, the
+trainable parameters alone), ``num-examples`` and the ``partition-id`` — both public by the protocol: FedAvg
+weights by the client's size, which the accounting's schedule assumes known, and the node id is who the server
+sent the message to (:data:`PUBLIC_METRICS`, :data:`PUBLIC_CLIENT_INFO`). The train loss and the pre-clip gradient
+norms stay on the client, in its node state under :data:`DIAGNOSTICS` (an experimenter-side record, never part
+of a message). They refuse ``query`` (feature moments) and ``evaluate`` (loss, accuracy): both are raw statistics
+of the partition. A task with client-local state (``local_names``, e.g. FedBN's BatchNorm statistics) keeps it in
+the node state under :data:`LOCAL_STATE` across rounds and never sends it.
 
 DP comes later as Flower mods on the train handler only (``train_mods``), e.g. ``fixedclipping_mod``; they
 expect exactly one ArrayRecord and one ConfigRecord in the train message, which is what the server sends.
@@ -29,12 +40,17 @@ from flwr.clientapp import ClientApp
 
 from eegprivacy.federated.task import Task, derive_seed
 
-__all__ = ["make_client_app", "add_client_handlers", "partition_loader", "CLIENT_INFO", "ARRAYS", "METRICS", "CONFIG"]
+__all__ = ["make_client_app", "add_client_handlers", "partition_loader", "CLIENT_INFO", "ARRAYS", "METRICS", "CONFIG",
+           "LOCAL_STATE", "DIAGNOSTICS", "PUBLIC_METRICS", "PUBLIC_CLIENT_INFO", "is_private"]
 
 ARRAYS = "arrays"
 METRICS = "metrics"
 CONFIG = "config"
 CLIENT_INFO = "client-info"
+LOCAL_STATE = "local-state"  # node state: the client's local arrays (FedBN statistics), never sent
+DIAGNOSTICS = "diagnostics"  # node state: last train call's loss and gradient norms, never sent by a private client
+PUBLIC_METRICS = ("num-examples",)  # all a private client's train reply carries besides its noised weights
+PUBLIC_CLIENT_INFO = ("partition-id",)
 
 PartitionLoader = Callable[[int], tuple[np.ndarray, np.ndarray]]
 ContextPartition = Callable[[Context], tuple[int, np.ndarray, np.ndarray]]
@@ -54,6 +70,33 @@ def _standardise(X: np.ndarray, config: ConfigRecord) -> np.ndarray:
     if "feature-mean" not in config:
         return X
     return (X - np.asarray(config["feature-mean"], dtype=float)) / np.asarray(config["feature-scale"], dtype=float)
+
+
+def is_private(task) -> bool:
+    """Whether `task` trains under DP with finite ε (its ``private`` attribute; tasks without one are not)."""
+    return bool(getattr(task, "private", False))
+
+
+def _refuse_if_private(task, what: str) -> None:
+    if is_private(task):
+        raise PermissionError(f"a DP client does not answer {what}: it would send un-noised statistics of its "
+                              "data that the DP step does not cover")
+
+
+def _local_state(task, context: Context) -> list | None:
+    """The client's stored local arrays; on its first round, the task's initial (data-independent) ones."""
+    if not getattr(task, "local_names", None):
+        return None
+    if LOCAL_STATE in context.state:
+        return context.state[LOCAL_STATE].to_numpy_ndarrays()
+    return task.initial_local()
+
+
+def _train(task, weights, local, X, y, *, epochs: int, seed: int):
+    if local is None:
+        new, metrics = task.train(weights, X, y, epochs=epochs, seed=seed)
+        return new, None, metrics
+    return task.train_local(weights, local, X, y, epochs=epochs, seed=seed)
 
 
 def _config(msg: Message) -> ConfigRecord:
@@ -98,17 +141,26 @@ def add_client_handlers(app: ClientApp, task: Callable[[Context], Task], partiti
         config = _config(msg)
         weights = next(iter(msg.content.array_records.values())).to_numpy_ndarrays()
         seed = derive_seed(int(config["seed"]), pid, int(config["server-round"]))
-        new_weights, metrics = task(context).train(weights, _standardise(X, config), y,
-                                                   epochs=int(config["local-epochs"]), seed=seed)
+        model = task(context)
+        new_weights, local, metrics = _train(model, weights, _local_state(model, context), _standardise(X, config),
+                                             y, epochs=int(config["local-epochs"]), seed=seed)
+        if local is not None:
+            context.state[LOCAL_STATE] = ArrayRecord([np.asarray(a) for a in local])
+        diagnostics = {k: float(v) for k, v in metrics.items()}
+        context.state[DIAGNOSTICS] = MetricRecord(diagnostics)
+        sent = {"num-examples": int(X.shape[0])}
+        if not is_private(model):  # without DP there is no guarantee to break: the server may see its loss
+            sent.update(diagnostics)
         content = RecordDict({
             ARRAYS: ArrayRecord(new_weights),
-            METRICS: MetricRecord({"num-examples": int(X.shape[0]), **{k: float(v) for k, v in metrics.items()}}),
+            METRICS: MetricRecord(sent),
             CLIENT_INFO: ConfigRecord({"partition-id": pid}),
         })
         return Message(content, reply_to=msg)
 
     @app.query()
     def query(msg: Message, context: Context) -> Message:
+        _refuse_if_private(task(context), "a feature-moments query")
         _, X, _ = partition(context)
         mean = X.mean(axis=0)
         m2 = ((X - mean) ** 2).sum(axis=0)
@@ -117,10 +169,14 @@ def add_client_handlers(app: ClientApp, task: Callable[[Context], Task], partiti
 
     @app.evaluate()
     def evaluate(msg: Message, context: Context) -> Message:
+        model = task(context)
+        _refuse_if_private(model, "federated evaluation")
         _, X, y = partition(context)
         config = _config(msg)
         weights = next(iter(msg.content.array_records.values())).to_numpy_ndarrays()
-        metrics = task(context).evaluate(weights, _standardise(X, config), y)
+        local = _local_state(model, context)
+        X = _standardise(X, config)
+        metrics = model.evaluate(weights, X, y) if local is None else model.evaluate(weights, X, y, local=local)
         record = MetricRecord({"num-examples": int(X.shape[0]), **{k: float(v) for k, v in metrics.items()}})
         return Message(RecordDict({METRICS: record}), reply_to=msg)
 

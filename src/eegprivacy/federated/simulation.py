@@ -39,7 +39,7 @@ from flwr.serverapp import Grid
 from flwr.supercore.run import Run
 from flwr.supercore.task_identity import TaskIdentity
 
-from eegprivacy.federated.client_app import make_client_app, partition_loader
+from eegprivacy.federated.client_app import DIAGNOSTICS, LOCAL_STATE, make_client_app, partition_loader
 from eegprivacy.federated.server_app import FederationLog, make_server_app
 from eegprivacy.federated.task import Task
 
@@ -66,6 +66,10 @@ class FederationResult:
     per client (and ``eval_loss``/``eval_accuracy`` with federated evaluation).
     `updates[r][c]`: weights client c returned in round r; `sent[r]`: global weights it started from (both
     only with ``keep_updates=True``).
+    Experimenter-side, never seen by the server (in-process backend only; None with ``flower``):
+    `local_states[r][c]`: client c's local state (FedBN's BatchNorm statistics) after its training in round r,
+    `initial_local`: every client's state before its first round; `diagnostics[r][c]`: its train metrics (last
+    epoch loss, pre-clip gradient norms), which a DP client does not send.
     """
 
     weights: list[np.ndarray]
@@ -78,6 +82,20 @@ class FederationResult:
     feature_scale: np.ndarray | None = None
     updates: dict[int, dict[int, list[np.ndarray]]] | None = None
     sent: dict[int, list[np.ndarray]] | None = None
+    local_states: dict[int, dict[int, list[np.ndarray]]] | None = None
+    initial_local: list[np.ndarray] | None = None
+    diagnostics: dict[int, dict[int, dict[str, float]]] | None = None
+
+    def local_state(self, client: int, rnd: int | None = None) -> list[np.ndarray] | None:
+        """Client `client`'s local state after round `rnd` (default: the last): from the last round it trained in
+        up to `rnd`, else its initial state. None when the task keeps nothing local."""
+        if self.initial_local is None:
+            return None
+        if self.local_states is None:
+            raise ValueError("client-local state is only kept by the in-process backend")
+        last = max(self.local_states, default=0) if rnd is None else int(rnd)
+        joined = [r for r, states in self.local_states.items() if r <= last and client in states]
+        return self.local_states[max(joined)][client] if joined else self.initial_local
 
     def update(self, rnd: int, client: int) -> list[np.ndarray]:
         """Client `client`'s model delta in round `rnd` (returned minus received weights)."""
@@ -104,6 +122,8 @@ class InProcessGrid(Grid):
         }
         self._message_ids = itertools.count(1)
         self._outbox: list[Message] = []
+        self.local_states: dict[int, dict[int, list[np.ndarray]]] = {}
+        self.diagnostics: dict[int, dict[int, dict[str, float]]] = {}
 
     def set_run(self, run: Run) -> None:
         self._run = run
@@ -135,8 +155,23 @@ class InProcessGrid(Grid):
             msg = copy.deepcopy(msg)  # FedAvg shares one RecordDict between all its messages of a round
             # Flower's runtimes assign the id on push the same way (there is no public setter).
             msg.metadata.__dict__["_message_id"] = str(next(self._message_ids))
-            replies.append(self.client_app(msg, self._contexts[msg.metadata.dst_node_id]))
+            context = self._contexts[msg.metadata.dst_node_id]
+            replies.append(self.client_app(msg, context))
+            self._observe(msg, context)
         return sorted(replies, key=lambda m: m.metadata.src_node_id)  # node order: deterministic FedAvg sums
+
+
+    def _observe(self, msg: Message, context: Context) -> None:
+        """Experimenter-side copy of what a client keeps after a train message (its local state and its train
+        diagnostics); the server never sees these."""
+        if msg.metadata.message_type.split(".")[0] != "train":
+            return
+        rnd = int(next(iter(msg.content.config_records.values()))["server-round"])
+        pid = int(context.node_config["partition-id"])
+        if LOCAL_STATE in context.state:
+            self.local_states.setdefault(rnd, {})[pid] = context.state[LOCAL_STATE].to_numpy_ndarrays()
+        if DIAGNOSTICS in context.state:
+            self.diagnostics.setdefault(rnd, {})[pid] = dict(context.state[DIAGNOSTICS])
 
 
 @contextmanager
@@ -176,7 +211,7 @@ def _blas_limit(threads: int | None):
     return _controller.limit(limits=threads)
 
 
-def _run_inprocess(server_app, client_app, num_clients: int) -> None:
+def _run_inprocess(server_app, client_app, num_clients: int) -> InProcessGrid:
     grid = InProcessGrid(client_app, num_clients)
     # Message() reads the sender's identity from TaskIdentity, as in a Flower ServerApp process.
     TaskIdentity.task_id = 1
@@ -184,6 +219,7 @@ def _run_inprocess(server_app, client_app, num_clients: int) -> None:
     TaskIdentity.node_id = SERVER_NODE_ID
     context = Context(run_id=grid.run.run_id, node_id=0, node_config={}, state=RecordDict(), run_config={})
     server_app(grid, context)
+    return grid
 
 
 def _run_flower(server_app, client_app, num_clients: int, *, num_cpus: int | None, client_cpus: float,
@@ -266,13 +302,14 @@ def run_fedavg(task_factory: Callable[[], Task], partitions: Sequence[tuple[np.n
                                  federated_evaluation=federated_evaluation, strategy_factory=strategy_factory)
     # FedAvg samples nodes with the global `random` module; a federation should not move the caller's stream.
     random_state = random.getstate()
+    grid = None
     try:
         with _flower_output(verbose):
             if backend == "inprocess":
                 # The task built above serves every in-process client; Ray workers build their own.
                 client_app = make_client_app(lambda: task, partition_loader(parts), train_mods=train_mods)
                 with _blas_limit(blas_threads):
-                    _run_inprocess(server_app, client_app, len(parts))
+                    grid = _run_inprocess(server_app, client_app, len(parts))
             else:
                 client_app = make_client_app(task_factory, partition_loader(parts), train_mods=train_mods)
                 _run_flower(server_app, client_app, len(parts), num_cpus=num_cpus, client_cpus=client_cpus,
@@ -281,6 +318,7 @@ def run_fedavg(task_factory: Callable[[], Task], partitions: Sequence[tuple[np.n
         random.setstate(random_state)
     if log.final_weights is None:
         raise RuntimeError("the federation ended without a global model")
+    initial_local = task.initial_local() if getattr(task, "local_names", None) else None
     return FederationResult(
         weights=log.final_weights,
         history=log.history(),
@@ -292,4 +330,7 @@ def run_fedavg(task_factory: Callable[[], Task], partitions: Sequence[tuple[np.n
         feature_scale=log.feature_scale,
         updates=log.updates if keep_updates else None,
         sent=log.sent if keep_updates else None,
+        local_states=grid.local_states if grid is not None else None,
+        initial_local=initial_local,
+        diagnostics=grid.diagnostics if grid is not None else None,
     )

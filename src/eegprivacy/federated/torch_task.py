@@ -2,10 +2,18 @@
 Adam, cross-entropy, mini-batches and, optionally, a DP step at every local optimiser step.
 
 Stateless like every task: each call builds the model afresh from the weights it is given, so Flower may run a
-client in any process and the in-process driver gets the same numbers. Weights travel as the floating-point
-entries of the model's ``state_dict``, in its order (trainable parameters and BatchNorm running statistics);
-integer counters (BatchNorm's ``num_batches_tracked``) stay behind, since a fixed momentum never reads them and
-FedAvg would average them into floats.
+client in any process and the in-process driver gets the same numbers. Integer counters (BatchNorm's
+``num_batches_tracked``) never travel, since a fixed momentum never reads them and FedAvg would average them into
+floats. What travels depends on `batchnorm_stats`:
+
+- ``"shared"``: the weights are every floating-point entry of the ``state_dict``, in its order (trainable
+  parameters and BatchNorm running statistics). The running statistics are computed from the client's data in the
+  forward pass and are NOT covered by the gradient DP step: with DP, that is an un-noised channel.
+- ``"local"`` (FedBN, Li et al. 2021): the weights are the trainable parameters only — exactly what the DP step
+  noises. The running statistics are the client's *local state* (``local`` arguments below): kept by the client
+  across rounds, never sent, and used whenever that client's data is evaluated. Without a client's local state,
+  evaluation calibrates statistics from the rows it scores (:meth:`calibrate`), as a new subject would from its
+  calibration trials.
 
 Seeding: the federated layer hands ``train`` one seed per (client, round). Three independent streams derive
 from it: the order of the mini-batches, the DP noise (each a ``torch.Generator`` of its own) and dropout, which
@@ -33,6 +41,7 @@ __all__ = ["TorchTask"]
 
 # Sub-streams of a train call's seed.
 _SHUFFLE, _NOISE, _DROPOUT = 0, 1, 2
+BATCHNORM_STATS = ("shared", "local")
 
 
 class TorchTask:
@@ -44,14 +53,16 @@ class TorchTask:
     float`` (e.g. :class:`eegprivacy.federated.dp.LaplaceGradientDP`), called after ``loss.backward()`` and
     before ``optimizer.step()`` at every local step on the trainable parameters; what it returns (the gradient
     norm before clipping) is summarised in the train metrics. It does not cover the BatchNorm running
-    statistics (see :attr:`parameter_mask`).
+    statistics: with ``batchnorm_stats="shared"`` they travel with the weights un-noised (see
+    :attr:`parameter_mask`, :attr:`unnoised_channels`); with ``"local"`` they stay with the client (FedBN).
 
     The task holds no training state, so it is also its own factory: ``run_fedavg(TorchTask(...), ...)``.
     """
 
     def __init__(self, model: str | Callable[..., torch.nn.Module], input_shape: Sequence[int],
                  classes: Sequence = (0, 1), *, model_kwargs: Mapping | None = None, learning_rate: float = 1e-3,
-                 batch_size: int = 32, dp=None, num_threads: int | None = 1, eval_batch_size: int = 1024):
+                 batch_size: int = 32, dp=None, num_threads: int | None = 1, eval_batch_size: int = 1024,
+                 batchnorm_stats: str = "shared"):
         self.model_spec = model
         self.input_shape = tuple(int(s) for s in np.atleast_1d(input_shape))
         if not self.input_shape or min(self.input_shape) < 1:
@@ -67,10 +78,14 @@ class TorchTask:
         if dp is not None and not callable(getattr(dp, "privatise_", None)):
             raise TypeError("dp must have a privatise_(parameters, generator) method")
         self.dp = dp
+        if batchnorm_stats not in BATCHNORM_STATS:
+            raise ValueError(f"batchnorm_stats must be one of {BATCHNORM_STATS}, got {batchnorm_stats!r}")
+        self.batchnorm_stats = batchnorm_stats
         self.num_threads = num_threads
         self.eval_batch_size = int(eval_batch_size)
         self._names: list[str] | None = None
         self._param_names: set[str] | None = None
+        self._buffer_names: list[str] | None = None
 
     def __call__(self) -> TorchTask:
         return self
@@ -90,10 +105,34 @@ class TorchTask:
         if self._names is None:
             model = model if model is not None else self.build(0)
             state = model.state_dict()
-            self._names = [k for k, v in state.items() if torch.is_floating_point(v)]
+            floating = [k for k, v in state.items() if torch.is_floating_point(v)]
             params = {k for k, p in model.named_parameters() if p.requires_grad}
             self._param_names = params
+            local = self.batchnorm_stats == "local"
+            self._names = [k for k in floating if k in params] if local else floating
+            self._buffer_names = [k for k in floating if k not in params] if local else []
         return self._names
+
+    def _local_spec(self) -> list[str]:
+        self._spec()
+        return self._buffer_names
+
+    @property
+    def private(self) -> bool:
+        """True when local training runs a DP step with finite ε: the client then sends nothing else un-noised
+        that depends on its data (see :mod:`eegprivacy.federated.client_app`)."""
+        return self.dp is not None and math.isfinite(float(getattr(self.dp, "epsilon", math.inf)))
+
+    @property
+    def local_names(self) -> list[str]:
+        """``state_dict`` keys of a client's local state (BatchNorm running statistics with ``"local"``)."""
+        return list(self._local_spec())
+
+    @property
+    def unnoised_channels(self) -> list[str]:
+        """What the shared weights carry that the DP step does not noise: the BatchNorm running statistics when
+        they are shared (``"batchnorm_running_stats"``), else nothing."""
+        return ["batchnorm_running_stats"] if not all(self.parameter_mask) else []
 
     @property
     def weight_names(self) -> list[str]:
@@ -111,28 +150,68 @@ class TorchTask:
         state = model.state_dict()
         return [state[k].detach().cpu().numpy().copy() for k in self._spec(model)]
 
-    def load(self, model: torch.nn.Module, weights: Weights) -> torch.nn.Module:
+    def local_of(self, model: torch.nn.Module) -> Weights:
+        """The client-local arrays of `model` (empty unless ``batchnorm_stats="local"`` and it has BatchNorm)."""
+        self._spec(model)
+        state = model.state_dict()
+        return [state[k].detach().cpu().numpy().copy() for k in self._buffer_names]
+
+    @staticmethod
+    def _copy_in(state: dict, names: list[str], arrays: Weights, what: str) -> None:
+        if len(arrays) != len(names):
+            raise ValueError(f"expected {len(names)} {what} arrays ({', '.join(names[:4])}, ...), got {len(arrays)}")
+        for name, w in zip(names, arrays):
+            w = np.asarray(w)
+            if tuple(w.shape) != tuple(state[name].shape):
+                raise ValueError(f"{what} {name}: expected shape {tuple(state[name].shape)}, got {w.shape}")
+            state[name].copy_(torch.from_numpy(np.array(w, copy=True)))
+
+    def load(self, model: torch.nn.Module, weights: Weights, local: Weights | None = None) -> torch.nn.Module:
+        """`weights` (and, with ``"local"``, the client's `local` state; None keeps the model's initial
+        statistics) into `model`."""
         names = self._spec(model)
-        if len(weights) != len(names):
-            raise ValueError(f"expected {len(names)} weight arrays ({', '.join(names[:4])}, ...), got {len(weights)}")
         state = model.state_dict()
         with torch.no_grad():
-            for name, w in zip(names, weights):
-                w = np.asarray(w)
-                if tuple(w.shape) != tuple(state[name].shape):
-                    raise ValueError(f"weight {name}: expected shape {tuple(state[name].shape)}, got {w.shape}")
-                state[name].copy_(torch.from_numpy(np.array(w, copy=True)))
+            self._copy_in(state, names, weights, "weight")
+            if local is not None:
+                self._copy_in(state, self._buffer_names, local, "local state")
             for name, v in state.items():  # counters are not shipped: every load starts them afresh
                 if not torch.is_floating_point(v):
                     v.zero_()
         return model
 
-    def model(self, weights: Weights) -> torch.nn.Module:
-        """A new model holding `weights`, in eval mode (for attacks: outputs, embeddings, per-sample gradients)."""
-        return self.load(self.build(), weights).eval()
+    def calibrate(self, weights: Weights, X) -> Weights:
+        """Local state computed from the rows `X` alone: BatchNorm statistics as cumulative averages over one
+        pass (momentum None) of `weights`' model. What a client without stored statistics (a held-out subject
+        on its calibration trials) uses; empty when there is nothing local."""
+        if not self._local_spec():
+            return []
+        inputs = self._inputs(X)
+        with self._threads(), torch.no_grad(), torch.random.fork_rng(devices=[]):
+            model = self.load(self.build(), weights)
+            for module in model.modules():
+                if isinstance(module, torch.nn.modules.batchnorm._BatchNorm):
+                    module.reset_running_stats()
+                    module.momentum = None
+            model.train()
+            for module in model.modules():  # dropout off: only the statistics should see the rows
+                if isinstance(module, torch.nn.Dropout):
+                    module.eval()
+            model(inputs)
+            return self.local_of(model)
+
+    def model(self, weights: Weights, local: Weights | None = None) -> torch.nn.Module:
+        """A new model holding `weights`, in eval mode (for attacks: outputs, embeddings, per-sample gradients).
+        With ``"local"`` BatchNorm statistics, `local` is the owning client's state (None: initial statistics;
+        the evaluation methods below calibrate on their rows instead)."""
+        return self.load(self.build(), weights, local).eval()
 
     def initial_weights(self, seed: int) -> Weights:
         return self.weights_of(self.build(int(seed)))
+
+    def initial_local(self, seed: int = 0) -> Weights:
+        """A client's local state before it has trained (BatchNorm's initial statistics: data-independent)."""
+        return self.local_of(self.build(int(seed)))
 
     # -- data -----------------------------------------------------------------------------------------------
     def _inputs(self, X) -> torch.Tensor:
@@ -163,8 +242,19 @@ class TorchTask:
             torch.set_num_threads(before)
 
     # -- the Task contract ----------------------------------------------------------------------------------
-    def train(self, weights: Weights, X, y, *, epochs: int, seed: int) -> tuple[Weights, dict[str, float]]:
-        """`epochs` passes of Adam (fresh each call, as every FedAvg client) over shuffled mini-batches."""
+    def train(self, weights: Weights, X, y, *, epochs: int, seed: int, local: Weights | None = None
+              ) -> tuple[Weights, dict[str, float]]:
+        """`epochs` passes of Adam (fresh each call, as every FedAvg client) over shuffled mini-batches.
+        In train mode BatchNorm normalises by batch statistics, so `local` only seeds the running statistics
+        that :meth:`train_local` returns; the trained weights do not depend on it."""
+        new_weights, _, metrics = self.train_local(weights, local, X, y, epochs=epochs, seed=seed)
+        return new_weights, metrics
+
+    def train_local(self, weights: Weights, local: Weights | None, X, y, *, epochs: int, seed: int
+                    ) -> tuple[Weights, Weights, dict[str, float]]:
+        """:meth:`train` that also returns the client's new local state (the running statistics it keeps).
+        The metrics (last-epoch loss, pre-clip gradient norms) are experimenter-side diagnostics: a DP client
+        must not send them (see :mod:`eegprivacy.federated.client_app`)."""
         inputs, targets = self._inputs(X), self._targets(y)
         if inputs.shape[0] != targets.shape[0]:
             raise ValueError(f"X has {inputs.shape[0]} rows but y has {targets.shape[0]}")
@@ -174,7 +264,7 @@ class TorchTask:
         losses, norms, steps = [], [], 0
         with self._threads(), torch.random.fork_rng(devices=[]):
             torch.manual_seed(derive_seed(seed, _DROPOUT))
-            model = self.load(self.build(), weights).train()
+            model = self.load(self.build(), weights, local).train()
             params = [p for p in model.parameters() if p.requires_grad]
             optimizer = torch.optim.Adam(params, lr=self.learning_rate)
             for _ in range(int(epochs)):
@@ -191,40 +281,44 @@ class TorchTask:
                     total += float(loss.detach()) * len(batch)
                     steps += 1
                 losses.append(total / n)
-            new_weights = self.weights_of(model)
+            new_weights, new_local = self.weights_of(model), self.local_of(model)
         metrics = {"train_loss": losses[-1] if losses else float("nan"), "local_steps": float(steps)}
         if norms:
             metrics.update(grad_norm_mean=float(np.mean(norms)), grad_norm_max=float(np.max(norms)))
         if not all(np.isfinite(w).all() for w in new_weights):
             raise FloatingPointError("local training produced non-finite weights (diverged)")
-        return new_weights, metrics
+        return new_weights, new_local, metrics
 
-    def _forward(self, weights: Weights, X, fn) -> torch.Tensor:
+    def _forward(self, weights: Weights, X, fn, local: Weights | None = None) -> torch.Tensor:
+        if local is None and self._local_spec():
+            local = self.calibrate(weights, X)
         inputs = self._inputs(X)
         with self._threads(), torch.no_grad():
-            model = self.model(weights)
+            model = self.model(weights, local)
             return torch.cat([fn(model, inputs[i:i + self.eval_batch_size])
                               for i in range(0, inputs.shape[0], self.eval_batch_size)])
 
-    def logits(self, weights: Weights, X) -> np.ndarray:
-        return self._forward(weights, X, lambda m, x: m(x)).double().numpy()
+    # Every evaluation takes the owning client's `local` state; None with "local" BatchNorm statistics: the
+    # statistics of the rows scored (:meth:`calibrate`).
+    def logits(self, weights: Weights, X, local: Weights | None = None) -> np.ndarray:
+        return self._forward(weights, X, lambda m, x: m(x), local).double().numpy()
 
-    def predict_proba(self, weights: Weights, X) -> np.ndarray:
+    def predict_proba(self, weights: Weights, X, local: Weights | None = None) -> np.ndarray:
         """Softmax outputs in eval mode (dropout off, BatchNorm on running statistics), columns = classes."""
-        return torch.softmax(torch.from_numpy(self.logits(weights, X)), dim=1).numpy()
+        return torch.softmax(torch.from_numpy(self.logits(weights, X, local)), dim=1).numpy()
 
-    def losses(self, weights: Weights, X, y) -> np.ndarray:
+    def losses(self, weights: Weights, X, y, local: Weights | None = None) -> np.ndarray:
         """Per-trial cross-entropy in eval mode (the record-level attack's loss feature)."""
-        logits = torch.from_numpy(self.logits(weights, X))
+        logits = torch.from_numpy(self.logits(weights, X, local))
         return F.cross_entropy(logits, self._targets(y), reduction="none").numpy()
 
-    def embed(self, weights: Weights, X) -> np.ndarray:
+    def embed(self, weights: Weights, X, local: Weights | None = None) -> np.ndarray:
         """The model's ``embed`` layer per trial, flattened (the feature-level attack's input)."""
-        return self._forward(weights, X, lambda m, x: m.embed(x)).double().numpy()
+        return self._forward(weights, X, lambda m, x: m.embed(x), local).double().numpy()
 
-    def evaluate(self, weights: Weights, X, y) -> dict[str, float]:
+    def evaluate(self, weights: Weights, X, y, local: Weights | None = None) -> dict[str, float]:
         """Mean cross-entropy and accuracy of `weights` on (X, y), in eval mode."""
-        logits = torch.from_numpy(self.logits(weights, X))
+        logits = torch.from_numpy(self.logits(weights, X, local))
         targets = self._targets(y)
         loss = float(F.cross_entropy(logits, targets)) if targets.numel() else math.nan
         acc = float((logits.argmax(dim=1) == targets).double().mean()) if targets.numel() else math.nan
@@ -236,6 +330,7 @@ class TorchTask:
                    self.model_spec, "__name__", type(self.model_spec).__name__),
                "input_shape": "x".join(map(str, self.input_shape)), "learning_rate": self.learning_rate,
                "batch_size": self.batch_size, "optimizer": "adam", "loss": "cross_entropy",
+               "batchnorm_stats": self.batchnorm_stats,
                **{f"model_{k}": v for k, v in self.model_kwargs.items()}}
         if self.dp is not None and hasattr(self.dp, "to_dict"):
             out.update(self.dp.to_dict())

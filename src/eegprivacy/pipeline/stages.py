@@ -280,7 +280,7 @@ STAGES: tuple[Stage, ...] = (
                 "reports/figures/federated_accounting.png"),
           reads=tuple(f"params/federated_mia.yaml:federated_mia.{k}" for k in (
               "datasets", "models", "epsilons", "test_size", "split_seed", "csp_components", "clients_per_round",
-              "num_rounds", "local_epochs", "batch_size", "per_dataset"))),
+              "num_rounds", "local_epochs", "batch_size", "per_dataset", "batchnorm_stats"))),
     Stage("federated_lira", "Study B, strongest attack: LiRA with shadow federations trained through the same "
           "federated code and knobs as federated_mia, beside RLA with LR/RF/MLP attackers.",
           entry="experiments.federated_lira", section="federated_lira", params_file="params/federated_lira.yaml",
@@ -290,7 +290,8 @@ STAGES: tuple[Stage, ...] = (
                 "reports/figures/federated_lira_roc.png"),
           reads=tuple(f"params/federated_mia.yaml:federated_mia.{k}" for k in (
               "datasets.eegmmidb", "test_size", "split_seed", "csp_components", "clients_per_round", "num_rounds",
-              "local_epochs", "learning_rate", "batch_size", "per_dataset")), flags=("dataset", "progress")),
+              "local_epochs", "learning_rate", "batch_size", "per_dataset", "batchnorm_stats")),
+          flags=("dataset", "progress")),
     Stage("federated_transfer", "Study B transfer check: leave-one-subject-out over the federation, the held-out "
           "subject scored beside the joined clients, its own-data-only CSP+LDA and the untrained model.",
           entry="experiments.federated_transfer", section="federated_transfer",
@@ -301,7 +302,7 @@ STAGES: tuple[Stage, ...] = (
                 "reports/figures/federated_transfer.png"),
           reads=tuple(f"params/federated_mia.yaml:federated_mia.{k}" for k in (
               "datasets.eegmmidb", "test_size", "split_seed", "csp_components", "clients_per_round", "num_rounds",
-              "local_epochs", "learning_rate", "batch_size", "clip_norm", "per_dataset")),
+              "local_epochs", "learning_rate", "batch_size", "clip_norm", "per_dataset", "batchnorm_stats")),
           flags=("progress", "cells")),
     Stage("optuna_study_b", "Study B: multi-objective Optuna search (per-step ε, C, local epochs) of the DP "
           "federation: non-member AUROC vs record-level attack TPR at 1% FPR.",

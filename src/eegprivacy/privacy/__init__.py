@@ -11,12 +11,15 @@ from eegprivacy.privacy.labels import (
 from eegprivacy.privacy.mechanisms import (
     DEFAULT_DELTA,
     MECHANISMS,
+    SAMPLERS,
+    SAMPLING,
     Calibration,
     GaussianAnalytic,
     GaussianClassic,
     LaplaceFormal,
     LaplaceImplemented,
     Mechanism,
+    guarantee_label,
     make_mechanism,
 )
 from eegprivacy.privacy.release import (
@@ -32,11 +35,12 @@ from eegprivacy.privacy.release import (
 from eegprivacy.privacy.sensitivity import l1_sensitivity_replace_one, l2_sensitivity_replace_one
 
 __all__ = [
-    "DEFAULT_DELTA", "IQR_FLOOR", "LABELS_IN_CLEAR_NOTE", "NO_NOISE", "MECHANISMS", "SCALING_NOTE",
+    "DEFAULT_DELTA", "IQR_FLOOR", "LABELS_IN_CLEAR_NOTE", "NO_NOISE", "MECHANISMS", "SAMPLERS", "SAMPLING",
+    "SCALING_NOTE",
     "Calibration", "DPFeatureReleaser", "GaussianAnalytic", "GaussianClassic", "LabelCalibration",
     "LabelledReleaseGuarantee", "LaplaceFormal", "LaplaceImplemented", "Mechanism", "RandomizedResponse",
     "RobustFeatureScaler",
-    "clip_rows_l2", "compose_with_labels", "l1_sensitivity_replace_one", "l2_sensitivity_replace_one",
+    "clip_rows_l2", "compose_with_labels", "guarantee_label", "l1_sensitivity_replace_one", "l2_sensitivity_replace_one",
     "make_mechanism",
     "patient_vectors", "release_table",
 ]

@@ -6,6 +6,14 @@ whether the ε is a formal guarantee); ``sample(shape, calibration, rng)`` then 
 Generator. Keeping the two apart lets a sweep log the scale before any noise exists and redraw noise per seed
 without recalibrating.
 
+**Sampling.** ``formal_guarantee`` says the calibration meets its theorem *under idealised sampling*: the
+theorems assume exact real-valued noise, while numpy's textbook floating-point draws leave gaps in the set of
+reachable outputs that can reveal the input (Mironov 2012). That is right for simulating a release (seeded,
+reproducible: every sweep here) and not for releasing real data. ``Calibration.sampling`` names which one a
+number was made with ("idealised"), and :meth:`Mechanism.privatise` with ``sampler="opendp"`` noises a real
+release with OpenDP's exact samplers (``opendp`` on the package index: floating-point-safe, drawn from the
+operating system's randomness, so not reproducible from a seed); its calibration then says "exact".
+
 Registered names (``MECHANISMS``, ``make_mechanism``):
 
 - ``gaussian_analytic``  — σ from diffprivlib's ``GaussianAnalytic`` (Balle & Wang 2018) with Δ2; what the
@@ -43,10 +51,30 @@ class Calibration:
     mechanism: str
     clip_norm: float
     dim: int
+    sampling: str = "idealised"  # "idealised" (seeded numpy floating point) or "exact" (OpenDP); see SAMPLING
 
     def to_dict(self) -> dict:
         """Flat params for MLflow; ``noise_scale`` is the param every run logs."""
         return asdict(self)
+
+
+# How noise is drawn (``sampler``), and what each makes of the guarantee (``Calibration.sampling``).
+SAMPLERS = {"numpy": "idealised", "opendp": "exact"}
+SAMPLING = {"idealised": "idealised sampling: seeded numpy floating-point draws (textbook sampling, Mironov 2012); "
+                         "right for simulating a release, not for releasing real data",
+            "exact": "exact sampling: OpenDP's floating-point-safe samplers (operating-system randomness, not "
+                     "reproducible from a seed)"}
+
+
+def guarantee_label(calibration) -> str:
+    """How a table states a calibration's guarantee: "yes (idealised sampling)", "yes (exact sampling)" or "NO".
+
+    ``calibration`` is a :class:`Calibration` or its ``to_dict()`` (a row without ``sampling`` was idealised).
+    """
+    get = calibration.get if isinstance(calibration, dict) else lambda k, d=None: getattr(calibration, k, d)
+    if not get("formal_guarantee"):
+        return "NO"
+    return f"yes ({get('sampling', 'idealised') or 'idealised'} sampling)"
 
 
 def _check_epsilon(epsilon: float) -> None:
@@ -90,17 +118,58 @@ class Mechanism:
             raise ValueError(f"calibration is for {calibration.mechanism!r}, not {self.name!r}")
         return self._draw(np.random.default_rng(rng), float(calibration.noise_scale), shape)
 
+    def privatise(self, X, calibration: Calibration, rng=None, sampler: str = "numpy") -> np.ndarray:
+        """``X`` (rows = records, already clipped) plus noise at the calibrated scale.
+
+        ``sampler="numpy"``: ``X + sample(X.shape, calibration, rng)``, seeded and idealised (see the module
+        docstring). ``sampler="opendp"``: each row goes through OpenDP's measurement of the same noise family and
+        scale, which samples exactly and rounds safely; ``rng`` is then unused (OpenDP draws from the operating
+        system), so the release is not reproducible. Use it to release real data.
+        """
+        X = np.asarray(X, dtype=float)
+        if sampler not in SAMPLERS:
+            raise ValueError(f"sampler must be one of {sorted(SAMPLERS)}, got {sampler!r}")
+        if sampler == "numpy":
+            return X + self.sample(X.shape, calibration, rng)
+        if calibration.mechanism != self.name:
+            raise ValueError(f"calibration is for {calibration.mechanism!r}, not {self.name!r}")
+        measure = _opendp_measurement(self._opendp, float(calibration.noise_scale))
+        rows = X.reshape(-1, X.shape[-1]) if X.ndim else X.reshape(1, 1)
+        return np.asarray([measure(row.tolist()) for row in rows], dtype=float).reshape(X.shape)
+
+    def exact_calibration(self, calibration: Calibration) -> Calibration:
+        """``calibration`` restated for a release drawn with OpenDP's exact samplers."""
+        from dataclasses import replace
+
+        return replace(calibration, sampling=SAMPLERS["opendp"])
+
     def to_dict(self) -> dict:
         """MLflow params / tags: ``mechanism``, ``epsilon``, ``delta``."""
         return {"mechanism": self.name, "epsilon": self.epsilon, "delta": self.delta}
 
 
+def _opendp_measurement(kind: tuple[str, str], scale: float):
+    """OpenDP's vector measurement ``kind`` = (constructor, input metric) at ``scale`` (lazy import)."""
+    try:
+        import opendp.prelude as dp
+    except ImportError as err:  # pragma: no cover - opendp is pinned in requirements.txt
+        raise ImportError("sampler='opendp' needs the opendp package (pip install opendp)") from err
+    dp.enable_features("contrib")
+    constructor, metric = kind
+    domain = dp.vector_domain(dp.atom_domain(T=float, nan=False))
+    return getattr(dp.m, constructor)(domain, getattr(dp, metric)(T=float), scale=scale)
+
+
 class _GaussianNoise:
+    _opendp: ClassVar[tuple[str, str]] = ("make_gaussian", "l2_distance")
+
     def _draw(self, rng, scale, shape):
         return rng.normal(0.0, scale, size=shape)
 
 
 class _LaplaceNoise:
+    _opendp: ClassVar[tuple[str, str]] = ("make_laplace", "l1_distance")
+
     def _draw(self, rng, scale, shape):
         return rng.laplace(0.0, scale, size=shape)
 

@@ -15,7 +15,7 @@ from sklearn.base import BaseEstimator, TransformerMixin, clone
 from sklearn.exceptions import NotFittedError
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from eegprivacy.privacy.mechanisms import Mechanism, make_mechanism
+from eegprivacy.privacy.mechanisms import SAMPLERS, Mechanism, make_mechanism
 
 IQR_FLOOR = 1e-9
 # Integer seeds are mixed with this tag so the noise stream never equals ``default_rng(seed)``: a synthetic
@@ -136,13 +136,19 @@ class DPFeatureReleaser(TransformerMixin, BaseEstimator):
     attributes are private data: never log or release a fitted releaser. Noise comes from a Generator seeded
     in ``fit`` from ``random_state``; each ``transform`` draws fresh noise (each call is a separate release that
     spends its own ε), and refitting with the same seed reproduces the same release.
+
+    ``sampler="numpy"`` (every simulation here) draws that seeded, idealised noise; ``sampler="opendp"`` releases
+    real data with OpenDP's exact samplers (not reproducible from a seed; see :mod:`eegprivacy.privacy.mechanisms`),
+    and ``calibration_.sampling`` says which.
     """
 
-    def __init__(self, mechanism: Mechanism, clip_norm: float = 2.0, random_state=None, scaler=None):
+    def __init__(self, mechanism: Mechanism, clip_norm: float = 2.0, random_state=None, scaler=None,
+                 sampler: str = "numpy"):
         self.mechanism = mechanism
         self.clip_norm = clip_norm
         self.random_state = random_state
         self.scaler = scaler
+        self.sampler = sampler
 
     def fit(self, X, y=None):
         if not isinstance(self.mechanism, Mechanism):
@@ -151,7 +157,11 @@ class DPFeatureReleaser(TransformerMixin, BaseEstimator):
         self.scaler_ = _fitted_scaler(self.scaler, X)
         self.center_ = self.scaler_.center_
         self.scale_ = self.scaler_.scale_
+        if self.sampler not in SAMPLERS:
+            raise ValueError(f"sampler must be one of {sorted(SAMPLERS)}, got {self.sampler!r}")
         self.calibration_ = self.mechanism.calibrate(self.clip_norm, X.shape[1])
+        if self.sampler == "opendp":
+            self.calibration_ = self.mechanism.exact_calibration(self.calibration_)
         self.scaled_ = self.scaler_.transform(X)
         self.clipped_ = clip_rows_l2(self.scaled_, self.clip_norm)
         self.n_patients_ = X.shape[0]
@@ -168,7 +178,7 @@ class DPFeatureReleaser(TransformerMixin, BaseEstimator):
     def transform(self, X):
         """The release: clipped input plus noise; a DataFrame in gives a DataFrame out (same columns, index)."""
         _, clipped = self.prepare(X)
-        released = clipped + self.mechanism.sample(clipped.shape, self.calibration_, self._rng)
+        released = self.mechanism.privatise(clipped, self.calibration_, self._rng, self.sampler)
         if isinstance(X, pd.DataFrame):
             return pd.DataFrame(released, columns=X.columns, index=X.index)
         return released
@@ -199,13 +209,14 @@ NO_NOISE = "none"
 
 
 def release_table(X, mechanism: str, epsilon: float, delta: float, clip_norm: float, random_state=None,
-                  scaler=None) -> tuple[np.ndarray, DPFeatureReleaser]:
+                  scaler=None, sampler: str = "numpy") -> tuple[np.ndarray, DPFeatureReleaser]:
     """One release by mechanism name; ``"none"`` returns the noiseless mechanism input (scaled and clipped),
-    the reference every sweep compares its DP releases against. The fitted releaser holds private state."""
+    the reference every sweep compares its DP releases against. The fitted releaser holds private state.
+    ``sampler="opendp"`` is for releasing real data (exact sampling; see :class:`DPFeatureReleaser`)."""
     if mechanism == NO_NOISE:
         releaser = DPFeatureReleaser(make_mechanism("gaussian_analytic", 1.0, delta if delta else 1e-5),
                                      clip_norm=clip_norm, scaler=scaler).fit(X)
         return releaser.clipped_, releaser
     releaser = DPFeatureReleaser(make_mechanism(mechanism, epsilon, delta), clip_norm=clip_norm,
-                                 random_state=random_state, scaler=scaler)
+                                 random_state=random_state, scaler=scaler, sampler=sampler)
     return releaser.fit_transform(X), releaser

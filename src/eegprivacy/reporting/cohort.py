@@ -16,8 +16,9 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from eegprivacy.reporting.release_figures import mechanism_colour  # noqa: E402
+from eegprivacy.privacy.mechanisms import guarantee_label  # noqa: E402
 from eegprivacy.reporting.figures import titled  # noqa: E402
+from eegprivacy.reporting.release_figures import mechanism_colour  # noqa: E402
 
 METRIC_LABELS = {"auroc": "LOSO AUROC (threshold-free)", "balanced_accuracy": "balanced accuracy (nested threshold)"}
 
@@ -204,7 +205,7 @@ def attacks_html(summary: dict) -> str:
 
 def guarantees_html(summary: dict) -> str:
     body = [[g["mechanism"], f"{g['epsilon']:g}", f"{g['delta']:g}", g["eps_unit"], f"{g['noise_scale']:.4g}",
-             f"{g['sensitivity']:.4g} ({g['sensitivity_norm']})", "yes" if g["formal_guarantee"] else "NO", g["note"]]
+             f"{g['sensitivity']:.4g} ({g['sensitivity_norm']})", guarantee_label(g), g["note"]]
             for g in summary["guarantees"]]
     caveats = "".join(f"<li>{html.escape(c)}</li>" for c in summary["caveats"])
     header = ["mechanism", "ε", "δ", "ε unit", "noise scale", "sensitivity", "formal guarantee", "scope"]

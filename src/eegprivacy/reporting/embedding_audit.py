@@ -16,19 +16,25 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from eegprivacy.atomic import write_text_atomic  # noqa: E402
+from eegprivacy.evaluation.cluster_bootstrap import holm  # noqa: E402
 from eegprivacy.reporting.format import DASH, estimate_of  # noqa: E402
 from eegprivacy.studies.embedding_audit.summaries import summary_row as _get  # noqa: E402
 from eegprivacy.studies.embedding_audit.units import encoder_label as _label  # noqa: E402
 
 FIGURES = ("leakage", "aeds", "bridge", "defenses")
+ALPHA = 0.05
+LEAKAGE_SPLITS = ("temporal_gap", "subject_disjoint")
 AEDS_NOTE = (
     "AEDS = L_A (subject-disjoint) − max(R_M, R_I); R_M = max(0, 2·AUC − 1) of the stronger membership attack, R_I = "
     "max(0, (BPID@1 − 1/K)/(1 − 1/K)). AEDS > 0 with its CI above 0: attribute leakage is the deciding risk even "
     "where the other endpoints look safe. Membership: the head's members are the windows of the subjects it was "
     "trained on, its non-members those of the other audited subjects (chance 0.5; a between-subject shift can also "
-    "separate them, so read it as an upper bound); the encoder's members are its pretraining windows, its "
-    "non-members the later windows of the same recordings. BPID@1 has K candidates = audited subjects with both "
-    "recordings.")
+    "separate them, so read it as an upper bound); the head's member half is redrawn per seed. The encoder's "
+    "members are its pretraining windows: 4-window blocks of each pretraining recording drawn at random, its "
+    "non-members the other blocks of the same recordings with one gap window between a member and a non-member "
+    "block, so within-recording drift is not membership. Its control is the same attack on the same windows "
+    "through the untrained (random-init) encoder; the headline is the difference (paired subject bootstrap). "
+    "BPID@1 has K candidates = audited subjects with both recordings; its interval resamples query subjects.")
 
 
 def _fmt(row, digits: int = 2, ci: bool = True) -> str:
@@ -202,11 +208,47 @@ def _encoder_lines(cells, encoders_meta: dict) -> list[str]:
     return lines
 
 
+def leakage_holm(summary: pd.DataFrame, cells) -> dict[tuple, tuple[float, float]]:
+    """(permutation p, Holm-adjusted p) of the undefended L_A of every (encoder, weights, split) in the table:
+    Holm over all of the table's cells at once (2 splits x cells), NaN p-values not counted."""
+    keys, raw = [], []
+    for (e, w) in cells:
+        for split in LEAKAGE_SPLITS:
+            r = _get(summary, encoder=e, weights=w, unit=f"attribute/{split}", metric="p_value")
+            keys.append((e, w, split))
+            raw.append(float(r["value"]) if r is not None else np.nan)
+    return dict(zip(keys, zip(raw, holm(raw))))
+
+
+def _p_text(pair) -> str:
+    raw, adj = pair
+    if not np.isfinite(raw):
+        return DASH
+    return f"{raw:.3f} / {adj:.3f}{' *' if adj <= ALPHA else ''}"
+
+
+def _holm_note(tests: dict) -> str:
+    raw = np.array([p for p, _ in tests.values()], float)
+    m = int(np.isfinite(raw).sum())
+    if m == 0:
+        return "No permutation p-values were computed for L_A, so no cell is marked significant."
+    note = (f"p: split-local permutation p-value of L_A, raw / Holm-adjusted over the m = {m} L_A tests of this "
+            f"table (Holm–Bonferroni, family-wise α = {ALPHA:g}); * marks Holm-adjusted p ≤ {ALPHA:g}. The "
+            "intervals are per-cell 95 % intervals, not corrected.")
+    smallest = float(np.nanmin(raw))
+    if smallest > ALPHA / m:
+        note += (f" The smallest raw p here is {smallest:.3f} > α/m = {ALPHA / m:.4f}: at this number of "
+                 "permutations no cell can clear Holm's first step, however large its L_A.")
+    return note
+
+
 def _headline_lines(summary: pd.DataFrame, cells) -> list[str]:
+    tests = leakage_holm(summary, cells)
     lines = ["## Headline per encoder", "",
-             ("| encoder | raw-copy | L_A temporal gap | L_A subject-disjoint (controls G / P) | BPID@1 (chance) | "
-              "MIA AUC head: loss / LiRA | MIA AUC encoder | recon. R² | AEDS |"),
-             "|---|---|---|---|---|---|---|---|---|"]
+             ("| encoder | raw-copy | L_A temporal gap | p (Holm) | L_A subject-disjoint (controls G / P) | p (Holm) "
+              "| BPID@1 (chance) | MIA AUC head: loss / LiRA | MIA AUC encoder (random-init control) "
+              "| encoder − control | recon. R² | AEDS |"),
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for (e, w) in cells:
         g = _cell_rows(summary, e, w)
         sd = g("attribute/subject_disjoint", "gain")
@@ -215,13 +257,16 @@ def _headline_lines(summary: pd.DataFrame, cells) -> list[str]:
         b = g("identity", "bpid_at_1")
         lines.append(
             f"| {_label(e, w)} | {_fmt(g('raw_copy', 'fraction_cosine_ge_0.99'), 3, False)} | "
-            f"{_fmt(g('attribute/temporal_gap', 'gain'))} | {_fmt(sd)}{ctrl} | "
+            f"{_fmt(g('attribute/temporal_gap', 'gain'))} | {_p_text(tests[(e, w, 'temporal_gap')])} | "
+            f"{_fmt(sd)}{ctrl} | {_p_text(tests[(e, w, 'subject_disjoint')])} | "
             f"{_fmt(b)} ({b['chance']:.3f}) | "
             f"{_fmt(g('membership', 'auc', endpoint='membership_head', attacker='loss_threshold'))} / "
             f"{_fmt(g('membership', 'auc', endpoint='membership_head', attacker='lira_online'))} | "
-            f"{_fmt(g('membership', 'auc', endpoint='membership_encoder'))} | "
+            f"{_fmt(g('membership', 'auc', endpoint='membership_encoder'))} "
+            f"({_fmt(g('membership', 'control_random_init', endpoint='membership_encoder'), ci=False)}) | "
+            f"{_fmt(g('membership', 'auc_minus_control', endpoint='membership_encoder'))} | "
             f"{_fmt(g('reconstruction', 'r2'), 3, False)} | {_fmt(g('aeds', 'aeds'))} |")
-    return lines + ["", AEDS_NOTE, ""]
+    return lines + ["", _holm_note(tests), "", AEDS_NOTE, ""]
 
 
 def _deployment_lines(summary: pd.DataFrame, cells, sigma: float) -> list[str]:
@@ -236,34 +281,78 @@ def _deployment_lines(summary: pd.DataFrame, cells, sigma: float) -> list[str]:
     return lines
 
 
-def _verdict(closes) -> str:
+def _verdict(closes, undecided=None) -> str:
+    """The relative verdict over seeds: 1 yes, 0 no, NaN undecided (``undecided``: the share of undecided seeds)."""
     if closes is None:
         return DASH
-    return ("yes, every seed" if closes["value"] == 1 else "no" if closes["value"] == 0 else
-            f"{closes['value']:.0%} of seeds")
+    value = float(closes["value"])
+    if not np.isfinite(value):
+        share = float(undecided["value"]) if undecided is not None else np.nan
+        return ("undecided: no utility to keep" if not np.isfinite(share) or share >= 1 else
+                f"undecided on {share:.0%} of seeds")
+    return "yes, every seed" if value == 1 else "no" if value == 0 else f"yes on {value:.0%} of seeds"
+
+
+def _epsilon_text(spent, bound, delta) -> str:
+    """ε with its unit; beside a window-level ε, its subject-level group-privacy bound (k ε, δ_k)."""
+    if spent is None:
+        return DASH
+    unit = spent.get("eps_unit", "none")
+    text = f"{spent['value']:.2f} per {unit}" if unit in ("window", "subject") else f"{spent['value']:.2f}"
+    if unit == "window":
+        if bound is None or delta is None:
+            return text + "; per subject: not computed"
+        k = bound["value"] / spent["value"]
+        vacuous = " (vacuous: δ_k ≥ 1)" if delta["value"] >= 1 else ""
+        text += f"; per subject ≤ {bound['value']:.1f} (k = {k:.0f} windows, δ_k = {delta['value']:.2g}){vacuous}"
+    return text
+
+
+def _undefended_text(g) -> str:
+    base = g("undefended_balanced_accuracy")
+    if base is None:
+        return DASH
+    cg, cp = g("undefended_control_gaussian"), g("undefended_control_permuted")
+    return f"{_fmt(base)} ({cg['value']:.2f} / {cp['value']:.2f})"
 
 
 def _defense_lines(summary: pd.DataFrame, cells, meta: dict) -> list[str]:
+    kept = meta.get("utility_kept", 0.5)
     lines = ["", "## Defenses (subject-disjoint; noise, dropout and DP-SGD rows: mean over "
              f"{meta['defense_seeds']} noise seeds with the t-interval across seeds)", "",
-             "| encoder | defense | L_A ridge | L_A Wiener | balanced accuracy | MIA AUC (DP head) | ε spent | "
-             "closes the channel |", "|---|---|---|---|---|---|---|---|"]
+             "| encoder | defense | L_A ridge | L_A Wiener | balanced accuracy | undefended BA (controls G / P) | "
+             "utility kept | MIA AUC (DP head) | ε spent (unit) | closes the channel | absolute bar "
+             f"{meta['utility_threshold']:g} |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     closing = []
     for (e, w) in cells:
         part = summary[(summary["encoder"] == e) & (summary["weights"] == w)
                        & summary["unit"].str.startswith("defense/")]
         for unit in sorted(part["unit"].unique(), key=lambda u: (u.split("/")[1], float(u.split("/")[2]))):
             g = lambda metric, **kw: _get(part, unit=unit, metric=metric, **kw)  # noqa: E731
-            closes = g("closes_channel")
+            closes, absolute = g("closes_channel"), g("closes_channel_absolute")
             if closes is not None and closes["value"] == 1:
                 closing.append(f"{_label(e, w)} {closes['defense']}")
             lines.append(f"| {_label(e, w)} | {g('gain', attacker='ridge')['defense']} | "
                          f"{_fmt(g('gain', attacker='ridge'))} | {_fmt(g('gain', attacker='wiener'))} | "
-                         f"{_fmt(g('balanced_accuracy'))} | {_fmt(g('auc'))} | "
-                         f"{_fmt(g('epsilon_spent'), 2, False)} | {_verdict(closes)} |")
+                         f"{_fmt(g('balanced_accuracy'))} | {_undefended_text(g)} | "
+                         f"{_fmt(g('utility_kept'), 2, False)} | {_fmt(g('auc'))} | "
+                         f"{_epsilon_text(g('epsilon_spent'), g('epsilon_subject_bound'), g('delta_subject_bound'))}"
+                         f" | {_verdict(closes, g('closes_channel_undecided'))} | "
+                         f"{_verdict(absolute) if absolute is not None else DASH} |")
     return lines + [
-        "", f"A defense closes the channel when L_A's CI reaches 0 for every attacker while balanced accuracy "
-        f"stays ≥ {meta['utility_threshold']:g}. Closing defenses: {', '.join(closing) if closing else 'none'}.", ""]
+        "", f"A defense closes the channel when L_A's CI reaches 0 for every attacker (all attackers must fail; "
+        f"none is picked afterwards) and it keeps ≥ {kept:g} of the undefended utility above chance: utility kept "
+        "= (BA_defended − 0.5) / (BA_undefended − 0.5), against the undefended embeddings' held-out balanced "
+        "accuracy on the same subjects, folds and seed (the DP-SGD head: its release half). Leakage left open "
+        "is a no whatever the utility; otherwise, where the undefended utility's CI does not lie above chance "
+        "and both of its controls (G: Gaussian embeddings, P: permuted training rows), there is no utility to "
+        "keep and the verdict is undecided. The absolute bar (the earlier rule: balanced accuracy ≥ "
+        f"{meta['utility_threshold']:g}) is kept beside it. The verdict rests on uncorrected 95 % intervals on "
+        "purpose: a multiplicity correction widens them and would make \"closes\" easier to claim. ε is stated "
+        "in the unit it protects; a window-level ε carries its subject-level bound by group privacy "
+        "(ε_k = k ε, δ_k = k e^{(k−1)ε} δ for k windows of one subject), vacuous when δ_k ≥ 1. The DP head "
+        "standardises each window by its own coordinates (data-independent, no ε spent), so the ε printed is "
+        f"the whole guarantee. Closing defenses: {', '.join(closing) if closing else 'none'}.", ""]
 
 
 def _bridge_lines(bridge: pd.DataFrame) -> list[str]:
@@ -284,7 +373,10 @@ def report_md(summary: pd.DataFrame, cells, meta: dict, encoders_meta: dict) -> 
              f"{meta['n_audit_subjects']} audited subjects ({meta['n_audit_windows']} windows of "
              f"{meta['window_s']:g} s: rest and mental arithmetic), {meta['n_pretrain_subjects']} further subjects "
              f"for the encoders' pretraining and the encoder-membership attack. Profile `{meta['profile']}`. "
-             "Every interval is a 95 % subject-level bootstrap CI unless marked as across seeds; every leakage value "
+             "Every interval is a 95 % bootstrap CI that resamples subjects (the privacy unit; column `ci_over` in "
+             "`metrics/embedding_audit.csv`): membership and AEDS are averaged over the member draws "
+             "(`defense_seeds`), each with its subject-bootstrap bounds averaged (`subjects+seeds`); defense rows "
+             "repeated over noise seeds are t-intervals across seeds (`seeds`). Every leakage value "
              "sits next to its Gaussian and split-local-permutation controls. Source: MLflow experiment "
              "`study-c-embedding-audit` (parents named `embedding_audit-<dataset>-<encoder>-<weights>`).", ""]
     lines += _encoder_lines(cells, encoders_meta) + [""] + _headline_lines(summary, cells)
@@ -321,13 +413,24 @@ def headline(summary: pd.DataFrame, cells, meta: dict) -> dict:
             "mia_auc_head": g("membership", "auc", endpoint="membership_head", attacker="loss_threshold"),
             "mia_auc_head_lira": g("membership", "auc", endpoint="membership_head", attacker="lira_online"),
             "mia_auc_encoder": g("membership", "auc", endpoint="membership_encoder"),
+            "mia_auc_encoder_random_init_control": g("membership", "control_random_init",
+                                                     endpoint="membership_encoder"),
+            "mia_auc_encoder_minus_control": g("membership", "auc_minus_control", endpoint="membership_encoder"),
             "reconstruction_r2": g("reconstruction", "r2"),
             "aeds": g("aeds", "aeds"),
             "raw_copy_fraction": g("raw_copy", "fraction_cosine_ge_0.99"),
             "deployment_balanced_accuracy": g("deployment/0", "balanced_accuracy"),
         }
-    closes = summary[(summary["metric"] == "closes_channel") & (summary["value"] == 1)]
-    out["defenses_closing_the_channel"] = sorted(f"{r.encoder}/{r.weights}:{r.defense}" for r in closes.itertuples())
+    for key, metric in (("defenses_closing_the_channel", "closes_channel"),
+                        ("defenses_closing_the_channel_absolute", "closes_channel_absolute")):
+        closes = summary[(summary["metric"] == metric) & (summary["value"] == 1)]
+        out[key] = sorted(f"{r.encoder}/{r.weights}:{r.defense}" for r in closes.itertuples())
+    undecided = summary[(summary["metric"] == "closes_channel_undecided") & (summary["value"] > 0)]
+    out["defenses_undecided"] = sorted(f"{r.encoder}/{r.weights}:{r.defense}" for r in undecided.itertuples())
+    eps = summary[summary["metric"] == "epsilon_spent"]
+    out["dp_head_epsilon"] = {f"{r.encoder}/{r.weights}:{r.defense}": {"value": float(r.value),
+                                                                      "eps_unit": getattr(r, "eps_unit", "none")}
+                              for r in eps.itertuples()}
     return out
 
 

@@ -90,6 +90,21 @@ def write_headline(path, payload: dict) -> None:
 
 
 # ---- markdown tables ---------------------------------------------------------------------------------------
+SMALL_SEEDS = 3  # at or below this many seeds a t-interval is marked with its degrees of freedom
+
+
+def _interval_mark(row) -> str:
+    """What an across-seed interval rests on, where a reader should know: its t quantile when few seeds stand
+    behind it ("t(2), 3 seeds") and whether it was clipped to the metric's range [0, 1]."""
+    marks = []
+    n = int(row["n_seeds"]) if "n_seeds" in row and np.isfinite(row["n_seeds"]) else 0
+    if 1 < n <= SMALL_SEEDS:
+        marks.append(f"{row.get('ci_method', f't({n - 1})')}, {n} seeds")
+    if bool(row.get("ci_clipped", False)):
+        marks.append("clipped")
+    return f" ({'; '.join(marks)})" if marks else ""
+
+
 def _cell(summary, dataset, model, eps, metric, attack="", attacker="", pct=True) -> str:
     hit = summary[(summary["dataset"] == dataset) & (summary["model"] == model) & (summary["epsilon"] == eps)
                   & (summary["metric"] == metric) & (summary["attack"] == attack)
@@ -101,7 +116,7 @@ def _cell(summary, dataset, model, eps, metric, attack="", attacker="", pct=True
     k = 100.0 if pct else 1.0
     digits = 1 if pct else 2
     text = f"{k * m:.{digits}f} ± {k * s:.{digits}f}" if np.isfinite(s) else f"{k * m:.{digits}f}"
-    text += f" [{k * lo:.{digits}f}, {k * hi:.{digits}f}]" if np.isfinite(lo) else ""
+    text += f" [{k * lo:.{digits}f}, {k * hi:.{digits}f}]{_interval_mark(hit.iloc[0])}" if np.isfinite(lo) else ""
     p_holm = float(hit["p_holm"].iloc[0]) if "p_holm" in hit else float("nan")
     if np.isfinite(p_holm):
         return text + (" *" if p_holm < ALPHA else "")
@@ -133,6 +148,8 @@ ATTACK_COLUMNS = [("rla", "accuracy"), ("rla", "auroc"), ("fla", "accuracy"), ("
                   ("gla_sound", "accuracy"), ("gla_sound", "auroc"), ("gla_sound", "tpr_at_fpr_0.01"),
                   ("cla", "accuracy"), ("cla", "auroc")]
 CONTROL_COLUMNS = [("rla_untrained_control", "auroc"), ("fla_untrained_control", "auroc")]
+GLA_SOUND_COLUMNS = [("gla_sound", "auroc"), ("gla_sound_control", "auroc"), ("gla_sound_pooled", "auroc"),
+                     ("gla_sound_pooled_control", "auroc"), ("gla_sound_pooled", "min_detectable_auroc")]
 PREAMBLE = [
     "# Study B: federated membership inference — tables", "",
     ("Each cell: mean ± std across federated rounds (the paper's ±: how a score moves during one run, averaged over "
@@ -199,6 +216,18 @@ def _attack_tables(part, dataset, title, order, cum, attacker) -> list[str]:
                   EPS_HEADER + "RLA AUROC (untrained) | FLA AUROC (untrained) |",
                   "| --- | --- | --- | --- | --- | --- | --- |"]
         lines += _method_rows(part, dataset, order, cum, CONTROL_COLUMNS, attacker)
+        lines.append("")
+    if (part["attack"] == "gla_sound_pooled").any():
+        lines += [(f"GLA (sound), {attacker.upper()} attacker, beside its control and pooled. Control: the same "
+                   "attack on updates of the untrained initial global model, computed on the same member and "
+                   "non-member batches with the same local seeds (what the data and each client's member-fitted "
+                   "CSP alone give away). Per round the attacker-test half holds about 4 member and 4 non-member "
+                   "updates, too few to detect any AUROC; pooled: every attacked round of a seed in one test, "
+                   "split by client. Min. detectable AUROC: the smallest true AUROC the pooled test detects with "
+                   "power 80 % at one-sided α = 0.05 (normal approximation, null variance; above 100 = none)."), "",
+                  EPS_HEADER + "GLA (sound) AUROC per round | control per round | pooled | pooled control | "
+                  "pooled: min. detectable AUROC |", "| --- | --- | --- | --- | --- |" + " --- |" * 5]
+        lines += _method_rows(part, dataset, order, cum, GLA_SOUND_COLUMNS, attacker)
         lines.append("")
     return lines
 
@@ -540,4 +569,5 @@ def pareto_figure(tidy: pd.DataFrame, summary: dict, path) -> None:
                      f"{summary['n_trials']} trials, {summary['num_rounds']} rounds, mean of "
                      f"{summary['noise_seeds']} seeds", summary["synthetic"]),
         chance=summary["chance"], chance_point="chance (no information)",
-        chance_labels={"utility_auroc": "chance AUROC (0.5)", "rla_tpr_at_fpr_0.01": "attack chance (TPR = FPR = 0.01)"})
+        chance_labels={"utility_auroc": "chance AUROC (0.5)",
+                       "rla_tpr_at_fpr_0.01": "attack chance (TPR = FPR = 0.01)"})

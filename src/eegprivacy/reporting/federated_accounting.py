@@ -18,6 +18,7 @@ from eegprivacy.reporting.format import large_number
 from eegprivacy.studies.federated.accounting import (
     CLOSING_NOTE_EPSILON,
     COVERAGE_NOTE,
+    CSP_NOTE,
     UNIT_NOTE,
     Accounting,
     finals,
@@ -64,7 +65,7 @@ def summary_json(accounting: Accounting, delta: float) -> dict:
     return {"study": "b", "delta": delta,
             "accountants": {n: {"class": type(a).__name__, **a.settings()} for n, a in accounting.accountants.items()},
             "privacy_units": PRIVACY_UNITS, "calibrations": CALIBRATIONS, "round_bases": ROUND_BASES,
-            "unit_note": UNIT_NOTE, "coverage_note": COVERAGE_NOTE,
+            "unit_note": UNIT_NOTE, "csp_note": CSP_NOTE, "coverage_note": COVERAGE_NOTE,
             "datasets": accounting.shapes, "closing_note": {
                 "configuration": f"per-step nominal epsilon {CLOSING_NOTE_EPSILON:g}, paper protocol, worst case "
                                  "(every round joined)", "results": closing},
@@ -120,10 +121,14 @@ def markdown(tidy: pd.DataFrame, summary: dict) -> str:
              f"- **Privacy unit.** {UNIT_NOTE}",
              "- **Calibration.** " + " ".join(f"*{k}*: {v}." for k, v in CALIBRATIONS.items()),
              "- **Rounds.** " + " ".join(f"*{k}*: {v}." for k, v in ROUND_BASES.items()),
+             f"- **Per example = per client.** {CSP_NOTE}",
              f"- **Coverage.** {COVERAGE_NOTE}", ""]
     for ds, info in summary["datasets"].items():
         label = "SYNTHETIC " if info["synthetic"] else ""
-        dims = ", ".join(f"{m} d = {v['dim']:,} (unnoised buffers: {v['unnoised_buffer_values']})"
+        channels = info.get("unnoised_channels", {})
+        dims = ", ".join(f"{m} d = {v['dim']:,} (BatchNorm buffers: {v['unnoised_buffer_values']}, "
+                         f"{info.get('batchnorm_stats', 'shared')}; un-noised channel: "
+                         f"{channels.get(m) or 'none'}{', so every ε is ∞' if channels.get(m) else ''})"
                          for m, v in info["models"].items())
         lines.append(f"- {label}{ds}: {info['n_clients']} clients, {info['members_min']}–{info['members_max']} "
                      f"member trials each; {dims}.")

@@ -14,14 +14,15 @@ import pandas as pd
 
 from eegprivacy.atomic import atomic_path
 from eegprivacy.reporting.format import epsilon_key, estimate
-from eegprivacy.studies.federated.lira import NOTE
+from eegprivacy.studies.federated.lira import LOWEST_FPR, NOTE, resolvable_fpr
 
 LABELS = {("lira_online", ""): "LiRA online", ("lira_offline", ""): "LiRA offline", ("rla", "lr"): "RLA LR",
           ("rla", "rf"): "RLA RF", ("rla", "mlp"): "RLA MLP",
           ("lira_online_untrained_control", ""): "LiRA online, untrained control"}
 TABLE_HEAD = [("| ε per step | ε per round | Σε nominal | Σε certified | attack | AUROC | TPR@1 %FPR | TPR@0 FP | "
-               "TPR@0.1 %FPR (pooled) | pooled non-members |"),
-              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+               "AUROC (pooled) | TPR (pooled) | at FPR | independent non-members | CI over (pooled) |"),
+              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+CHANCE_ROW = "| | | | | chance | 50.0 | 1.0 | 0.0 | 50.0 | = FPR | | | |"
 
 
 def _roc_panel(ax, curves: dict, scope: str, name: str, eps_label) -> None:
@@ -58,7 +59,7 @@ def roc_figure(curves: dict, path: Path, title: str, eps_label=lambda eps: f"ε=
     """Log-log ROC, one curve per (ε, attack); left: the targets pooled over seeds, right: shadow-as-target.
     ``eps_label(eps)`` names an ε in the legend (the stage adds the cumulative ε)."""
     fig, axes = plt.subplots(1, 2, figsize=(12, 5.5), sharey=True)
-    _roc_panel(axes[0], curves, "target_pooled", "targets (80/20 split), pooled over seeds", eps_label)
+    _roc_panel(axes[0], curves, "target_pooled", "targets (80/20, a split per target), pooled", eps_label)
     _roc_panel(axes[1], curves, "shadow_loo", "shadow-as-target, leave one pair out", eps_label)
     axes[0].set_ylabel("true positive rate")
     fig.suptitle(title, fontsize=11)
@@ -79,20 +80,31 @@ def _intro(meta: dict, cum) -> list[str]:
     synthetic = "SYNTHETIC " if meta["synthetic"] else ""
     return [f"# Study B: LiRA and RLA against {synthetic}{meta['dataset']} ({meta['model']})", "",
             f"{NOTE}. {cum.note()}", "",
-            ("Targets: federations built as `federated_mia`'s on one per-subject 80/20 member split for all "
-            f"target seeds (split seed {meta['split_seed']}; `federated_mia` draws a new split per seed): "
-            f"{meta['n_members']} members and {meta['n_nonmembers']} non-members over {meta['n_clients']} clients, "
-            f"{meta['target_seeds']} training seeds. Shadows: {meta['n_shadows']} federations through the same "
+            ("Targets: federations built as `federated_mia`'s, each target seed on its own per-subject 80/20 "
+            f"member split (`federated_mia`'s split of that seed, base split seed {meta['split_seed']}): "
+            f"{meta['n_members']} members and {meta['n_nonmembers']} non-members per target over "
+            f"{meta['n_clients']} clients, {meta['target_seeds']} targets; over the targets "
+            f"{meta['n_independent_nonmembers']} of the {meta['n_trials']} trials were a non-member at least "
+            f"once (the independent non-members). Shadows: {meta['n_shadows']} federations through the same "
             f"code and knobs ({meta['training']}), each on {100 * meta['shadow_in_fraction']:.0f} % of every "
             "client's trials of each class (the target's member share); every shadow client's "
             "CSP is fitted on its IN trials as the target's is on its members. LiRA variance: "
             f"{meta['lira_variance']}. RLA: [p0, p1, loss], {meta['attack_folds']}-fold cross-fitted on the "
             "target's own member labels (a stronger attacker knowledge than LiRA's, which uses none)."), "",
-            ("Per-seed columns: mean [95 % t-interval over target seeds]. TPR@0.1 %FPR cannot be resolved on one "
-            f"target ({meta['n_nonmembers']} non-members < 1000); the column is pooled over the "
-            f"{meta['target_seeds']} target models (the same trials under each) with a bootstrap interval over "
-            "models; TPR@0 FP is the share of members above every non-member. Chance: AUROC 50, TPR@x %FPR = x, "
-            "TPR@0 FP = 0. All values in %."), ""]
+            ("Per-seed columns: mean [95 % t-interval over target seeds]. Pooled columns: the scores of all "
+            f"{meta['target_seeds']} targets pooled, with a 95 % two-way bootstrap interval that resamples target "
+            f"models and {meta['bootstrap_unit']} (`CI over`). A TPR at FPR f is printed only where the independent "
+            "non-members (distinct trials, each counted once however many targets held it out) number at least "
+            "1/f; the pooled TPR is at the lowest such FPR on a 1-2-5 grid, down to 0.1 %, named in `at FPR`. "
+            f"With {meta['n_independent_nonmembers']} independent non-members the targets resolve "
+            f"{_fpr_text(resolvable_fpr(LOWEST_FPR, meta['n_independent_nonmembers']))} "
+            f"(one target's {meta['n_nonmembers']} non-members: "
+            f"{_fpr_text(resolvable_fpr(LOWEST_FPR, meta['n_nonmembers']))}). TPR@0 FP is the share of members "
+            "above every non-member. Chance: AUROC 50, TPR at x % FPR = x, TPR@0 FP = 0. All values in %."), ""]
+
+
+def _fpr_text(fpr: float) -> str:
+    return f"{100 * fpr:g} % FPR"
 
 
 def _summary_row(frame: pd.DataFrame, eps: float, key: tuple, metric: str):
@@ -112,44 +124,54 @@ def _scope_rows(summary: pd.DataFrame, meta: dict, cum, per_scope: str, pooled_s
             if a is None:
                 continue
             t1, t0 = _summary_row(per, eps, key, "tpr_at_fpr_0.01"), _summary_row(per, eps, key, "tpr_at_zero_fpr")
-            p = _summary_row(pooled, eps, key, "tpr_at_fpr_0.001")
+            pa, p = _summary_row(pooled, eps, key, "auroc"), _summary_row(pooled, eps, key, "tpr_at_resolvable_fpr")
             cells = [estimate(r["value"], r["ci_low"], r["ci_high"], pct=True) if r is not None else "–"
-                     for r in (a, t1, t0, p)]
-            n_non = f"{int(p['n_nonmembers'])}" if p is not None else "–"
+                     for r in (a, t1, t0, pa, p)]
+            if p is not None:
+                cells += [f"{100 * float(p['fpr']):g} %", f"{int(p['n_independent_nonmembers'])}", str(p["ci_over"])]
+            else:
+                cells += ["–", "–", "–"]
             where = (meta["dataset"], meta["model"], eps)
             sums = " | ".join([cum.text(*where, "nominal", "epsilon_per_round"),
                                *(cum.text(*where, c) for c in ("nominal", "certified"))])
-            lines.append(f"| {epsilon_key(eps)} | {sums} | {label} | " + " | ".join(cells) + f" | {n_non} |")
+            lines.append(f"| {epsilon_key(eps)} | {sums} | {label} | " + " | ".join(cells) + " |")
     return lines
 
 
 def report_md(summary: pd.DataFrame, meta: dict, cum) -> str:
     """The markdown report: what was attacked and how, then the targets' and the shadow-as-target tables."""
     lines = _intro(meta, cum)
-    lines += ["## Targets (80/20)", "", *TABLE_HEAD, *_scope_rows(summary, meta, cum, "target_seed", "target_pooled"),
-              "| | | | | chance | 50.0 | 1.0 | 0.0 | 0.1 | |", ""]
+    lines += ["## Targets (80/20, a split per target)", "", *TABLE_HEAD,
+              *_scope_rows(summary, meta, cum, "target_seed", "target_pooled"), CHANCE_ROW, ""]
     lines += ["## Shadow-as-target", "",
               (f"Each of the {meta['n_shadows']} shadows in turn is the target of LiRA fitted on the other "
               f"{meta['n_shadows'] - 2} (its pair partner left out too), a membership game with IN share "
               f"{100 * meta['shadow_in_fraction']:.0f} %. Per-model columns: mean "
-              "[t-interval over shadow targets]; pooled: bootstrap over shadow targets."), "", *TABLE_HEAD,
-              *_scope_rows(summary, meta, cum, "shadow_loo", "shadow_loo_pooled"),
-              "| | | | | chance | 50.0 | 1.0 | 0.0 | 0.1 | |", ""]
+              "[t-interval over shadow targets]; pooled: two-way bootstrap over shadow targets and "
+              f"{meta['bootstrap_unit']}, the TPR at the FPR the shadows' independent non-members (distinct trials "
+              "OUT of at least one shadow) resolve."), "", *TABLE_HEAD,
+              *_scope_rows(summary, meta, cum, "shadow_loo", "shadow_loo_pooled"), CHANCE_ROW, ""]
     lines += ["Figure: `reports/figures/federated_lira_roc.png` (log-log ROC, diagonal = chance).", ""]
     return "\n".join(lines)
+
+
+def _clean(v):
+    """A JSON number: None for a missing or non-finite value."""
+    return None if v is None or not np.isfinite(v) else float(v)
 
 
 def headline(summary: pd.DataFrame, meta: dict) -> dict:
     """The headline JSON: the run's shape, then one entry per dataset/model/ε/scope/attack/metric."""
     out = {"epsilon_scope": NOTE, "dataset": meta["dataset"], "model": meta["model"],
            "synthetic": meta["synthetic"], "n_members": meta["n_members"], "n_nonmembers": meta["n_nonmembers"],
+           "n_independent_nonmembers": meta["n_independent_nonmembers"], "bootstrap_unit": meta["bootstrap_unit"],
            "n_shadows": meta["n_shadows"], "target_seeds": meta["target_seeds"],
            "wall_time_s": meta.get("wall_time_s")}
     for r in summary.to_dict("records"):
         attack = r["attack"] + (f"_{r['attacker']}" if r["attacker"] else "")
         key = "/".join([meta["dataset"], meta["model"], f"eps_{epsilon_key(r['epsilon'])}", r["scope"], attack,
                         r["metric"]])
-        clean = lambda v: None if v is None or not np.isfinite(v) else float(v)
-        out[key] = {"mean": clean(r["value"]), "ci_low": clean(r["ci_low"]), "ci_high": clean(r["ci_high"]),
-                    "chance": clean(r["chance"]), "n": clean(r["n"])}
+        out[key] = {"mean": _clean(r["value"]), "ci_low": _clean(r["ci_low"]), "ci_high": _clean(r["ci_high"]),
+                    "chance": _clean(r["chance"]), "n": _clean(r["n"]), "ci_over": r.get("ci_over"),
+                    "fpr": _clean(r.get("fpr")), "n_independent_nonmembers": _clean(r.get("n_independent_nonmembers"))}
     return out

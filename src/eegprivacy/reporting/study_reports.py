@@ -19,8 +19,10 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from scipy import stats
 
 from eegprivacy.atomic import atomic_path, write_text_atomic
+from eegprivacy.evaluation.cluster_bootstrap import holm
 from eegprivacy.tracking.runs import EXPERIMENTS, tracking_uri
 
 STUDIES = ("a", "b", "c")
@@ -35,7 +37,16 @@ SEARCH_FILTER = {s: f"tags.stage = '{stage}' and tags.seed = 'none' and attribut
 A_COLUMNS = {"baseline": "value", "permuted": "value", "release": "value", "matched_null": "matched null",
              "release_minus_null": "− null", "baseline_minus_permuted": "value"}
 A_METRICS = {"auroc": "AUROC", "balanced_accuracy": "BA (nested)"}
-LABELS = ("dataset", "dataset version", "mechanism", "ε", "model", "encoder", "weights", "run")  # non-number columns
+LABELS = ("dataset", "dataset version", "mechanism", "ε", "model", "encoder", "weights", "CI over",
+          "run")  # non-number columns
+CONFIDENCE = 0.95  # the level of every interval the sweeps log (``pipeline.sweep.aggregate``)
+ALPHA = 0.05  # a cell is marked significant when its Holm-adjusted p-value is below this
+CORRECTION = "Holm"
+UNIT_RANGE = (0.0, 1.0)  # AUROC, accuracy, BPID@1: what a displayed interval is clipped to
+# Study C endpoints with a chance level a one-sided test can use (L_A, AEDS and BPID@1 have no null in the run's
+# metrics: their chance depends on the cohort, so they are printed as estimates, untested).
+C_CHANCE = {"MIA AUC (head, LiRA)": 0.5, "MIA AUC (encoder)": 0.5}
+C_RANGE = {"BPID@1": UNIT_RANGE, "MIA AUC (head, LiRA)": UNIT_RANGE, "MIA AUC (encoder)": UNIT_RANGE}
 
 
 def no_runs_message(study: str, uri: str) -> str:
@@ -73,9 +84,24 @@ def _tag(run: pd.Series, name: str):
     return None if pd.isna(value) else value
 
 
+def _logged_ci_over(run: pd.Series, base: str):
+    """What the run says an interval is over (``ci_over``: seeds, subjects, subjects+seeds, trials), or None.
+
+    Looked up from the most to the least specific: a tag ``<metric>_ci_over``, a tag ``ci_over``, a param
+    ``ci_over`` or ``<section>.ci_over``. A report states only what the run logs, so None means "as logged"."""
+    candidates = [f"tags.{base.removeprefix('metrics.')}_ci_over", "tags.ci_over", "params.ci_over"]
+    candidates += sorted(c for c in run.index if c.startswith("params.") and c.endswith(".ci_over"))
+    for column in candidates:
+        value = run.get(column)
+        if value is not None and not pd.isna(value) and str(value).strip():
+            return str(value).strip()
+    return None
+
+
 def _extract(runs: pd.DataFrame, pattern: str) -> pd.DataFrame:
     """One row per (run, metric column matching ``metrics.<pattern>_mean``) with the pattern's named groups, the
-    run's identity tags and the mean with its CI (NaN where the run logs none)."""
+    run's identity tags and the mean with its CI (NaN where the run logs none), the number of values behind the
+    mean where the run logs it (``<metric>_n``; ``cells``: the sweep's cell count) and ``ci_over`` as logged."""
     regex = re.compile(rf"metrics\.{pattern}_mean")
     matches = [(c, m.groupdict()) for c in runs.columns if (m := regex.fullmatch(c))]
     rows = []
@@ -90,7 +116,9 @@ def _extract(runs: pd.DataFrame, pattern: str) -> pd.DataFrame:
                          "model": _tag(run, "model"), "encoder": _tag(run, "encoder"),
                          "run_epsilon": _tag(run, "epsilon"),
                          "run_attack": _tag(run, "attack"), **groups, "mean": run[column],
-                         "ci_low": run.get(f"{base}_ci_low", np.nan), "ci_high": run.get(f"{base}_ci_high", np.nan)})
+                         "ci_low": run.get(f"{base}_ci_low", np.nan), "ci_high": run.get(f"{base}_ci_high", np.nan),
+                         "n": run.get(f"{base}_n", np.nan), "cells": run.get("metrics.cells", np.nan),
+                         "logged_ci_over": _logged_ci_over(run, base)})
     return pd.DataFrame(rows)
 
 
@@ -140,23 +168,109 @@ def tidy_a(runs: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+# --- tests and intervals from what the runs log ----------------------------------------------------------------
+
+def interval_p_value(mean: float, low: float, high: float, chance: float, n_seeds: float = np.nan,
+                     t_interval: bool = False, confidence: float = CONFIDENCE) -> float:
+    """One-sided p-value of "the score is above ``chance``", recovered from a logged mean and its interval.
+
+    A parent run logs the mean and a ``confidence`` interval, not the per-seed values. For a Student-t interval
+    over ``n_seeds`` seeds (``t_interval``) the half-width is t(n−1)·SD/√n, so the one-sample t statistic is
+    exact: ``(mean − chance) · t_crit / half``, referred to t(n−1) — the test ``studies/federated/report.py`` runs
+    on the per-seed means. Any other interval (a bootstrap) gives a normal approximation (the half-width read as
+    z·SE). NaN where the interval, the chance level, or (for a t-interval) the seed count is missing, or the
+    interval has no width: a cell without a test is printed untested, never called significant.
+    """
+    values = np.array([mean, low, high, chance], dtype=float)
+    half = (high - low) / 2.0
+    if not np.all(np.isfinite(values)) or half <= 0:
+        return float("nan")
+    level = 0.5 + confidence / 2.0
+    if t_interval:
+        if not np.isfinite(n_seeds) or n_seeds < 2:
+            return float("nan")
+        df = float(n_seeds) - 1.0
+        return float(stats.t.sf((mean - chance) * stats.t.ppf(level, df) / half, df))
+    return float(stats.norm.sf((mean - chance) * stats.norm.ppf(level) / half))
+
+
+def with_holm(rows: pd.DataFrame, alpha: float = ALPHA) -> pd.DataFrame:
+    """``p_value`` per tested cell (a finite ``chance``) and ``p_holm``, Holm-adjusted over every tested cell of
+    the rows, which are one report table: a table of ~30 attack cells would call one of them leaky by luck at
+    0.05 uncorrected. ``significant`` is ``p_holm < alpha`` (False where a cell is untested)."""
+    out = rows.copy()
+    out["p_value"] = [interval_p_value(r["mean"], r["ci_low"], r["ci_high"], r["chance"], r["n_seeds"],
+                                       bool(r["t_interval"])) for _, r in out.iterrows()]
+    out["p_holm"] = holm(out["p_value"].to_numpy()) if len(out) else np.array([])
+    out["significant"] = out["p_holm"] < alpha
+    return out
+
+
+def ci_over_text(row) -> str:
+    """The ``CI over`` column: what the interval resamples (as the run logs it, else "as logged"), with
+    ``t(n−1)`` when it is a Student-t interval over n seeds, so a 3-seed t(2) interval reads as one."""
+    over = row.get("ci_over")
+    text = "as logged" if over is None or pd.isna(over) else str(over)
+    n = row.get("n_seeds", np.nan)
+    if row.get("t_interval") and pd.notna(n) and n >= 2:
+        text += f", t({int(n) - 1})"
+    return text
+
+
+def displayed_interval(row) -> tuple[float, float, bool]:
+    """(low, high, clipped): the interval clipped to the metric's range (``range_low``/``range_high``; no range,
+    no clipping). A t-interval knows nothing of [0, 1]; tests use the interval as logged, only the display is
+    clipped, and says so."""
+    low, high = row.get("ci_low", np.nan), row.get("ci_high", np.nan)
+    lo, hi = row.get("range_low", np.nan), row.get("range_high", np.nan)
+    if pd.isna(low) or pd.isna(high) or pd.isna(lo) or pd.isna(hi):
+        return low, high, False
+    clipped = low < lo or high > hi
+    return max(low, lo), min(high, hi), bool(clipped)
+
+
+def tested_text(row) -> str:
+    """A B or C table cell: ``mean [low, high]``, ``clipped`` where the interval was, and ``(p_Holm …)`` with
+    ``*`` where the Holm-adjusted test is significant."""
+    low, high, clipped = displayed_interval(row)
+    text = cell(row["mean"], low, high) + (" clipped" if clipped else "")
+    p = row.get("p_holm", np.nan)
+    if pd.notna(p):
+        text += f" (p_Holm {p:.3f}{' *' if p < ALPHA else ''})"
+    return text
+
+
+# The key columns after ``round`` in a study B aggregate's name: ``client`` (nan on these rows), then any the
+# stage's rows have grown since (``sent_to_server``, ``detail``: nan here too), so a new row column does not hide
+# the run from its report.
+B_ROW_KEYS = r"client_nan(?:/[a-z_]+_nan)*"
+
+
 def tidy_b(runs: pd.DataFrame) -> pd.DataFrame:
-    """Per federated run (dataset, model, ε): utility accuracy at the last round and, per attack, the AUROC of its
-    strongest attacker at the last round the attack is scored (``*_untrained_control`` attacks are the controls)."""
-    utility = _extract(runs, r"attack_nan/attacker_nan/round_(?P<round>[^/]+)/client_nan/utility_accuracy")
+    """Per federated run (dataset, model, ε): utility accuracy at the last round and, per attack, the AUROC of
+    every attacker at the last round the attack is scored (``*_untrained_control`` attacks are the controls).
+
+    No attacker is picked after seeing the scores (the maximum over attackers is biased upward). Intervals are the
+    sweep's t-intervals over seeds (``ci_over`` as logged, else ``seeds``; n = the run's ``<metric>_n`` or its
+    ``cells``, one per seed). Every AUROC is tested against chance 0.5 and Holm-adjusted over the table
+    (:func:`with_holm`)."""
+    utility = _extract(runs, rf"attack_nan/attacker_nan/round_(?P<round>[^/]+)/{B_ROW_KEYS}/utility_accuracy")
     attacks = _extract(runs, r"attack_(?P<attack>(?!nan/)[^/]+)/attacker_(?P<attacker>[^/]+)/round_(?P<round>[^/]+)"
-                             r"/client_nan/auroc")
+                             rf"/{B_ROW_KEYS}/auroc")
     if utility.empty and attacks.empty:
         return pd.DataFrame()
     utility = utility.assign(attack="utility", attacker="", metric="utility_accuracy")
     rows = pd.concat([utility, attacks.assign(metric="auroc")], ignore_index=True)
     rows["round_number"] = pd.to_numeric(rows["round"], errors="coerce").fillna(-1)
-    last = rows.groupby(["run_id", "attack"])["round_number"].transform("max")
-    rows = rows[rows["round_number"] == last]
-    strongest = rows.groupby(["run_id", "attack"])["mean"].idxmax()
-    rows = rows.loc[strongest].reset_index(drop=True)
+    last = rows.groupby(["run_id", "attack", "attacker"])["round_number"].transform("max")
+    rows = rows[rows["round_number"] == last].reset_index(drop=True)
     rows["epsilon"] = rows["run_epsilon"]
-    return rows
+    rows["n_seeds"] = pd.to_numeric(rows["n"], errors="coerce").fillna(pd.to_numeric(rows["cells"], errors="coerce"))
+    rows["ci_over"] = rows["logged_ci_over"].fillna("seeds")
+    rows["t_interval"] = rows["ci_over"] == "seeds"  # the sweep's aggregate: mean_ci over the seeds
+    rows["chance"] = np.where(rows["metric"] == "auroc", 0.5, np.nan)
+    rows["range_low"], rows["range_high"] = UNIT_RANGE
+    return with_holm(rows)
 
 
 C_METRICS = {  # label -> metric pattern (first match wins), from the embedding_audit parents' aggregates
@@ -171,7 +285,13 @@ C_METRICS = {  # label -> metric pattern (first match wins), from the embedding_
 
 def tidy_c(runs: pd.DataFrame) -> pd.DataFrame:
     """Per encoder run (encoder × weights; the cross-encoder bridge run is left out): the audit's headline
-    endpoints, each with its CI over seeds."""
+    endpoints with their logged intervals.
+
+    What an interval is over is read from the run (``ci_over`` tag or param, :func:`_logged_ci_over`) and is
+    "as logged" otherwise: the stage has logged seed t-intervals, window bootstraps and subject bootstraps at
+    different times, and the report must not claim one. The membership AUCs are tested against 0.5 (a t-test
+    when the run says ``seeds`` and logs n, else a normal approximation from the interval) and Holm-adjusted
+    over the table."""
     if runs.empty:
         return pd.DataFrame()
     runs = runs[runs.get("tags.encoder", pd.Series(index=runs.index, dtype=object)) != "all"]
@@ -185,7 +305,13 @@ def tidy_c(runs: pd.DataFrame) -> pd.DataFrame:
     rows = pd.concat(frames, ignore_index=True)
     prefix = "embedding_audit-" + rows["dataset"] + "-" + rows["encoder"] + "-"
     rows["weights"] = [name.removeprefix(p) for name, p in zip(rows["run_name"], prefix)]
-    return rows
+    rows["n_seeds"] = pd.to_numeric(rows["n"], errors="coerce")
+    rows["ci_over"] = rows["logged_ci_over"]
+    rows["t_interval"] = (rows["ci_over"] == "seeds") & rows["n_seeds"].notna()
+    rows["chance"] = rows["metric"].map(C_CHANCE).astype(float)
+    rows["range_low"] = rows["metric"].map(lambda m: C_RANGE.get(m, (np.nan, np.nan))[0])
+    rows["range_high"] = rows["metric"].map(lambda m: C_RANGE.get(m, (np.nan, np.nan))[1])
+    return with_holm(rows)
 
 
 TIDY = {"a": tidy_a, "b": tidy_b, "c": tidy_c}
@@ -213,6 +339,27 @@ def _wide(rows: pd.DataFrame, keys: list[str], column: str, text) -> pd.DataFram
     return table.reset_index().rename_axis(columns=None)
 
 
+def b_column(row) -> str:
+    """Study B's column for a row: ``utility accuracy`` or ``AUROC <attack> (<attacker>)``, one per attacker."""
+    if row["attack"] == "utility":
+        return "utility accuracy"
+    return f"AUROC {row['attack']} ({row['attacker']})"
+
+
+def b_column_order(row) -> tuple:
+    """Utility first, then each attack beside its untrained control, attackers in name order."""
+    attack = row["attack"]
+    return (attack != "utility", attack.removesuffix("_untrained_control"), attack, row["attacker"])
+
+
+def _run_ci_over(rows: pd.DataFrame) -> pd.Series:
+    """Each row's run's ``CI over`` text: the distinct :func:`ci_over_text` of the run's cells, joined (one table
+    row per run)."""
+    text = pd.Series([ci_over_text(r) for _, r in rows.iterrows()], index=rows.index)
+    joined = text.groupby(rows["run_id"]).agg(lambda v: "; ".join(dict.fromkeys(v)))
+    return rows["run_id"].map(joined)
+
+
 def headline_table(study: str, rows: pd.DataFrame) -> pd.DataFrame:
     """The study's headline table: label columns (dataset, version, configuration) then values, then the run."""
     rows = rows.assign(dataset=[_dataset_label(r) for _, r in rows.iterrows()],
@@ -230,20 +377,18 @@ def headline_table(study: str, rows: pd.DataFrame) -> pd.DataFrame:
         table = table[[c for c in table.columns if c not in order] + [c for c in order if c in table]]
         names = {"eps": "ε"}
     elif study == "b":
-        order = rows["attack"].map(lambda a: (a != "utility", a.removesuffix("_untrained_control"), a))
-        rows = rows.assign(_order=order).sort_values(["dataset", "model", "_eps", "_order"])
-        table = _wide(rows, ["dataset", "version", "model", "eps", "run"], "attack",
-                      lambda r: cell(r["mean"], r["ci_low"], r["ci_high"])
-                      + (f" ({r['attacker']})" if r["attacker"] else ""))
-        table = table.rename(columns={a: ("utility accuracy" if a == "utility" else f"AUROC {a}")
-                                      for a in rows["attack"].unique()})
-        names = {"eps": "ε"}
+        rows = rows.assign(_column=[b_column(r) for _, r in rows.iterrows()],
+                           _order=[b_column_order(r) for _, r in rows.iterrows()], ci_over=_run_ci_over(rows))
+        rows = rows.sort_values(["dataset", "model", "_eps", "_order"])
+        table = _wide(rows, ["dataset", "version", "model", "eps", "ci_over", "run"], "_column", tested_text)
+        columns = rows.drop_duplicates("_column").sort_values("_order")["_column"].tolist()
+        table = table[[c for c in table.columns if c not in columns] + columns]
+        names = {"eps": "ε", "ci_over": "CI over"}
     else:
-        rows = rows.sort_values(["dataset", "encoder", "weights"])
-        table = _wide(rows, ["dataset", "version", "encoder", "weights", "run"], "metric",
-                      lambda r: cell(r["mean"], r["ci_low"], r["ci_high"]))
+        rows = rows.assign(ci_over=_run_ci_over(rows)).sort_values(["dataset", "encoder", "weights"])
+        table = _wide(rows, ["dataset", "version", "encoder", "weights", "ci_over", "run"], "metric", tested_text)
         table = table[[c for c in table.columns if c not in C_METRICS] + [m for m in C_METRICS if m in table]]
-        names = {}
+        names = {"ci_over": "CI over"}
     table = table.rename(columns={"version": "dataset version", **names})
     return table[[c for c in table.columns if c != "run"] + ["run"]]
 
@@ -255,8 +400,11 @@ def _title(text: str, synthetic: bool) -> str:
 
 
 def _yerr(part: pd.DataFrame) -> np.ndarray:
-    low = (part["mean"] - part["ci_low"]).clip(lower=0).fillna(0)
-    high = (part["ci_high"] - part["mean"]).clip(lower=0).fillna(0)
+    """Error bars from the displayed interval (clipped to the metric's range, :func:`displayed_interval`)."""
+    shown = [displayed_interval(r)[:2] for _, r in part.iterrows()]
+    bounds = pd.DataFrame(shown, index=part.index, columns=["low", "high"], dtype=float)
+    low = (part["mean"] - bounds["low"]).clip(lower=0).fillna(0)
+    high = (bounds["high"] - part["mean"]).clip(lower=0).fillna(0)
     return np.vstack([low.to_numpy(), high.to_numpy()])
 
 
@@ -294,31 +442,38 @@ def draw_a(rows: pd.DataFrame, fig) -> None:
 
 
 def draw_b(rows: pd.DataFrame, fig) -> None:
-    """Per dataset: utility accuracy and the strongest attack's AUROC (untrained-model control dashed) vs ε, per
-    model, with 95 % CI bars. ε = inf (no DP) is the rightmost point."""
+    """Per dataset (a row of panels): utility accuracy vs ε per model, then one panel per attack with the AUROC of
+    every attacker (no pick of the strongest: colour = model, marker = attacker) and its untrained-model control
+    dotted, with the per-cell 95 % intervals clipped to [0, 1]. ε = inf (no DP) is the rightmost point."""
     datasets = sorted(rows["dataset"].unique())
-    fig.set_size_inches(11, 3.8 * len(datasets))
-    axes = fig.subplots(len(datasets), 2, squeeze=False)
-    for (left, right), dataset in zip(axes, datasets):
+    attacks = sorted(a for a in rows["attack"].unique() if a != "utility" and not a.endswith("_untrained_control"))
+    attacks += sorted({a.removesuffix("_untrained_control") for a in rows["attack"]} - {"utility", *attacks})
+    models = sorted(rows["model"].dropna().unique())
+    attackers = sorted(a for a in rows["attacker"].unique() if a)
+    markers = {a: "osD^v<>"[i % 7] for i, a in enumerate(attackers)}
+    fig.set_size_inches(3.6 * (1 + len(attacks)), 3.4 * len(datasets))
+    axes = fig.subplots(len(datasets), 1 + len(attacks), squeeze=False)
+    for panels, dataset in zip(axes, datasets):
         part = rows[rows["dataset"] == dataset]
         epsilons = sorted(part["epsilon"].unique(), key=lambda e: _epsilon_order(e) if e != "inf" else np.inf)
         position = {e: i for i, e in enumerate(epsilons)}
-        control = part["attack"].str.endswith("_untrained_control")
-        utility = part["attack"] == "utility"
-        for i, (model, by_model) in enumerate(part.groupby("model")):
-            for ax, subset, style in ((left, utility, "-"), (right, ~utility & ~control, "-"),
-                                      (right, control, ":")):
-                chosen = by_model[subset.loc[by_model.index]]
-                best = chosen.loc[chosen.groupby("epsilon")["mean"].idxmax()] if not chosen.empty else chosen
-                best = best.assign(x=best["epsilon"].map(position)).sort_values("x")
-                label = model if style == "-" else f"{model} untrained control"
-                ax.errorbar(best["x"], best["mean"], yerr=_yerr(best), ls=style, marker="o", capsize=3, label=label,
-                            color=f"C{i}")
-        synthetic = part["synthetic"].iloc[0]
-        for ax, what in ((left, "utility accuracy (last round)"), (right, "strongest attack AUROC")):
+        base = part["attack"].str.removesuffix("_untrained_control")
+        panel_rows = [("utility", part["attack"] == "utility", "utility accuracy (last round)")]
+        panel_rows += [(a, base == a, f"AUROC {a} (every attacker)") for a in attacks]
+        for ax, (attack, mask, what) in zip(panels, panel_rows):
+            for (model, attacker, name), line in part[mask].groupby(["model", "attacker", "attack"]):
+                line = line.assign(x=line["epsilon"].map(position)).sort_values("x")
+                control = name.endswith("_untrained_control")
+                label = model + (f" · {attacker}" if attacker else "") + (" untrained control" if control else "")
+                ax.errorbar(line["x"], line["mean"], yerr=_yerr(line), ls=":" if control else "-", capsize=3,
+                            marker=markers.get(attacker, "o"), color=f"C{models.index(model)}", label=label)
+            if attack != "utility":
+                ax.axhline(0.5, color="grey", lw=0.8, ls="--")
             ax.set_xticks(range(len(epsilons)), epsilons)
-            ax.set(xlabel="ε", ylabel=what, title=_title(f"{dataset}: {what}", synthetic))
-            ax.legend(fontsize=7)
+            ax.set(xlabel="ε", ylabel=what)
+            ax.set_title(_title(f"{dataset}:\n{what}", part["synthetic"].any()), fontsize=8)
+            if ax.has_data():
+                ax.legend(fontsize=6)
     fig.tight_layout()
 
 
@@ -360,11 +515,13 @@ INTRO = {
          "patient, and the labels travel in the clear (not covered by ε). A release keeps utility when "
          "p_Holm < 0.05; a mechanism's utility horizon is the smallest such ε.",
     "b": "Per-subject FedAvg: utility accuracy of the global model at the last round, and for each attack the AUROC "
-         "of its strongest attacker (named in brackets) at the last round it is scored. The `*_untrained_control` "
-         "columns are the same attacks on an untrained model: the level an AUROC must beat.",
+         "of every attacker (named in brackets; none is picked after seeing the scores) at the last round it is "
+         "scored. The `*_untrained_control` columns are the same attacks on an untrained model: the level an AUROC "
+         "must beat.",
     "c": "Frozen-encoder embedding audit per encoder and weight setting: attribute leakage L_A (with its "
          "permuted-label control), the AEDS decision score, identification BPID@1, and membership AUC against the "
-         "head (LiRA) and the encoder.",
+         "head (LiRA) and the encoder. L_A, AEDS and BPID@1 are estimates with their logged intervals, untested "
+         "here (their null is not among the run's metrics).",
 }
 
 
@@ -383,13 +540,36 @@ def horizon_lines(rows: pd.DataFrame) -> list[str]:
     return [*lines, ""]
 
 
+def caption(study: str, rows: pd.DataFrame) -> str:
+    """The B or C table's caption: what each interval is over, that intervals are clipped, and the multiple-
+    comparison correction with the number of cells it runs over (study A's intro names its own Holm)."""
+    if study == "a" or "p_value" not in rows:
+        return ""
+    tested = rows["p_value"].notna()
+    where = {"b": "each AUROC cell against chance 0.5", "c": "each membership AUC against chance 0.5"}[study]
+    clipped = sum(displayed_interval(r)[2] for _, r in rows.iterrows())
+    how = ("a one-sided one-sample t-test recovered from the run's t-interval over n seeds (`t(n−1)` in `CI over`)"
+           if study == "b" else
+           "a one-sided test from the logged interval (a t-test where the run says `seeds` and logs n, else a normal "
+           "approximation)")
+    default = {"b": "`seeds` (the sweep's aggregate)", "c": "\"as logged\" (the run does not say)"}[study]
+    return (f"*Table: intervals are each cell's own 95 % interval as the run logs it (uncorrected); `CI over` "
+            f"says what it resamples: the run's `ci_over` where it logs one, else {default}; `t(n−1)` marks a "
+            f"Student-t interval over n seeds (3 seeds: t(2), a wide interval). Intervals reaching outside "
+            f"[0, 1] are clipped to it for display and marked `clipped` ({clipped} here). Tests: {where}, {how}; "
+            f"p-values {CORRECTION}-adjusted over the {int(tested.sum())} tested cells of this table "
+            f"(multiple-comparison correction: {CORRECTION}); `*` marks p_Holm < {ALPHA}. Cells without p_Holm are "
+            f"untested.*")
+
+
 def render(study: str, rows: pd.DataFrame, uri: str, figure: str | None) -> str:
     """The report's Markdown: provenance, figure, headline table, the cited runs and the dataset versions."""
     lines = [f"# {TITLES[study]}", "",
              f"Generated by `eegprivacy report` from MLflow only: store `{uri}`, experiment `{EXPERIMENTS[study]}`, "
              f"stage `{HEADLINE_STAGE[study]}` (the newest finished parent run per run name). Every number is a "
              "metric of the run its row cites: the mean over seeds with its 95 % CI in brackets (the parent's "
-             "`*_mean`, `*_ci_low`, `*_ci_high`; a value without brackets has no CI in the run, e.g. one seed). "
+             "`*_mean`, `*_ci_low`, `*_ci_high`; a value without brackets has no CI in the run, e.g. one seed); a "
+             "`p_Holm` the run does not log is computed here from those metrics, as the table's caption says. "
              "Rows marked **SYNTHETIC** come from synthetic cohorts (tag `synthetic=true`).", ""]
     if rows.empty:
         return "\n".join([*lines, "**No runs.** " + no_runs_message(study, uri), ""])
@@ -397,6 +577,8 @@ def render(study: str, rows: pd.DataFrame, uri: str, figure: str | None) -> str:
     lines += [INTRO[study], ""]
     if figure:
         lines += [f"![{TITLES[study]}]({figure})", ""]
+    if caption(study, rows):
+        lines += [caption(study, rows), ""]
     lines += [table.to_markdown(index=False, disable_numparse=True), ""]
     if study == "a":
         lines += horizon_lines(rows)

@@ -721,7 +721,7 @@ def guarantees(cohort: Cohort, config: AuditConfig) -> list[dict]:
             out.append({"mechanism": mechanism, "epsilon": epsilon, "delta": mech.delta, "eps_unit": EPS_UNIT,
                         "noise_scale": calib.noise_scale, "sensitivity": calib.sensitivity,
                         "sensitivity_norm": calib.sensitivity_norm, "formal_guarantee": calib.formal_guarantee,
-                        "note": calib.note})
+                        "sampling": calib.sampling, "note": calib.note})
     return out
 
 
@@ -730,8 +730,9 @@ CAVEATS = (
     "Labels are released in the clear: the guarantee covers the features only, not the 0/1 label column.",
     "Robust-scaling statistics (median, IQR) are fitted on the private table in each release; the ε is conditional "
     "on them (no end-to-end guarantee).",
-    "Noise is sampled with numpy's floating-point samplers (idealised continuous mechanisms): floating-point attacks "
-    "on the sampler are out of scope.",
+    "Every formal guarantee here is under idealised sampling: the audit simulates releases with seeded numpy "
+    "floating-point noise (textbook samplers, open to floating-point attacks; Mironov 2012). A release of the real "
+    "cohort should draw its noise with OpenDP's exact samplers (release_table(..., sampler='opendp')).",
     "laplace_implemented (b = 2C/ε) is what the paper ran; it is not a formal full-vector ε-DP guarantee for d > 1.",
     "Each (mechanism, ε, seed) is a separate release: running several spends the sum of their ε on the same "
     "patients.",

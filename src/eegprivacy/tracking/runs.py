@@ -331,8 +331,9 @@ def log_metrics(metrics: Mapping[str, float], step: int | None = None) -> None:
     mlflow.log_metrics({k: float(v) for k, v in metrics.items()}, step=step)
 
 
-def log_to_named_run(study: str, run_name: str, metrics: Mapping[str, float] | None = None, artifacts=()) -> None:
-    """Add metrics and artifacts to the newest run of that name in the study's experiment: a stage writes its
+def log_to_named_run(study: str, run_name: str, metrics: Mapping[str, float] | None = None, artifacts=(),
+                     tags: Mapping[str, str] | None = None) -> None:
+    """Add metrics, tags and artifacts to the newest run of that name in the study's experiment: a stage writes its
     summary tables after its sweeps' parent runs have closed and attaches them here. Non-finite metrics are
     skipped, names are made MLflow-safe, and nothing happens when no such run exists."""
     import math
@@ -351,6 +352,11 @@ def log_to_named_run(study: str, run_name: str, metrics: Mapping[str, float] | N
     assert_no_identifiers(safe, "metric")
     for key, value in safe.items():
         client.log_metric(run_id, key, value)
+    safe_tags = {"".join(ch if ch.isalnum() or ch in "_-./ " else "_" for ch in str(k)): str(v)
+                 for k, v in (tags or {}).items()}
+    assert_no_identifiers(safe_tags, "tag")
+    for key, value in safe_tags.items():
+        client.set_tag(run_id, key, value)
     for path in artifacts:
         if Path(path).exists():
             client.log_artifact(run_id, str(path))

@@ -16,16 +16,17 @@ from eegprivacy.studies.embedding_audit.context import Context
 # Who the members and non-members of each membership attack are.
 MEMBERSHIP_SPLITS = {"head": "head_subjects_vs_release_subjects",
                      "dp_head": "head_subjects_vs_release_subjects",
-                     "encoder": "pretrain_windows_vs_later_windows_same_subjects"}
+                     "encoder": "pretrain_blocks_vs_interleaved_heldout_blocks_same_recordings"}
 AEDS_SPLIT = "subject_disjoint+reference_set"
 RELEASE_HALF = "subject_disjoint_release_half"
 
 
 def row(endpoint, split, metric, value, *, defense="none", attacker="none", ci=(np.nan, np.nan), chance=np.nan,
-        n=np.nan) -> dict:
+        n=np.nan, eps_unit="none") -> dict:
+    """One tidy row. ``eps_unit`` (``window``/``subject``) is set on ε rows: the unit an ε protects."""
     return {"endpoint": endpoint, "split": split, "defense": defense, "attacker": attacker, "metric": metric,
             "value": float(value), "ci_low": float(ci[0]), "ci_high": float(ci[1]), "chance": float(chance),
-            "n": float(n)}
+            "n": float(n), "eps_unit": eps_unit}
 
 
 def leakage_rows(result, split, defense="none", attacker="ridge") -> list[dict]:
@@ -45,14 +46,28 @@ def utility_rows(result, split, defense="none", endpoint="utility") -> list[dict
 
 
 def membership_rows(results: dict, defense="none") -> list[dict]:
+    """AUC and R_M of every membership attack in ``results``. ``encoder_random_init`` is not an attack of its
+    own but the encoder attack's matched null: it becomes the ``membership_encoder`` rows ``control_random_init``
+    (its AUC and interval) and ``auc_minus_control`` (the attack's AUC minus it, paired subject-bootstrap CI)."""
+    from eegprivacy.embeddings.endpoints import membership_difference, membership_residual
+
     rows = []
     for target, res in results.items():
+        if target == "encoder_random_init":
+            continue
         attacker = "lira_online" if target.endswith("_lira") else "loss_threshold"
         target = target.removesuffix("_lira")
         common = {"defense": defense, "attacker": attacker, "n": res.n_members + res.n_nonmembers}
         split = MEMBERSHIP_SPLITS[target]
         rows += [row(f"membership_{target}", split, "auc", res.auc, ci=res.ci, chance=0.5, **common),
-                 row(f"membership_{target}", split, "residual", res.residual, chance=0.0, **common)]
+                 row(f"membership_{target}", split, "residual", res.residual, ci=membership_residual(res.ci),
+                     chance=0.0, **common)]
+        if target == "encoder" and "encoder_random_init" in results:
+            control = results["encoder_random_init"]
+            diff, ci, _ = membership_difference(res, control)
+            rows += [row("membership_encoder", split, "control_random_init", control.auc, ci=control.ci,
+                         chance=0.5, **common),
+                     row("membership_encoder", split, "auc_minus_control", diff, ci=ci, chance=0.0, **common)]
     return rows
 
 
@@ -63,24 +78,33 @@ def _noise(Z, sigma, seed):
 
 
 def _identity_rows(ctx: Context) -> list[dict]:
+    """BPID@1 with its query-subject bootstrap interval, and R_I (its interval mapped through R_I, monotone)."""
+    from eegprivacy.embeddings.endpoints import identity_residual
+
     b = ctx.bpid()
     common = {"attacker": "centroid_cosine", "n": b.n_queries}
     return [row("identity", "reference_set_rest_to_arithmetic", "bpid_at_1", b.accuracy, ci=b.ci, chance=b.chance,
                 **common),
-            row("identity", "reference_set_rest_to_arithmetic", "residual", b.residual, chance=0.0, **common)]
+            row("identity", "reference_set_rest_to_arithmetic", "residual", b.residual,
+                ci=identity_residual(np.asarray(b.ci), b.n_candidates), chance=0.0, **common)]
 
 
 def _aeds_rows(seed: int, ctx: Context) -> list[dict]:
-    from eegprivacy.embeddings.endpoints import aeds
+    """AEDS of seed ``seed``: the membership results of the same seed (the same member draw), the reported
+    subject-disjoint L_A (seed 0: a seed only redraws the members, not the leakage folds -- ours) and BPID@1.
+    The random-init control is a null, not an attack, so it never counts as the strongest membership."""
+    from eegprivacy.embeddings.endpoints import aeds, identity_residual, membership_residual
 
-    la = ctx.leakage("subject_disjoint", seed)
-    mem = max(ctx.membership().values(), key=lambda m: m.residual)
+    la = ctx.leakage("subject_disjoint", 0)
+    attacks = {k: m for k, m in ctx.membership(seed).items() if k != "encoder_random_init"}
+    mem = max(attacks.values(), key=lambda m: m.residual)
     b = ctx.bpid()
     res = aeds(la, mem, b, n_bootstrap=ctx.config.bootstrap, random_state=seed)
     return [row("aeds", AEDS_SPLIT, "aeds", res.value, ci=res.ci, chance=0.0),
             row("aeds", AEDS_SPLIT, "l_a", la.gain, ci=la.ci, chance=0.0),
-            row("aeds", AEDS_SPLIT, "r_m", mem.residual, chance=0.0),
-            row("aeds", AEDS_SPLIT, "r_i", b.residual, chance=0.0)]
+            row("aeds", AEDS_SPLIT, "r_m", mem.residual, ci=membership_residual(mem.ci), chance=0.0),
+            row("aeds", AEDS_SPLIT, "r_i", b.residual, ci=identity_residual(np.asarray(b.ci), b.n_candidates),
+                chance=0.0)]
 
 
 def _deployment_rows(sigma: float, seed: int, ctx: Context) -> list[dict]:
@@ -108,7 +132,7 @@ def core_rows(unit: str, seed: int, ctx: Context) -> list[dict]:
     if unit == "identity":
         return _identity_rows(ctx)
     if unit == "membership":
-        return membership_rows(ctx.membership())
+        return membership_rows(ctx.membership(seed))
     if unit == "reconstruction":
         r = reconstruction_r2(ctx.Z, ctx.X_down, ctx.groups, ctx.splitter("subject_disjoint", seed),
                               random_state=seed)
@@ -120,23 +144,75 @@ def core_rows(unit: str, seed: int, ctx: Context) -> list[dict]:
     raise KeyError(f"unknown unit {unit!r}")
 
 
+def undefended_utility(ctx: Context, split: str, seed: int):
+    """The undefended embeddings' held-out rest-vs-arithmetic utility (with its controls) that a defense at
+    ``seed`` is judged against, computed once per (split, seed). ``subject_disjoint``: all audited windows with
+    the same folds and seed as the ``deployment/0`` unit (so the same numbers); :data:`RELEASE_HALF`: only the
+    release half of ``seed`` with the folds the DP head's release is scored on."""
+    from eegprivacy.embeddings.defenses import utility_with_controls
+
+    def compute():
+        if split == RELEASE_HALF:
+            rel = ~ctx.head_rows_for(seed)
+            groups = ctx.groups[rel]
+            return utility_with_controls(ctx.Z[rel], ctx.state[rel], groups,
+                                         ctx.splitter("subject_disjoint", seed, groups),
+                                         n_bootstrap=ctx.config.bootstrap, random_state=seed)
+        if split == "subject_disjoint":
+            return utility_with_controls(ctx.Z, ctx.state, ctx.groups, ctx.splitter("subject_disjoint", seed),
+                                         n_bootstrap=ctx.config.bootstrap, random_state=seed)
+        raise KeyError(f"no undefended utility for split {split!r}")
+    return ctx.memoized(("undefended_utility", split, seed), compute)
+
+
+def verdict_rows(leakages: list, defended: float, split: str, seed: int, ctx: Context, defense: str,
+                 attacker: str = "all_attackers") -> list[dict]:
+    """Whether the defense closes the channel (1 yes, 0 no, NaN undecided), the absolute-bar rule beside it, the
+    share of utility kept, and the undefended utility with its controls that the share is relative to."""
+    from eegprivacy.embeddings.defenses import channel_verdict
+
+    base = undefended_utility(ctx, split, seed)
+    v = channel_verdict(leakages, defended, base, kept_threshold=ctx.config.utility_kept,
+                        absolute_threshold=ctx.config.utility_threshold)
+    common = {"defense": defense, "attacker": attacker}
+    return [row("defense", split, "closes_channel", v.as_value(), **common),
+            row("defense", split, "closes_channel_undecided", float(v.closes is None), **common),
+            row("defense", split, "closes_channel_absolute", float(v.closes_absolute), **common),
+            row("defense", split, "utility_kept", v.kept, chance=0.0, **common),
+            row("defense", split, "undefended_balanced_accuracy", base.balanced_accuracy, ci=base.ci, chance=0.5,
+                n=base.n_windows, **common),
+            row("defense", split, "undefended_control_gaussian", base.control_gaussian, chance=0.5, **common),
+            row("defense", split, "undefended_control_permuted", base.control_permuted, chance=0.5, **common)]
+
+
+def _epsilon_rows(head, defense: str) -> list[dict]:
+    """ε spent in its unit; under window-level DP also the subject-level group-privacy bound (k ε and its δ_k,
+    vacuous when δ_k ≥ 1). No row for the non-private head (an ∞ would poison the means)."""
+    if not math.isfinite(head.epsilon_):
+        return []
+    rows = [row("defense", RELEASE_HALF, "epsilon_spent", head.epsilon_, defense=defense, eps_unit=head.eps_unit_)]
+    if head.eps_unit_ == "window" and head.group_size_ is not None:
+        rows += [row("defense", RELEASE_HALF, "epsilon_subject_bound", head.subject_epsilon_, defense=defense,
+                     eps_unit="subject", n=head.group_size_),
+                 row("defense", RELEASE_HALF, "delta_subject_bound", min(head.subject_delta_, 1e300),
+                     defense=defense, eps_unit="subject", n=head.group_size_)]
+    return rows
+
+
 def dp_head_rows(epsilon: float, seed: int, ctx: Context) -> list[dict]:
-    """The DP-SGD head trained on the head subjects; its hidden layer of the release subjects is what is
-    released: L_A of that, the head's own held-out accuracy, its membership and the ε it spent."""
-    from eegprivacy.embeddings.defenses import (
-        UtilityResult,
-        balanced_accuracy_ci,
-        closes_channel,
-        utility_with_controls,
-    )
+    """The DP-SGD head trained on the head subjects of ``seed``; its hidden layer of the release subjects is what
+    is released: L_A of that, the head's own held-out accuracy, its membership, the ε it spent (with its unit)
+    and the verdict against the undefended utility of the same release half."""
+    from eegprivacy.embeddings.defenses import UtilityResult, balanced_accuracy_ci, utility_with_controls
     from eegprivacy.embeddings.dp_head import DPSGDHead
     from eegprivacy.embeddings.endpoints import attribute_leakage, membership_auc
 
     cfg, boot = ctx.config.defenses.dp_head, ctx.config.bootstrap
     head = DPSGDHead(epsilon=epsilon, delta=cfg.delta, max_grad_norm=float(cfg.max_grad_norm), hidden=cfg.hidden,
-                     epochs=cfg.epochs, batch_size=cfg.batch_size, random_state=seed)
-    fit, rel = ctx.head_rows, ~ctx.head_rows
-    head.fit(ctx.Z[fit], ctx.state[fit])
+                     epochs=cfg.epochs, batch_size=cfg.batch_size, privacy_unit=cfg.privacy_unit,
+                     random_state=seed)
+    fit, rel = ctx.head_rows_for(seed), ~ctx.head_rows_for(seed)
+    head.fit(ctx.Z[fit], ctx.state[fit], groups=ctx.groups[fit])
     released, groups = head.transform(ctx.Z[rel]), ctx.groups[rel]
     split = ctx.splitter("subject_disjoint", seed, groups)
     la = attribute_leakage(released, ctx.A[rel], groups, split, n_bootstrap=boot,
@@ -149,15 +225,12 @@ def dp_head_rows(epsilon: float, seed: int, ctx: Context) -> list[dict]:
     util = UtilityResult(acc, ci, util.control_gaussian, util.control_permuted, util.n_windows, util.n_subjects)
     losses_in = head.sample_losses(ctx.Z[fit], ctx.state[fit])
     losses_out = head.sample_losses(ctx.Z[rel], truth)
-    mia = membership_auc(losses_in, losses_out, boot, random_state=seed)
+    mia = membership_auc(losses_in, losses_out, boot, random_state=seed, groups_members=ctx.groups[fit],
+                         groups_nonmembers=groups)
     defense = f"dp_head_eps{epsilon:g}"
     rows = [*leakage_rows(la, RELEASE_HALF, defense), *utility_rows(util, RELEASE_HALF, defense),
-            *membership_rows({"dp_head": mia}, defense)]
-    if math.isfinite(head.epsilon_):  # no row for the non-private head (an ∞ would poison the means)
-        rows.append(row("defense", RELEASE_HALF, "epsilon_spent", head.epsilon_, defense=defense))
-    rows.append(row("defense", RELEASE_HALF, "closes_channel",
-                    closes_channel(la, util.balanced_accuracy, ctx.config.utility_threshold), defense=defense))
-    return rows
+            *membership_rows({"dp_head": mia}, defense), *_epsilon_rows(head, defense)]
+    return rows + verdict_rows([la], util.balanced_accuracy, RELEASE_HALF, seed, ctx, defense)
 
 
 def _released(kind: str, value: float, seed: int, ctx: Context) -> tuple:
@@ -179,7 +252,7 @@ def _released(kind: str, value: float, seed: int, ctx: Context) -> tuple:
 def defense_rows(unit: str, seed: int, ctx: Context) -> list[dict]:
     """One defense at one seed: L_A of what is released (subject-disjoint) next to the head's balanced accuracy,
     and whether it closes the channel."""
-    from eegprivacy.embeddings.defenses import closes_channel, utility_with_controls
+    from eegprivacy.embeddings.defenses import utility_with_controls
     from eegprivacy.embeddings.endpoints import attribute_leakage
 
     kind, value = unit.split("/")[1], float(unit.split("/")[2])
@@ -190,16 +263,15 @@ def defense_rows(unit: str, seed: int, ctx: Context) -> list[dict]:
     released, defense, attackers = _released(kind, value, seed, ctx)
     util = utility_with_controls(released, ctx.state, ctx.groups, split, n_bootstrap=boot, random_state=seed)
     rows = utility_rows(util, "subject_disjoint", defense)
-    closed = True
+    leakages = []
     for attacker, (decoder, Z_fit) in attackers.items():
         # The Wiener attacker trains on clean shadow embeddings (the encoder is public) and decodes the release.
         la = attribute_leakage(released, ctx.A, ctx.groups, split, decoder=decoder, Z_fit=Z_fit, n_bootstrap=boot,
                                n_permutations=ctx.config.defense_permutations, random_state=seed)
         rows += leakage_rows(la, "subject_disjoint", defense, attacker)
-        closed &= closes_channel(la, util.balanced_accuracy, ctx.config.utility_threshold)
-    rows.append(row("defense", "subject_disjoint", "closes_channel", float(closed), defense=defense,
-                    attacker="strongest"))
-    return rows
+        leakages.append(la)
+    # The verdict needs every attacker to fail: attacker "all_attackers", not a strongest one picked afterwards.
+    return rows + verdict_rows(leakages, util.balanced_accuracy, "subject_disjoint", seed, ctx, defense)
 
 
 def bridge_rows(config: dict, seed: int, embeddings: dict, A, groups, audit_config, splitter) -> list[dict]:

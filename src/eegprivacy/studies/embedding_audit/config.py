@@ -24,6 +24,7 @@ from eegprivacy.validation import (
     ListOf,
     count,
     counts,
+    options,
     subset_of,
 )
 
@@ -37,7 +38,7 @@ def _invalid(source, key: str, value, must: str) -> ParamsError:
 
 @dataclass(frozen=True)
 class PretrainConfig(Config):
-    """Masked-patch pretraining of each neural encoder on the pretraining subjects' first half-recordings."""
+    """Masked-patch pretraining of each neural encoder on the pretraining subjects' member blocks."""
 
     max_steps: dict = param(InstanceOf((dict,), text="a mapping of encoder names to step counts"),
                             doc="optimiser steps per encoder: what decides the weights (deterministic)")
@@ -84,10 +85,13 @@ class DPHeadConfig(Config):
     epsilons: list = param(ListOf(EPSILON_OR_INF, min_items=0, text="a list of ε > 0 (.inf for no DP)"),
                            doc="target ε of each head (.inf: the non-private head)")
     delta: float = param(DELTA)
-    max_grad_norm: float = param(CLIP_NORM, doc="per-example clipping norm")
+    max_grad_norm: float = param(CLIP_NORM, doc="clipping norm of one privacy unit's gradient")
     hidden: int = param(count(1, "units"), doc="width of the released hidden layer")
     epochs: int = param(count(1, "epochs"))
-    batch_size: int = param(count(1, "windows"))
+    batch_size: int = param(count(1, "windows"), doc="expected windows per step")
+    privacy_unit: str = param(options(("subject", "window")), default="subject",
+                              doc="subject: ε per subject (subject sampling and clipping); window: ε per window, "
+                                  "with the subject-level group-privacy bound beside it")
 
 
 @dataclass(frozen=True)
@@ -115,7 +119,8 @@ class EmbeddingAuditConfig(Config):
     windows_per_recording: int = param(count(6, "windows"), doc="the first non-overlapping windows of each "
                                                                 "recording")
     pretrain_subjects: int = param(count(2, "subjects"), doc="held out of every audit split for pretraining")
-    subject_seed: int = param(count(0), doc="which subjects pretrain, and the head/release halves")
+    subject_seed: int = param(count(0), doc="which subjects pretrain, their member blocks, and (with each seed) "
+                                            "the head halves")
     encoders: list = param(subset_of(ENCODERS, "encoders"))
     splits: SplitsConfig = param(doc="the two splits of the attribute endpoint")
     bootstrap: int = param(count(1000, "resamples"), doc="subject-level resamples for every CI")
@@ -127,12 +132,16 @@ class EmbeddingAuditConfig(Config):
     deployment_sigma: float = param(POSITIVE, doc="noise of the deployment check, × per-dimension std")
     utility_threshold: float = param(Interval(0, 1, closed="neither",
                                               text="a balanced accuracy strictly between 0 and 1"),
-                                     doc="a defense closes the channel only if balanced accuracy stays ≥ this")
-    defense_seeds: list = param(counts(0, "seeds"), doc="noise draws of the randomised defenses")
+                                     doc="the absolute rule (closes_channel_absolute): balanced accuracy ≥ this")
+    defense_seeds: list = param(counts(0, "seeds"), doc="noise draws of the randomised defenses, and the member-half "
+                                                        "draws of the head-membership attacks and AEDS")
     defenses: DefensesConfig = param(doc="noise, PCA, dropout and the DP-SGD head")
     profiles: dict[str, ProfileConfig] = param(doc="encoder variants, by name")
     random_init_baseline: bool = param(BOOLEAN, default=False,
                                        doc="also audit each neural encoder at its seeded random initialisation")
+    utility_kept: float = param(Interval(0, 1, closed="right", text="a share of utility in (0, 1]"), default=0.5,
+                                doc="the verdict: a defense keeps ≥ this share of the undefended utility above "
+                                    "chance")
 
     def check(self, source, prefix: str) -> None:
         if self.profile not in self.profiles:

@@ -31,9 +31,6 @@ class Context:
         self.A, self.X_down = targets if targets is not None else audit_targets(data, config)
         # recordings: (subject, state) -> time order within it
         self.recording = np.char.add(self.groups.astype(str), self.state.astype(str))
-        subjects = np.unique(self.groups)
-        half = np.random.default_rng(config.subject_seed + 1).permutation(subjects)[: subjects.size // 2]
-        self.head_rows = np.isin(self.groups, half)
         self.memo: dict = {}
         self.shared: Path | None = None  # set in worker processes: a folder the workers share memo results in
 
@@ -66,6 +63,15 @@ class Context:
             Path(tmp).write_bytes(pickle.dumps(self.memo[key]))
         return self.memo[key]
 
+    def head_rows_for(self, seed: int) -> np.ndarray:
+        """Audited windows of the head's training half for ``seed``: half of the audited subjects, drawn from
+        (``config.subject_seed``, ``seed``). The head-membership attacks and the DP-SGD head use it, so each seed
+        redraws who the members are and results pooled over seeds pool over member draws **(ours)**; the other
+        half is the release half (the attacks' non-members)."""
+        subjects = np.unique(self.groups)
+        rng = np.random.default_rng([self.config.subject_seed + 1, int(seed)])
+        return np.isin(self.groups, rng.permutation(subjects)[: subjects.size // 2])
+
     def splitter(self, name: str, seed: int = 0, groups=None):
         """The ``name`` split of ``config.splits`` over the audited windows (or ``groups``)."""
         from eegprivacy.embeddings.splits import SubjectDisjointSplit, TemporalGapSplit
@@ -88,13 +94,16 @@ class Context:
             n_permutations=self.config.permutations, random_state=seed))
 
     def bpid(self):
+        """BPID@1 from the rest recordings (reference) to the arithmetic ones (queries), its interval a bootstrap
+        of the query subjects (seeded by ``config.subject_seed``)."""
         from eegprivacy.embeddings.endpoints import bpid_at_1
         from eegprivacy.embeddings.splits import ReferenceSetSplit
 
         def compute():
             ref, qry = next(ReferenceSetSplit(parts=self.state, reference_part=0, query_part=1)
                             .split(self.Z, groups=self.groups))
-            return bpid_at_1(self.Z[ref], self.groups[ref], self.Z[qry], self.groups[qry])
+            return bpid_at_1(self.Z[ref], self.groups[ref], self.Z[qry], self.groups[qry],
+                             n_bootstrap=self.config.bootstrap, random_state=self.config.subject_seed)
         return self.memoized(("bpid",), compute)
 
     def head_lira(self, head, n_shadows: int, seed: int) -> np.ndarray:
@@ -117,26 +126,53 @@ class Context:
         lira = LiRA(mode="online", variance="global").fit(np.array(phis), np.array(masks))
         return lira.score_samples(logit_confidence_from_proba(head.predict_proba(self.Z), self.state))
 
-    def membership(self):
-        """Loss-threshold attacks: on the rest/arithmetic head (members = its training subjects' windows) and,
-        where the encoder was pretrained here, on the encoder (members = its pretraining windows)."""
+    def membership(self, seed: int = 0) -> dict:
+        """Membership attacks of seed ``seed``, every interval a subject bootstrap:
+
+        - ``head`` (and ``head_lira``): the rest/arithmetic head trained on :meth:`head_rows_for` ``(seed)``;
+          members = its training subjects' windows, non-members = the release half's (subject-disjoint classes,
+          resampled separately);
+        - ``encoder``, where the cell has encoder-membership losses: members = the encoder's pretraining windows,
+          non-members = the interleaved held-out blocks of the same recordings (the same subjects on both sides,
+          resampled jointly). A self-pretrained cell also carries ``encoder_random_init``: the same attack on the
+          encoder at its random initialisation (its matched null), with the same subject resamples so the two
+          can be differenced draw by draw.
+        """
         from eegprivacy.embeddings.defenses import default_head
         from eegprivacy.embeddings.endpoints import membership_auc
 
         def compute():
+            boot = self.config.bootstrap
+            inside = self.head_rows_for(seed)
             head = default_head()
-            head.fit(self.Z[self.head_rows], self.state[self.head_rows])
+            head.fit(self.Z[inside], self.state[inside])
             proba = np.clip(head.predict_proba(self.Z)[np.arange(len(self.Z)), self.state], 1e-12, 1.0)
             loss = -np.log(proba)
-            seed, boot = self.config.subject_seed, self.config.bootstrap
-            results = {"head": membership_auc(loss[self.head_rows], loss[~self.head_rows], boot,
-                                              random_state=seed)}
+            groups = {"groups_members": self.groups[inside], "groups_nonmembers": self.groups[~inside]}
+            results = {"head": membership_auc(loss[inside], loss[~inside], boot, random_state=seed, **groups)}
             if self.config.lira_shadows > 0:
                 score = self.head_lira(head, self.config.lira_shadows, seed)
-                results["head_lira"] = membership_auc(-score[self.head_rows], -score[~self.head_rows], boot,
-                                                      random_state=seed)
-            if "mia_members" in self.emb:
-                results["encoder"] = membership_auc(self.emb["mia_members"], self.emb["mia_nonmembers"], boot,
-                                                    random_state=seed)
+                results["head_lira"] = membership_auc(-score[inside], -score[~inside], boot, random_state=seed,
+                                                      **groups)
+            results.update(self._encoder_membership(seed))
             return results
-        return self.memoized(("membership",), compute)
+        return self.memoized(("membership", seed), compute)
+
+    def _encoder_membership(self, seed: int) -> dict:
+        from eegprivacy.embeddings.endpoints import membership_auc
+
+        if "mia_members" not in self.emb:
+            return {}
+        if "mia_members_subject" not in self.emb:
+            raise ValueError("the encoder-membership losses carry no subjects (embeddings cached by older code?): "
+                             "the attack's interval must resample subjects; delete the cached embeddings and rerun")
+        groups = {"groups_members": self.emb["mia_members_subject"],
+                  "groups_nonmembers": self.emb["mia_nonmembers_subject"]}
+        boot = self.config.bootstrap
+        out = {"encoder": membership_auc(self.emb["mia_members"], self.emb["mia_nonmembers"], boot,
+                                         random_state=seed, **groups)}
+        if "mia_control_members" in self.emb:
+            out["encoder_random_init"] = membership_auc(self.emb["mia_control_members"],
+                                                        self.emb["mia_control_nonmembers"], boot,
+                                                        random_state=seed, **groups)
+        return out

@@ -1,9 +1,11 @@
 """The windows study C audits, and the role each one plays.
 
-Subjects: ``pretrain_subjects`` of the dataset never enter an audit split. The first half of each of their
-recordings pretrains every neural encoder (the members of the encoder-membership attack), the end of it after a
-gap is held out (its non-members), so the attack compares windows of the same subjects and recordings and
-measures memorisation rather than a between-subject shift. Every other subject is audited.
+Subjects: ``pretrain_subjects`` of the dataset never enter an audit split. Each of their recordings is cut into
+blocks of consecutive windows, and a seeded draw makes each block a member block (it pretrains every neural
+encoder: the members of the encoder-membership attack) or a non-member block (held out: its non-members), with a
+gap window dropped wherever the two meet (:func:`window_roles`). The attack thus compares windows of the same
+subjects and recordings at the same times in expectation, so neither a between-subject shift nor the drift within
+a recording can pass for memorisation. Every other subject is audited.
 """
 
 from __future__ import annotations
@@ -41,16 +43,40 @@ def assign_roles(subjects, n_pretrain: int, seed: int) -> dict[str, str]:
     return {subjects[i]: "pretrain" if rank < n_pretrain else "audit" for rank, i in enumerate(order)}
 
 
-def window_roles(subject_role, recording, order, gap: int = 2) -> np.ndarray:
-    """Pretraining subjects' windows: the first half of each recording pretrains the encoder (members), the last
-    part after a ``gap`` of windows is held out (non-members) -- the same subjects and recordings on both sides
-    (ours), so the encoder-membership attack measures memorisation rather than a between-subject shift."""
+MEMBERSHIP_BLOCK = 4  # windows per member / non-member block of a pretraining recording (ours)
+MEMBERSHIP_GAP = 1    # windows dropped where a member and a non-member block meet (ours; >= 1 window = 4 s)
+
+
+def window_roles(subject_role, recording, order, gap: int = MEMBERSHIP_GAP, block: int = MEMBERSHIP_BLOCK,
+                 seed: int = 0) -> np.ndarray:
+    """Roles of the pretraining subjects' windows: interleaved member / non-member blocks within each recording.
+
+    **(ours)** Each pretraining recording, in time order, is cut into blocks of ``block`` windows; a seeded
+    permutation makes half of its blocks member blocks (``pretrain_member``, they pretrain the encoder) and the
+    other half non-member blocks (``pretrain_nonmember``; an odd block goes to either side by the same draw).
+    Wherever the label changes from one block to the next, the first ``gap`` windows of the later block become
+    ``pretrain_gap`` and are dropped, so a member and a non-member window are never adjacent. Member and non-member
+    windows then come from the same subjects, recordings and -- across recordings -- the same times, so slow drift
+    within a recording no longer separates them (the old first-half / second-half split confounded the two).
+    Recordings are visited in sorted order from one ``numpy`` generator seeded by ``seed``.
+    """
+    if int(block) < 1 or int(gap) < 1:
+        raise ValueError(f"block and gap must be >= 1 window, got block={block}, gap={gap}")
     roles = np.asarray(subject_role, dtype=object).copy()
+    recording, order = np.asarray(recording), np.asarray(order)
+    rng = np.random.default_rng(seed)
     for rec in np.unique(recording[roles == "pretrain"]):
         idx = np.flatnonzero(recording == rec)
-        half = (order[idx].max() + 1) // 2
-        roles[idx] = np.where(order[idx] < half, "pretrain_member",
-                              np.where(order[idx] >= half + gap, "pretrain_nonmember", "pretrain_gap"))
+        idx = idx[np.argsort(order[idx], kind="stable")]
+        n_blocks = max(2, -(-idx.size // int(block)))
+        member = (rng.permutation(n_blocks) % 2 == 0) ^ bool(rng.integers(2))
+        of_block = np.minimum(np.arange(idx.size) // int(block), n_blocks - 1)
+        label = np.where(member[of_block], "pretrain_member", "pretrain_nonmember").astype(object)
+        starts = np.flatnonzero(np.r_[False, member[1:] != member[:-1]])  # blocks whose label differs from the last
+        for b in starts:
+            first = np.flatnonzero(of_block == b)[: int(gap)]
+            label[first] = "pretrain_gap"
+        roles[idx] = label
     return roles.astype(str)
 
 
@@ -65,7 +91,7 @@ def load_windows(dataset, config) -> AuditData:
     subj, recs = np.asarray(subj), np.asarray(recs)
     state = np.array([labels[(s, r)] for s, r in zip(subj, recs)])
     order = pd.Series(np.arange(len(recs))).groupby(recs).cumcount().to_numpy()
-    role = window_roles(np.array([roles[s] for s in subj]), recs, order)
+    role = window_roles(np.array([roles[s] for s in subj]), recs, order, seed=config.subject_seed)
     return AuditData(X=X, subject=subj, state=state, order=order, role=role,
                      sfreq=float(sfreq), ch_names=list(names))
 

@@ -3,9 +3,13 @@ depend on (dataset version, code, windows, encoder config, pretraining schedule)
 
 A self-pretrained encoder first pretrains on the pretraining subjects' member windows (its checkpoint and
 record go to ``work/checkpoints``); the masked-reconstruction losses of its member and non-member windows are
-kept for the encoder-membership attack. Each encoder pretrains and embeds on one torch / BLAS thread, so its
-weights and embeddings depend neither on ``--jobs`` nor on the machine's core count (how a reduction is split
-over threads changes its last bits, and 120 optimiser steps carry them into the weights).
+kept for the encoder-membership attack, with each window's subject as an integer code (``mia_*_subject``: the
+attack's interval resamples subjects; codes, not ids, so no subject id is written to the cache). The same losses of
+the encoder at its random initialisation (the weights pretraining starts from, with the decoder head it starts
+from) are its matched null: kept as ``mia_control_*`` beside the pretrained ones, and as the random-init cell's
+own ``mia_*``, so that baseline runs the same attack. Each encoder pretrains and embeds on one torch / BLAS
+thread, so its weights and embeddings depend neither on ``--jobs`` nor on the machine's core count (how a
+reduction is split over threads changes its last bits, and 120 optimiser steps carry them into the weights).
 """
 
 from __future__ import annotations
@@ -47,12 +51,36 @@ def _cached(cache: Path) -> dict | None:
     return out
 
 
+def _membership_windows(data: AuditData) -> dict:
+    """The encoder-membership windows and their subjects as integer codes (index among the pretraining
+    subjects)."""
+    members, nonmembers = data.select("pretrain_member"), data.select("pretrain_nonmember")
+    subjects = np.unique(data.subject[np.r_[members, nonmembers]])
+    return {"members": members, "nonmembers": nonmembers,
+            "mia_members_subject": np.searchsorted(subjects, data.subject[members]),
+            "mia_nonmembers_subject": np.searchsorted(subjects, data.subject[nonmembers])}
+
+
+def _untrained_losses(encoder, data: AuditData, config, prefix: str, out: dict) -> None:
+    """The masked-patch losses of ``encoder`` as it stands (random init) on the membership windows -> ``out``."""
+    from eegprivacy.embeddings.pretrain import untrained_masked_losses
+
+    rows, seed = _membership_windows(data), config.subject_seed
+    out[f"{prefix}_members"] = untrained_masked_losses(encoder, data.X[rows["members"]], seed=seed)
+    out[f"{prefix}_nonmembers"] = untrained_masked_losses(encoder, data.X[rows["nonmembers"]], seed=seed)
+    out["mia_members_subject"], out["mia_nonmembers_subject"] = (rows["mia_members_subject"],
+                                                                 rows["mia_nonmembers_subject"])
+
+
 def _pretrain(encoder, name: str, data: AuditData, config, work: Path, out: dict) -> dict:
-    """Pretrain ``encoder`` on the member windows; its losses go to ``out``, its record (sans subjects) back."""
+    """Pretrain ``encoder`` on the member windows; its losses (and, first, those of its random init: the control)
+    go to ``out``, its record (sans subjects) back."""
     from eegprivacy.embeddings.pretrain import masked_losses, pretrain
 
     pre, seed = config.active_profile.pretrain, config.subject_seed
-    members, nonmembers = data.select("pretrain_member"), data.select("pretrain_nonmember")
+    _untrained_losses(encoder, data, config, "mia_control", out)  # before pretraining moves the weights
+    rows = _membership_windows(data)
+    members, nonmembers = rows["members"], rows["nonmembers"]
     (work / "checkpoints").mkdir(parents=True, exist_ok=True)
     record = pretrain(encoder, data.X[members], data.subject[members],
                       audit_subjects=set(data.subject[data.select("audit")]),
@@ -82,6 +110,8 @@ def embed_cell(name: str, weights: str, data: AuditData, config, work: Path, key
     out: dict = {}
     meta: dict = {"pretrain": _pretrain(encoder, name, data, config, work, out)
                   if weights == "self_pretrained" else None}
+    if weights == "random_init" and data.select("pretrain_member").size:
+        _untrained_losses(encoder, data, config, "mia", out)  # the random-init baseline runs the same attack
     timing = time_embedding(encoder, data.X[audit[:32]])
     t0 = time.perf_counter()
     out["Z"] = encoder.transform(data.X[audit]).astype(np.float64)

@@ -33,7 +33,7 @@ from eegprivacy.tracking import required_tags
 STAGE = "embedding_audit"
 # The knobs an encoder's cells depend on beyond its embeddings, and those the bridge's cells depend on.
 AUDIT_KNOBS = ("splits", "bootstrap", "permutations", "defense_permutations", "reconstruction_points",
-               "utility_threshold", "defenses", "lira_shadows", "deployment_sigma", "subject_seed")
+               "utility_threshold", "utility_kept", "defenses", "lira_shadows", "deployment_sigma", "subject_seed")
 BRIDGE_KNOBS = ("splits", "bootstrap", "bridge_permutations")
 
 
@@ -167,7 +167,7 @@ def run_audit(config: EmbeddingAuditConfig, *, work: Path, cells_dir: Path, jobs
             "n_audit_subjects": int(np.unique(groups).size), "n_audit_windows": int(audit.size),
             "n_pretrain_subjects": config.pretrain_subjects, "window_s": float(config.window_s),
             "deployment_sigma": float(config.deployment_sigma),
-            "utility_threshold": float(config.utility_threshold),
+            "utility_threshold": float(config.utility_threshold), "utility_kept": float(config.utility_kept),
             "defense_seeds": len(config.defense_seeds), "dataset_version": prov.version}
     return AuditRun(config=config, cells=cells, tidy=tidy, summary=summarise(tidy), meta=meta,
                     encoders_meta=encoders_meta, title=title)

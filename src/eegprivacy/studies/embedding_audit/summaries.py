@@ -2,7 +2,11 @@
 
 A row computed once (seed 0) keeps its subject-bootstrap CI; a row repeated over noise seeds gets the t-interval
 across seeds (the mean of its per-seed bootstrap bounds is kept beside it), so every number in the report and the
-headline has an interval that says what varies.
+headline has an interval that says what varies. Membership and AEDS repeat over seeds that redraw the head's
+member subjects: their summary keeps the mean of the per-seed subject-bootstrap bounds (**ours**: the interval of
+the comonotone average, so never narrower than the average of the draws allows) rather than a t-interval over
+three seeds. The column ``ci_over`` says what every interval is over (``subjects``, ``windows``,
+``subjects+seeds``, ``seeds``, or ``none`` for a row without an interval).
 """
 
 from __future__ import annotations
@@ -16,6 +20,18 @@ TEXT_COLUMNS = ("endpoint", "split", "defense", "attacker", "encoder", "weights"
 # Cache-key columns of the cell configs: they say which code and data computed a row, not what it measured.
 KEY_COLUMNS = ("dataset_version", "code_hash", "embedding_key", "embedding_keys", "audit_knobs", "bridge_knobs")
 SUMMARY_KEYS = ["encoder", "weights", "unit", "endpoint", "split", "defense", "attacker"]
+# Units whose seeds redraw the member subjects (not noise): pooled over seeds by their bootstrap bounds.
+MEMBER_DRAW_UNITS = ("membership", "aeds")
+# Endpoints whose interval is a window bootstrap (none now: every membership attack passes its subjects).
+WINDOW_CI_ENDPOINTS: tuple[str, ...] = ()
+
+
+def interval_unit(tidy: pd.DataFrame) -> pd.Series:
+    """What each row's interval resamples: ``none`` without an interval, ``windows`` for the endpoints still on a
+    window bootstrap, ``subjects`` for every other one (all of study C's endpoints resample subjects)."""
+    has_ci = tidy["ci_low"].notna() | tidy["ci_high"].notna()
+    over = np.where(tidy["endpoint"].isin(WINDOW_CI_ENDPOINTS), "windows", "subjects")
+    return pd.Series(np.where(has_ci, over, "none"), index=tidy.index)
 
 
 def tidy_table(frames: list[pd.DataFrame], synthetic: bool) -> pd.DataFrame:
@@ -24,22 +40,32 @@ def tidy_table(frames: list[pd.DataFrame], synthetic: bool) -> pd.DataFrame:
     for column in TEXT_COLUMNS:
         tidy[column] = tidy[column].fillna("none").astype(str)
     tidy["synthetic"] = synthetic
+    tidy["ci_over"] = interval_unit(tidy)
     return tidy.drop(columns=[c for c in KEY_COLUMNS if c in tidy])
 
 
 def summarise(tidy: pd.DataFrame) -> pd.DataFrame:
     """Mean over seeds per (encoder, weights, unit, endpoint, split, defense, attacker, metric). Rows computed once
     keep their bootstrap CI; rows repeated over noise seeds get the t-interval across seeds, and the mean of the
-    per-seed bootstrap bounds is kept in ``boot_low``/``boot_high``."""
-    agg = aggregate(tidy, SUMMARY_KEYS)
-    boot = tidy.groupby(SUMMARY_KEYS + ["metric"], dropna=False).agg(boot_low=("ci_low", "mean"),
+    per-seed bootstrap bounds is kept in ``boot_low``/``boot_high``; rows repeated over member draws
+    (:data:`MEMBER_DRAW_UNITS`) take that mean as their interval. ``ci_over`` says which it is."""
+    if "ci_over" not in tidy:
+        tidy = tidy.assign(ci_over=interval_unit(tidy))
+    keys = SUMMARY_KEYS + (["eps_unit"] if "eps_unit" in tidy else [])  # ε keeps its unit (window/subject)
+    agg = aggregate(tidy, keys)
+    boot = tidy.groupby(keys + ["metric"], dropna=False).agg(boot_low=("ci_low", "mean"),
                                                                      boot_high=("ci_high", "mean"),
-                                                                     seeds=("seed", "nunique")).reset_index()
-    out = agg.merge(boot, on=SUMMARY_KEYS + ["metric"], how="left")
+                                                                     seeds=("seed", "nunique"),
+                                                                     row_ci_over=("ci_over", "first")).reset_index()
+    out = agg.merge(boot, on=keys + ["metric"], how="left")
     single = out["seeds"] == 1
-    out.loc[single, "ci_low"] = out.loc[single, "boot_low"]
-    out.loc[single, "ci_high"] = out.loc[single, "boot_high"]
-    return out
+    pooled = ~single & out["unit"].isin(MEMBER_DRAW_UNITS)  # a row without a per-seed interval keeps none
+    keep = single | pooled
+    out.loc[keep, "ci_low"] = out.loc[keep, "boot_low"]
+    out.loc[keep, "ci_high"] = out.loc[keep, "boot_high"]
+    out["ci_over"] = np.where(single, out["row_ci_over"], np.where(pooled, out["row_ci_over"] + "+seeds", "seeds"))
+    out.loc[out["ci_low"].isna() & out["ci_high"].isna(), "ci_over"] = "none"
+    return out.drop(columns="row_ci_over")
 
 
 def summary_row(summary: pd.DataFrame, **where) -> pd.Series | None:
@@ -51,12 +77,23 @@ def summary_row(summary: pd.DataFrame, **where) -> pd.Series | None:
     return None if part.empty else part.iloc[0]
 
 
-def bootstrap_ci_metrics(summary: pd.DataFrame, encoder: str, weights: str) -> dict[str, float]:
-    """The subject-bootstrap CIs of the rows computed once, under the names of the sweep's own aggregates
-    (``<unit/endpoint/...>/<metric>_ci_low``): the parent's t-interval over one seed is empty, so these replace it
-    and the parent run carries every headline number with its interval."""
+def ci_over_tags(summary: pd.DataFrame, encoder: str, weights: str) -> dict[str, str]:
+    """What each of a cell's logged intervals is over, as parent-run tags ``<aggregate name>_ci_over`` (the names
+    of :func:`bootstrap_ci_metrics` and the sweep's own aggregates), so a report built from MLflow alone states
+    ``subjects``, ``subjects+seeds`` or ``seeds`` as the run says, not as it assumes."""
     keys = ["unit", "endpoint", "split", "defense", "attacker"]
-    part = summary[(summary["encoder"] == encoder) & (summary["weights"] == weights) & (summary["seeds"] == 1)]
+    part = summary[(summary["encoder"] == encoder) & (summary["weights"] == weights) & (summary["ci_over"] != "none")]
+    return {metric_name(record, keys, "ci_over"): str(record["ci_over"]) for record in part.to_dict("records")}
+
+
+def bootstrap_ci_metrics(summary: pd.DataFrame, encoder: str, weights: str) -> dict[str, float]:
+    """The subject-bootstrap CIs of the rows computed once, and the pooled ones of the member-draw units, under the
+    names of the sweep's own aggregates (``<unit/endpoint/...>/<metric>_ci_low``): the parent's t-interval over one
+    seed is empty (over three member draws, a t(2) interval), so these replace it and the parent run carries every
+    headline number with its interval."""
+    keys = ["unit", "endpoint", "split", "defense", "attacker"]
+    bootstrap = (summary["seeds"] == 1) | summary["unit"].isin(MEMBER_DRAW_UNITS)
+    part = summary[(summary["encoder"] == encoder) & (summary["weights"] == weights) & bootstrap]
     out = {}
     for record in part.to_dict("records"):
         for stat in ("ci_low", "ci_high"):

@@ -2,7 +2,9 @@
 seeds, and the MLflow tags of a unit's child run.
 
 The core endpoints run once (seed 0: their intervals are subject bootstraps); the randomised defenses and the
-noised deployment check run once per noise seed. A random-init baseline gets the endpoints only: it answers
+noised deployment check run once per noise seed; membership and AEDS run once per seed of ``defense_seeds``,
+each seed drawing another member half of the subjects for the head (:meth:`Context.head_rows_for`), so their
+summary pools over member draws. A random-init baseline gets the endpoints only: it answers
 "how much of the leakage is the architecture, not the pretraining", which the defenses do not change.
 """
 
@@ -36,10 +38,11 @@ def encoder_label(encoder: str, weights: str) -> str:
 
 
 def units(config, weights: str) -> list[tuple[str, list[int]]]:
-    """(unit, seeds) of one (encoder, weights) cell: the core endpoints once, the defenses per noise seed."""
+    """(unit, seeds) of one (encoder, weights) cell: the core endpoints once, membership and AEDS per member draw,
+    the defenses per noise seed."""
     seeds = list(config.defense_seeds)
     out = [("raw_copy", [0]), ("attribute/temporal_gap", [0]), ("attribute/subject_disjoint", [0]),
-           ("identity", [0]), ("membership", [0]), ("reconstruction", [0]), ("aeds", [0]),
+           ("identity", [0]), ("membership", seeds), ("reconstruction", [0]), ("aeds", seeds),
            ("deployment/0", [0]), (f"deployment/{config.deployment_sigma:g}", seeds)]
     if weights == "random_init":
         return out  # the explicit baseline row: endpoints only

@@ -42,10 +42,20 @@ CURVE_COLUMNS = ["protocol", "dataset", "synthetic", "model", "dim", "epsilon", 
                  "round", "value"]
 CLOSING_NOTE_EPSILON = 5.0  # the closing note's configuration: per-step nominal ε = 5, paper protocol
 COVERAGE_NOTE = (
-    "Not covered by any of these numbers: BatchNorm running statistics (EEGNet) are computed from the client's "
-    "data in the forward pass and sent with the weights without noise; the client's reply also carries its "
-    "train loss, its number of examples and the pre-clip gradient norms (mean, max) unnoised. As implemented, "
-    "EEGNet therefore has no formal DP guarantee at any epsilon, and both models leak those metrics.")
+    "What a DP client sends: its DP-trained trainable parameters, its number of examples and its node id, nothing "
+    "else (no train loss, no gradient norm, no feature moments, no federated evaluation; checked message by "
+    "message in tests/test_dp_client_messages.py). The number of examples is public by the protocol: FedAvg weights "
+    "by it, and these step counts assume it known. EEGNet's BatchNorm running statistics are computed from the "
+    "client's data in the forward pass and are not gradients: with federated_mia.batchnorm_stats = local (FedBN) "
+    "each client keeps its own and never sends them; with shared they travel un-noised, and every ε of that "
+    "configuration is printed as ∞ (guarantee: none, unnoised_channel names it).")
+PER_EXAMPLE_NOTE = ("= per-client: CSP fitted on the client's private trials")
+CSP_NOTE = (
+    "Per-example ε = per-client ε. Each client fits its CSP filters and standardisation on all of its member trials "
+    "before training, outside the DP step: replacing one trial moves every other trial's features "
+    "(tests/test_csp_sensitivity.py), so a trial's privacy loss is its whole client's. The example rows therefore "
+    "repeat the client's composition (every step of every round the client joins), marked " + repr(PER_EXAMPLE_NOTE)
+    + "; a per-trial bound would need the preprocessing fitted on public data or under DP.")
 UNIT_NOTE = (
     "Privacy unit the clip protects: the batch. Each step clips the client's batch gradient (not each example's) "
     "to L2 <= C, so replacing one trial or the whole batch moves it by the same <= 2C; an example therefore gets "
@@ -54,7 +64,8 @@ UNIT_NOTE = (
     "client pays every step of every round it joins. With one batch per epoch (members <= batch_size) the two "
     "coincide: a single trial and the whole subject get the same epsilon.")
 GRID_KNOBS = ("models", "epsilons", "clip_norm", "test_size", "split_seed", "csp_components", "clients_per_round",
-              "num_rounds", "local_epochs", "batch_size")  # the federated_mia keys these numbers depend on
+              "num_rounds", "local_epochs", "batch_size",
+              "batchnorm_stats")  # the federated_mia keys these numbers depend on
 
 
 # ---- params ----------------------------------------------------------------------------------------------------
@@ -160,17 +171,33 @@ class CurveCache:
         return self._memo[(name, key)]
 
 
+def unnoised_channel(model_info: dict, batchnorm_stats: str) -> str:
+    """What travels un-noised beside the DP weights for one model: its BatchNorm running statistics when they are
+    shared and it has any, else nothing ("")."""
+    return "batchnorm_running_stats" if batchnorm_stats == "shared" and model_info["unnoised_buffer_values"] else ""
+
+
+def no_guarantee(rows: list[dict], channel: str) -> list[dict]:
+    """A private configuration with an un-noised channel certifies nothing: every ε is ∞, ``guarantee`` none."""
+    return [{**row, "value": math.inf, "guarantee": "none", "unnoised_channel": channel,
+             "detail": f"no guarantee: {channel} sent un-noised; composed value withheld"} for row in rows]
+
+
 def cell_rows(cache: CurveCache, base: dict, *, epsilon: float, dim: int, calibration: str, unit: str,
-              schedule: FederatedSchedule, rounds_expected: int, clip_norm: float) -> list[dict]:
+              schedule: FederatedSchedule, rounds_expected: int, clip_norm: float, channel: str = "") -> list[dict]:
     """Per-step ε, then per accountant: per-round ε, cumulative ε after every round, and at the expected
-    participation."""
+    participation. The example unit composes as the client does (:data:`CSP_NOTE`); with an un-noised
+    ``channel`` (and DP), every value is ∞ (:func:`no_guarantee`)."""
     step_eps = per_step_epsilon(epsilon, calibration, dim, clip_norm)
-    steps = schedule.steps_per_round(unit)
-    event = federated_round_event(epsilon, calibration=calibration, unit=unit, dim=dim, schedule=schedule,
+    composed = "client" if unit == "example" else unit  # CSP on the client's private trials: example = client
+    steps = schedule.steps_per_round(composed)
+    event = federated_round_event(epsilon, calibration=calibration, unit=composed, dim=dim, schedule=schedule,
                                   clip_norm=clip_norm)
     common = {**base, "epsilon": epsilon, "dim": dim, "calibration": calibration, "unit": unit,
               "num_rounds": schedule.num_rounds, "local_epochs": schedule.local_epochs,
-              "batches_per_epoch": schedule.batches_per_epoch, "steps_per_round": steps}
+              "batches_per_epoch": schedule.batches_per_epoch, "steps_per_round": steps,
+              "unit_note": PER_EXAMPLE_NOTE if unit == "example" else "", "unnoised_channel": "",
+              "guarantee": "per_step_laplace" if math.isfinite(epsilon) else "none"}
     rows = [{**common, "metric": "epsilon_per_step", "accountant": "none", "round": float("nan"),
              "value": step_eps, "rounds_basis": "none", "detail": "one local step"}]
     for name in cache.accountants:
@@ -186,6 +213,8 @@ def cell_rows(cache: CurveCache, base: dict, *, epsilon: float, dim: int, calibr
                      "round": rounds_expected, "value": expected.epsilon, "rounds_basis": "expected",
                      "detail": "NOT a guarantee: mean participation, no sampling amplification; " + expected.detail,
                      "seconds": expected.seconds})
+    if channel and math.isfinite(epsilon):
+        return no_guarantee(rows, channel)
     return rows
 
 
@@ -221,8 +250,11 @@ def dataset_rows(cache: CurveCache, name: str, shape: dict, grid: FederatedMIACo
                     for unit in config.units:
                         rows += cell_rows(cache, base, epsilon=eps, dim=info["dim"], calibration=calibration,
                                           unit=unit, schedule=schedule, rounds_expected=rounds_expected,
-                                          clip_norm=clip_norm)
-    shape.update(expected_rounds=rounds_of, batch_size=grid.batch_size, clients_per_round=grid.clients_per_round)
+                                          clip_norm=clip_norm,
+                                          channel=unnoised_channel(info, grid.batchnorm_stats))
+    shape.update(expected_rounds=rounds_of, batch_size=grid.batch_size, clients_per_round=grid.clients_per_round,
+                 batchnorm_stats=grid.batchnorm_stats,
+                 unnoised_channels={m: unnoised_channel(i, grid.batchnorm_stats) for m, i in shape["models"].items()})
     return rows
 
 
@@ -254,6 +286,8 @@ def finals(tidy: pd.DataFrame) -> pd.DataFrame:
     expected-participation ε."""
     keys = ["protocol", "dataset", "synthetic", "model", "dim", "epsilon", "calibration", "unit", "num_rounds",
             "local_epochs", "steps_per_round"]
+    tidy = tidy.assign(**{c: tidy[c].fillna("") if c in tidy else "" for c in ("unit_note", "unnoised_channel")})
+    keys += ["unit_note", "unnoised_channel"]
     last = tidy[(tidy.metric == "epsilon_cumulative") & (tidy["round"] == tidy["num_rounds"])]
     wide = last.pivot_table(index=keys, columns="accountant", values="value", aggfunc="first")
     wide.columns = [f"cumulative_{c}" for c in wide.columns]

@@ -108,6 +108,10 @@ class FederatedMIAConfig(Config):
     rf_estimators: int = param(count(1, "trees"), doc="trees of the random-forest attacker")
     attack_test_size: float = param(FRACTION_OPEN, doc="attacker-test share of the attack data")
     cla_components: int = param(count(1, "components"), doc="PCA components of the client-level attack")
+    batchnorm_stats: str = param(options(("local", "shared"), "local or shared"), default="local",
+                                 doc="EEGNet's BatchNorm running statistics: local (FedBN: each client keeps its "
+                                     "own, never sent; the server averages trainable parameters only) or shared "
+                                     "(sent un-noised with the weights: no DP guarantee at any ε)")
     attack_rounds: list | str = param(ATTACK_ROUNDS, default="all",
                                       doc="rounds after which RLA, FLA and GLA run ('all' or a list)")
     per_dataset: dict[str, ProtocolOverride] = param(default={},

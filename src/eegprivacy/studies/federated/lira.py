@@ -10,10 +10,12 @@ member-fitted CSP differs between shadows and target and the untrained control f
 0.8 it sits at 50 %); CSP, like the model, sees only the IN trials. One set of shadows per ε serves every target
 seed.
 
-Targets are federations built exactly as ``federated_mia``'s, but on ONE per-subject 80/20 member split
-(``split_seed`` as is) for all target seeds 0..S-1 (model init, client sampling, local training, DP noise), so
-that pooling over target models scores the same trials (``federated_mia`` itself draws a new split per seed).
-Every trial is scored through its client's CSP, fitted on that client's members, then the global model. Attacks
+Targets are federations built exactly as ``federated_mia``'s, one per target seed 0..S-1, and each draws its
+own per-subject 80/20 member split of every client's trials, seeded by the target index exactly as
+``federated_mia``'s seed is (:func:`target_member`): a pooled score is then about many splits, not one, and the
+non-members of the S targets together cover most trials. LiRA itself never reads the target's split: its IN/OUT
+fits come from the shadows' random IN masks alone, the same for every target. Every trial is scored through its
+client's CSP, fitted on that target's members, then the global model. Attacks
 on each target:
 
 - ``lira_online`` / ``lira_offline``: :class:`~eegprivacy.attacks.lira.LiRA` on φ = logit confidence of the
@@ -23,11 +25,17 @@ on each target:
 - ``lira_online_untrained_control``: LiRA on the untrained initial models (target and shadows alike). Each
   client's CSP and scaling are fitted on its members; this control measures what that pipeline alone leaks.
 
-Scores: per target seed AUROC, TPR at 1 % FPR and TPR at zero false positives (there are too few non-members
-per target for 0.1 %); pooled over seeds (the same trials, S target models) the TPR at 0.1 % FPR, with a
-bootstrap interval over seeds. Shadow-as-target (``scope = shadow_loo``): each shadow pair in turn is the target
-of LiRA fitted on the other shadows, which gives many more non-members and a resolved TPR at 0.1 % for the
-shadows' own membership game (IN share ``shadow_in_fraction``), not for the 80/20 target.
+Scores: per target seed AUROC, TPR at 1 % FPR and TPR at zero false positives (too few non-members per target
+for 0.1 %), mean and t-interval over target seeds (``ci_over = seeds``). Pooled over the S target models: the
+AUROC, the TPR at zero false positives and the TPR at the lowest FPR the pool can resolve
+(``tpr_at_resolvable_fpr``, its FPR in ``fpr``), with a two-way bootstrap interval that resamples target models and
+clusters of trials (``bootstrap_unit``: subjects = clients, the default, or single trials; ``ci_over`` says which).
+Resolvable means at least 1/FPR *independent* non-members: distinct trials that were a non-member of at least one
+target, each counted once however many targets held it out (:func:`independent_nonmembers`); pooling S models
+over the same trial does not multiply what a false-positive rate can rest on. Below 1/0.001 independent
+non-members the TPR is reported at the smallest resolvable FPR on a 1-2-5 grid (:func:`resolvable_fpr`), named.
+Shadow-as-target (``scope = shadow_loo``): each shadow pair in turn is the target of LiRA fitted on the other
+shadows, the shadows' own membership game (IN share ``shadow_in_fraction``), pooled under the same rule.
 """
 
 from __future__ import annotations
@@ -42,7 +50,7 @@ import pandas as pd
 from eegprivacy.atomic import atomic_path
 from eegprivacy.attacks.lira import VARIANCES, LiRA, logit_confidence
 from eegprivacy.attacks.membership import ATTACKERS, RecordLevelAttack, record_features
-from eegprivacy.attacks.metrics import attack_summary, roc
+from eegprivacy.attacks.metrics import attack_summary, auroc, roc, tpr_at_fpr
 from eegprivacy.evaluation.intervals import mean_ci
 from eegprivacy.params import Config, param
 from eegprivacy.pipeline.sweep import SweepRunner, config_key, expand_grid, run_prefetched
@@ -54,11 +62,14 @@ from eegprivacy.validation import EPSILONS_OR_INF, FRACTION_OPEN, Constraint, co
 
 STAGE = "federated_lira"
 FPRS = (0.01, 0.001)
-METRICS = ("auroc", "tpr_at_fpr_0.01", "tpr_at_fpr_0.001", "tpr_at_zero_fpr")
+METRICS = ("auroc", "tpr_at_fpr_0.01", "tpr_at_fpr_0.001", "tpr_at_zero_fpr")  # per model
+LOWEST_FPR = min(FPRS)  # the pooled TPR's target FPR, reported only where resolvable (else the next one that is)
+POOLED_METRICS = ("auroc", "tpr_at_resolvable_fpr", "tpr_at_zero_fpr")
+BOOTSTRAP_UNITS = ("subjects", "trials")
 TRAINING_KNOBS = ("clip_norm", "test_size", "split_seed", "csp_components", "clients_per_round", "num_rounds",
                   "local_epochs", "learning_rate", "batch_size")  # read from federated_mia: shadows = targets
 ATTACK_KNOBS = ("n_shadows", "shadow_seed", "target_seeds", "rf_estimators", "attack_folds", "lira_variance",
-                "bootstrap", "shadow_in_fraction")  # what the attack rows depend on (not ``workers``)
+                "bootstrap", "bootstrap_unit", "shadow_in_fraction")  # what the attack rows depend on (not ``workers``)
 NOTE = mia.NOTE
 
 
@@ -86,10 +97,14 @@ class FederatedLiRAConfig(Config):
     attackers: list = param(subset_of(ATTACKERS, "attackers"), doc="RLA attackers, cross-fitted")
     attack_folds: int = param(count(2, "folds"))
     rf_estimators: int = param(count(0))
-    bootstrap: int = param(count(0), doc="resamples of target models for the pooled intervals (0 = none)")
+    bootstrap: int = param(count(0), doc="resamples (target models x clusters of trials) for the pooled intervals "
+                                         "(0 = none)")
     workers: int = param(count(1, "processes"), doc="processes for shadows, target cells, bootstrap")
     shadow_in_fraction: float = param(FRACTION_OPEN, default=0.5, doc="share of each client's trials a shadow "
                                                                       "trains on (0.5: complementary halves)")
+    bootstrap_unit: str = param(options(BOOTSTRAP_UNITS, "subjects or trials"), default="subjects",
+                                doc="the cluster the pooled bootstrap resamples with the target models: subjects "
+                                    "(= clients; trials of one client share its CSP and model) or single trials")
 
 
 # ---- the shadows -----------------------------------------------------------------------------------------------
@@ -141,11 +156,15 @@ def client_index(trials, member) -> np.ndarray:
     return np.concatenate(order)
 
 
-def trial_logits(task, weights, fed, order: np.ndarray) -> np.ndarray:
-    """Logits of every trial, each through its own client's CSP, in trial order."""
-    flat = [X.reshape(len(X), -1) for Xm, _, Xn, _ in fed.clients for X in (Xm, Xn)]
+def trial_logits(task, weights, fed, order: np.ndarray, locals_: list | None = None) -> np.ndarray:
+    """Logits of every trial, each through its own client's CSP and, where the task keeps BatchNorm statistics
+    local (FedBN), its own client's statistics ``locals_[c]`` (see :func:`mia.client_locals`), in trial order."""
+    locals_ = locals_ if locals_ is not None else [None] * len(fed.clients)
+    parts = [task.logits(weights, X.reshape(len(X), -1), local=local) if local is not None
+             else task.logits(weights, X.reshape(len(X), -1))
+             for (Xm, _, Xn, _), local in zip(fed.clients, locals_) for X in (Xm, Xn)]
     out = np.empty((order.size, task.classes.size))
-    out[order] = task.logits(weights, np.concatenate(flat))
+    out[order] = np.concatenate(parts)
     return out
 
 
@@ -171,9 +190,11 @@ def _train_shadows(indices, trials, masks, config: FederatedLiRAConfig, training
         for eps in epsilons:
             task, result = _federate(config.model, eps, seed, fed, training)
             y = task._targets(trials.y).numpy() if y is None else y
-            phis[epsilon_key(eps)] = logit_confidence(trial_logits(task, result.weights, fed, order), y)
+            phis[epsilon_key(eps)] = logit_confidence(trial_logits(task, result.weights, fed, order,
+                                                                    mia.client_locals(result, len(fed.clients))), y)
             if "untrained" not in phis:
-                phis["untrained"] = logit_confidence(trial_logits(task, _initial_weights(result), fed, order), y)
+                phis["untrained"] = logit_confidence(trial_logits(task, _initial_weights(result), fed, order,
+                                                                     mia.client_locals(result, len(fed.clients), 0)), y)
         out[int(j)] = phis
     return out
 
@@ -208,6 +229,45 @@ def _save_npz(path: Path, arrays: dict) -> None:
         np.savez(handle, **arrays)
 
 
+# ---- the targets' splits and what they can resolve -------------------------------------------------------------
+
+def target_member(trials, training: FederatedMIAConfig, seed: int) -> np.ndarray:
+    """Target ``seed``'s member mask: its own per-subject 80/20 split, drawn from ``split_seed`` and the target
+    index exactly as ``federated_mia``'s cell of that seed draws it (:func:`~eegprivacy.studies.federated.mia.
+    seed_split`), so that pooling over targets pools over splits, not over one split's trials only."""
+    return mia.seed_split(trials, training, int(seed))
+
+
+def independent_nonmembers(members) -> int:
+    """Distinct trials that were a non-member of at least one target model, each counted once: (n_models,
+    n_trials) member masks in. S targets scoring the same held-out trial give S correlated scores, not S
+    independent non-members, so this, not the pooled count, is what a false-positive rate rests on."""
+    members = np.asarray(members).astype(bool)
+    if members.ndim != 2:
+        raise ValueError(f"members must be (n_models, n_trials), got shape {members.shape}")
+    return int((~members).any(axis=0).sum())
+
+
+def resolvable_fpr(fpr: float, n_independent: int) -> float:
+    """``fpr`` if ``n_independent`` non-members resolve it (n ≥ 1/fpr), else the smallest FPR on the 1-2-5 grid
+    (…, 0.001, 0.002, 0.005, 0.01, …) that they do: a TPR at FPR f needs at least 1/f independent negatives below
+    its threshold for f to mean anything."""
+    if not 0.0 < float(fpr) < 1.0:
+        raise ValueError(f"fpr must lie in (0, 1), got {fpr!r}")
+    n = int(n_independent)
+    if n < 1:
+        raise ValueError("no independent non-member: no false-positive rate can be resolved")
+    if n * float(fpr) >= 1.0 - 1e-12:
+        return float(fpr)
+    floor = 1.0 / n
+    exponent = int(np.floor(np.log10(floor)))
+    for step in (1.0, 2.0, 5.0, 10.0):
+        candidate = float(f"{step * 10.0 ** exponent:.12g}")
+        if candidate * n >= 1.0 - 1e-12:
+            return min(candidate, 1.0)
+    return 1.0  # unreachable: 10 · 10^⌊log10(1/n)⌋ ≥ 1/n
+
+
 # ---- scoring ---------------------------------------------------------------------------------------------------
 
 def zero_fpr_tpr(member, scores) -> float:
@@ -237,17 +297,18 @@ def score_rows(member, scores: dict, **extra) -> list[dict]:
     return rows
 
 
+MEMBER_KEY = "member"  # the target's split, saved beside its per-trial scores
+
+
 @dataclass
 class TargetContext:
-    """What every target cell shares (pickled to the worker processes): the split, the federation on it, the
-    shadows' φ and where each cell leaves its per-trial scores."""
+    """What every target cell shares (pickled to the worker processes): the trials, the model input, the
+    shadows' φ and IN masks and where each cell leaves its per-trial scores. Each cell draws its own split."""
 
     config: FederatedLiRAConfig
     training: FederatedMIAConfig
     trials: object
-    member: np.ndarray
-    fed: mia.Federation
-    order: np.ndarray
+    output: str
     phis: dict
     masks: np.ndarray
     scores_dir: Path
@@ -270,14 +331,20 @@ def _rla_scores(config: FederatedLiRAConfig, logits, y, member, seed: int) -> di
 
 
 def target_cell(cell: dict, seed: int, ctx: TargetContext) -> list[dict]:
-    """One target federation at one ε: LiRA online/offline, the untrained control and the RLAs; the per-trial
-    scores go beside the cell's rows for the pooled metrics and the ROC figure."""
-    eps, config, member = float(cell["epsilon"]), ctx.config, ctx.member
-    task, result = _federate(config.model, eps, seed, ctx.fed, ctx.training)
+    """One target federation at one ε on its own member split (:func:`target_member`): LiRA online/offline, the
+    untrained control and the RLAs; the per-trial scores and the split go beside the cell's rows for the pooled
+    metrics and the ROC figure. LiRA's fits read only the shadows (their φ and random IN masks), never the
+    target's split, so the online IN/OUT comparison is the same whichever split a target drew."""
+    eps, config = float(cell["epsilon"]), ctx.config
+    member = target_member(ctx.trials, ctx.training, seed)
+    fed = mia.Federation(ctx.trials, member, ctx.output, ctx.training.csp_components)
+    order = client_index(ctx.trials, member)
+    task, result = _federate(config.model, eps, seed, fed, ctx.training)
     y = task._targets(ctx.trials.y).numpy()
-    logits = trial_logits(task, result.weights, ctx.fed, ctx.order)
+    logits = trial_logits(task, result.weights, fed, order, mia.client_locals(result, len(fed.clients)))
     phi = logit_confidence(logits, y)
-    phi0 = logit_confidence(trial_logits(task, _initial_weights(result), ctx.fed, ctx.order), y)
+    phi0 = logit_confidence(trial_logits(task, _initial_weights(result), fed, order,
+                                         mia.client_locals(result, len(fed.clients), 0)), y)
     shadows, masks, variance = ctx.phis, ctx.masks, config.lira_variance
     scores = {("lira_online", ""): LiRA("online", variance).fit(shadows[epsilon_key(eps)], masks).score_samples(phi),
               ("lira_offline", ""): LiRA("offline", variance).fit(shadows[epsilon_key(eps)], masks).score_samples(phi),
@@ -292,35 +359,63 @@ def target_cell(cell: dict, seed: int, ctx: TargetContext) -> list[dict]:
              {"metric": "n_members", "value": float(member.sum())},
              {"metric": "n_nonmembers", "value": float(nonmember.sum())}]
     _save_npz(ctx.scores_dir / f"{config_key({**cell, 'seed': seed})}.npz",
-              {f"{a}|{b}": s for (a, b), s in scores.items()})
+              {MEMBER_KEY: member, **{f"{a}|{b}": s for (a, b), s in scores.items()}})
     return rows
 
 
 # ---- pooled over target models, and shadow-as-target -----------------------------------------------------------
 
-def _pooled_metrics(groups: list) -> dict[str, float]:
-    return _metrics(np.concatenate([g[0] for g in groups]), np.concatenate([g[1] for g in groups]))
+def _pooled_metrics(members: np.ndarray, scores: np.ndarray, fpr: float) -> dict[str, float]:
+    """AUROC, TPR at ``fpr`` and TPR at zero false positives of (n_models, n_trials) scores pooled."""
+    member, score = members.ravel().astype(int), scores.ravel()
+    if member.min() == member.max():  # a resample without members or without non-members
+        return {m: float("nan") for m in POOLED_METRICS}
+    return {"auroc": auroc(member, score), "tpr_at_resolvable_fpr": tpr_at_fpr(member, score, fpr),
+            "tpr_at_zero_fpr": zero_fpr_tpr(member, score)}
 
 
-def _resampled_metrics(groups: list, resamples: list) -> list[dict[str, float]]:
-    return [_pooled_metrics([groups[i] for i in picks]) for picks in resamples]
+def _stack(groups: list) -> tuple[np.ndarray, np.ndarray]:
+    """(n_models, n_trials) member masks and scores from [(member, scores) per model]."""
+    members = np.stack([np.asarray(g[0]).astype(int).ravel() for g in groups])
+    scores = np.stack([np.asarray(g[1], dtype=float).ravel() for g in groups])
+    if members.shape != scores.shape:
+        raise ValueError(f"every model needs one member flag per score: {members.shape} vs {scores.shape}")
+    return members, scores
 
 
-def _bootstrap(groups: list, n_boot: int, seed: int, n_jobs: int = 1) -> dict[str, tuple[float, float]]:
-    """Percentile 95 % interval of every pooled metric, resampling whole groups (target models) with
-    replacement; NaN when fewer than half the resamples give a finite value. The resamples are drawn here, in
-    order, and scored in ``n_jobs`` processes, so the interval does not depend on ``n_jobs``."""
-    out = {m: (float("nan"), float("nan")) for m in METRICS}
-    if n_boot < 1 or len(groups) < 2:
+def _resampled_metrics(members, scores, cluster_rows, resamples, fpr: float) -> list[dict[str, float]]:
+    out = []
+    for models, clusters in resamples:
+        trials = np.concatenate([cluster_rows[c] for c in clusters])
+        out.append(_pooled_metrics(members[models][:, trials], scores[models][:, trials], fpr))
+    return out
+
+
+def cluster_bootstrap(members, scores, clusters, fpr: float, n_boot: int, seed: int,
+                      n_jobs: int = 1) -> dict[str, tuple[float, float]]:
+    """Percentile 95 % interval of every pooled metric from a two-way bootstrap: each resample draws the models
+    with replacement and, independently, the clusters of trials (``clusters``: one code per trial, e.g. its
+    subject; ``None`` = every trial its own cluster), and pools every drawn model's scores on every drawn
+    cluster's trials. Resampling the models alone (the old interval) treats the trials as fixed and so ignores
+    the uncertainty that matters most when few distinct trials are held out. NaN when fewer than half the
+    resamples give a finite value; the resamples are drawn here, in order, so ``n_jobs`` does not move it."""
+    out = {m: (float("nan"), float("nan")) for m in POOLED_METRICS}
+    n_models, n_trials = members.shape
+    codes = np.arange(n_trials) if clusters is None else np.unique(np.asarray(clusters), return_inverse=True)[1]
+    if codes.size != n_trials:
+        raise ValueError(f"{codes.size} cluster codes for {n_trials} trials")
+    cluster_rows = [np.flatnonzero(codes == c) for c in range(codes.max() + 1)]
+    if n_boot < 1 or n_models * len(cluster_rows) < 2:
         return out
     from joblib import Parallel, delayed
 
     rng = np.random.default_rng(seed)
-    resamples = [rng.integers(0, len(groups), len(groups)) for _ in range(n_boot)]
+    resamples = [(rng.integers(0, n_models, n_models), rng.integers(0, len(cluster_rows), len(cluster_rows)))
+                 for _ in range(n_boot)]
     chunks = [[resamples[i] for i in part] for part in np.array_split(np.arange(n_boot), max(1, n_jobs))]
-    draws = [d for part in Parallel(n_jobs=n_jobs)(delayed(_resampled_metrics)(groups, c) for c in chunks)
-             for d in part]
-    for metric in METRICS:
+    draws = [d for part in Parallel(n_jobs=n_jobs)(
+        delayed(_resampled_metrics)(members, scores, cluster_rows, c, fpr) for c in chunks) for d in part]
+    for metric in POOLED_METRICS:
         values = np.array([d[metric] for d in draws], dtype=float)
         values = values[np.isfinite(values)]
         if values.size >= n_boot / 2:
@@ -328,19 +423,29 @@ def _bootstrap(groups: list, n_boot: int, seed: int, n_jobs: int = 1) -> dict[st
     return out
 
 
-def pooled_rows(per_model: dict, n_boot: int, seed: int, scope: str, n_jobs: int = 1) -> tuple[list[dict], dict]:
-    """Metrics of scores pooled over target models (each a (member, scores) pair), with a bootstrap interval
-    over models (scored in ``n_jobs`` processes); returns rows and each attack's pooled ROC for the figure."""
+def pooled_rows(per_model: dict, n_boot: int, seed: int, scope: str, n_jobs: int = 1,
+                clusters=None) -> tuple[list[dict], dict]:
+    """Metrics of scores pooled over models (each a (member, scores) pair over the same trials, a split of its
+    own), at the lowest FPR their independent non-members resolve (:func:`resolvable_fpr`), with a two-way
+    bootstrap interval over models and ``clusters`` of trials (``None``: single trials; :func:`cluster_bootstrap`);
+    returns rows and each attack's pooled ROC for the figure."""
     rows, curves = [], {}
+    ci_over = ("trials" if clusters is None else "subjects") + "+seeds"
     for key, groups in per_model.items():
-        members = np.concatenate([g[0] for g in groups])
-        curves[key] = roc(members.astype(int), np.concatenate([g[1] for g in groups]))
-        values, intervals = _pooled_metrics(groups), _bootstrap(groups, n_boot, seed, n_jobs)
-        for metric in METRICS:
+        members, scores = _stack(groups)
+        n_independent = independent_nonmembers(members)
+        fpr = resolvable_fpr(LOWEST_FPR, n_independent)
+        curves[key] = roc(members.ravel(), scores.ravel())
+        values = _pooled_metrics(members, scores, fpr)
+        intervals = cluster_bootstrap(members, scores, clusters, fpr, n_boot, seed, n_jobs)
+        for metric in POOLED_METRICS:
             rows.append({"metric": metric, "value": values[metric], "ci_low": intervals[metric][0],
-                         "ci_high": intervals[metric][1], "chance": chance_of(metric), "attack": key[0],
+                         "ci_high": intervals[metric][1], "ci_over": ci_over,
+                         "chance": fpr if metric == "tpr_at_resolvable_fpr" else chance_of(metric),
+                         "fpr": fpr if metric == "tpr_at_resolvable_fpr" else np.nan, "attack": key[0],
                          "attacker": key[1], "scope": scope, "n": float(members.size),
-                         "n_nonmembers": float((members == 0).sum()), "n_models": len(groups)})
+                         "n_nonmembers": float((members == 0).sum()),
+                         "n_independent_nonmembers": float(n_independent), "n_models": len(groups)})
     return rows, curves
 
 
@@ -358,22 +463,25 @@ def shadow_loo(phis: dict, masks: np.ndarray, eps_key: str, variance: str) -> di
 
 
 def summarise(tidy: pd.DataFrame) -> pd.DataFrame:
-    """One row per (ε, scope, attack, attacker, metric): per-seed/per-shadow scopes as mean and t-interval,
-    pooled scopes as their value and bootstrap interval."""
+    """One row per (ε, scope, attack, attacker, metric): per-seed/per-shadow scopes as mean and t-interval over
+    models (``ci_over = seeds``), pooled scopes as their value and two-way bootstrap interval (``ci_over``
+    ``subjects+seeds`` or ``trials+seeds``), their FPR and independent non-members beside."""
     rows = []
     keys = ["epsilon", "scope", "attack", "attacker", "metric"]
-    frame = tidy[tidy["metric"].isin(METRICS)]
+    frame = tidy[tidy["metric"].isin(set(METRICS) | set(POOLED_METRICS))]
     for key, part in frame.groupby(keys, dropna=False, sort=True):
         record = dict(zip(keys, key))
         if str(record["scope"]).endswith("pooled"):
             r = part.iloc[0]
             record.update(value=r["value"], ci_low=r["ci_low"], ci_high=r["ci_high"], n=r["n"],
-                          n_nonmembers=r.get("n_nonmembers"), chance=r["chance"])
+                          n_nonmembers=r.get("n_nonmembers"), chance=r["chance"], ci_over=r.get("ci_over"),
+                          fpr=r.get("fpr", np.nan), n_independent_nonmembers=r.get("n_independent_nonmembers"))
         else:
             mean, low, high = mean_ci(part["value"].to_numpy(dtype=float))
             low, high = max(low, 0.0), min(high, 1.0)  # every metric here is a rate in [0, 1]
             record.update(value=mean, ci_low=low, ci_high=high, n=float(part["value"].notna().sum()),
-                          n_nonmembers=np.nan, chance=float(part["chance"].iloc[0]))
+                          n_nonmembers=np.nan, chance=float(part["chance"].iloc[0]), ci_over="seeds",
+                          fpr=np.nan, n_independent_nonmembers=np.nan)
         rows.append(record)
     return pd.DataFrame(rows)
 
@@ -392,14 +500,13 @@ class Plan:
 
 
 class LiRAStudy:
-    """LiRA and RLA on one dataset: the shared member split and the federation on it, the shadows' φ, each ε's
-    target cells and what is pooled over them. ``training`` holds the target's knobs (the shadows share them),
-    ``spec`` the dataset's spec in it, ``code`` the stage's code hash (part of every cache key). Reads the trials
-    and draws the target's member split and the shadows' IN masks."""
+    """LiRA and RLA on one dataset: the shadows' φ, each ε's target cells (each on its own member split) and what
+    is pooled over them. ``training`` holds the target's knobs (the shadows share them), ``spec`` the dataset's
+    spec in it, ``code`` the stage's code hash (part of every cache key). Reads the trials and draws every
+    target's member split and the shadows' IN masks."""
 
     def __init__(self, config: FederatedLiRAConfig, training: FederatedMIAConfig, dataset: str, spec: DatasetSpec,
                  cells_dir: Path, code: str, progress: bool = True):
-        from eegprivacy.federated.splits import member_split
         from eegprivacy.signal.csp import MODEL_INPUT
 
         self.config, self.training, self.dataset, self.spec = config, training, dataset, spec
@@ -409,10 +516,13 @@ class LiRAStudy:
         self.output = MODEL_INPUT[config.model]
         self.epsilons = [float(e) for e in config.epsilons]
         subjects = self.trials.metadata["subject"]
-        self.member = member_split(self.trials.y, subjects, training.test_size, training.split_seed)
+        self.target_members = np.stack([target_member(self.trials, training, seed)
+                                        for seed in range(config.target_seeds)])
+        # Subjects (= clients) as codes for the cluster bootstrap; the ids themselves stay here.
+        self.clusters = (np.unique(subjects.astype(str).to_numpy(), return_inverse=True)[1]
+                         if config.bootstrap_unit == "subjects" else None)
         self.masks = shadow_membership(self.trials.y, subjects.to_numpy(), config.n_shadows, config.shadow_seed,
                                        config.shadow_in_fraction)
-        self.fed = mia.Federation(self.trials, self.member, self.output, training.csp_components)
         self.knobs = {k: getattr(training, k) for k in TRAINING_KNOBS}
         self.attack_knobs = {k: getattr(config, k) for k in ATTACK_KNOBS}
         self.root = cells_dir / STAGE / dataset / config.model
@@ -435,7 +545,7 @@ class LiRAStudy:
         return required_tags(study="b", stage=STAGE, dataset=self.dataset, dataset_version=self.version,
                              synthetic=self.synthetic, seed=seed, dvc_stage=STAGE, model=self.config.model,
                              epsilon=epsilon_key(eps), mechanism=mechanism, attack="lira,rla",
-                             split="per_subject_80_20")
+                             split="per_subject_80_20_per_target")
 
     def plans(self) -> list[Plan]:
         """Each ε's target cells (seeds 0..target_seeds-1) with its runner, in the order they run."""
@@ -462,13 +572,14 @@ class LiRAStudy:
     def run_targets(self, plans: list[Plan]) -> list[pd.DataFrame]:
         """The target cells of every ε in ``workers`` processes, like the shadows (each is a function of its seed
         alone)."""
-        context = TargetContext(self.config, self.training, self.trials, self.member, self.fed,
-                                client_index(self.trials, self.member), self.phis, self.masks, self.scores_dir)
+        context = TargetContext(self.config, self.training, self.trials, self.output, self.phis, self.masks,
+                                self.scores_dir)
         return run_prefetched([(p.runner, p.cells) for p in plans], functools.partial(target_cell, ctx=context),
                               n_jobs=self.config.workers)
 
     def _saved_scores(self, plan: Plan) -> dict:
-        """{(attack, attacker): [(member, scores) per target seed]} from the files the cells left."""
+        """{(attack, attacker): [(member, scores) per target seed]} from the files the cells left (each target's
+        own split beside its scores)."""
         per_model: dict = {}
         for cell in plan.cells:
             path = self.scores_dir / f"{cell.key}.npz"
@@ -476,8 +587,10 @@ class LiRAStudy:
                 raise FileNotFoundError(f"{path} is missing while its cell's rows are cached; delete "
                                         f"{plan.runner.out_dir} and run the stage again")
             with np.load(path) as saved:
+                member = saved[MEMBER_KEY].astype(int)
                 for k in saved.files:
-                    per_model.setdefault(tuple(k.split("|")), []).append((self.member.astype(int), saved[k]))
+                    if k != MEMBER_KEY:
+                        per_model.setdefault(tuple(k.split("|")), []).append((member, saved[k]))
         return per_model
 
     def pooled(self, plan: Plan) -> pd.DataFrame:
@@ -485,10 +598,11 @@ class LiRAStudy:
         go to ``curves``, the pooled numbers to ``parent_metrics``."""
         config, key = self.config, epsilon_key(plan.epsilon)
         rows, roc_t = pooled_rows(self._saved_scores(plan), config.bootstrap, config.shadow_seed, "target_pooled",
-                                  config.workers)
+                                  config.workers, self.clusters)
         # Shadow-as-target needs two IN and two OUT values per trial once a pair leaves: six shadows or more.
         loo = shadow_loo(self.phis, self.masks, key, config.lira_variance) if self.masks.shape[0] >= 6 else {}
-        rows_l, roc_l = pooled_rows(loo, config.bootstrap, config.shadow_seed, "shadow_loo_pooled", config.workers)
+        rows_l, roc_l = pooled_rows(loo, config.bootstrap, config.shadow_seed, "shadow_loo_pooled", config.workers,
+                                    self.clusters)
         for attack, groups in loo.items():  # per shadow target, like the per-seed rows of the real targets
             for j, (m, s) in enumerate(groups):
                 rows_l += [{**r, "shadow": j} for r in score_rows(m.astype(bool), {attack: s}, scope="shadow_loo")]
@@ -517,9 +631,12 @@ class LiRAStudy:
     def meta(self) -> dict:
         """What the report and the headline JSON say about the run."""
         config, training = self.config, self.training
+        members = self.target_members
         return {"dataset": self.dataset, "model": config.model, "synthetic": self.synthetic,
-                "split_seed": training.split_seed, "n_members": int(self.member.sum()),
-                "n_nonmembers": int((~self.member).sum()), "n_clients": len(self.fed.clients),
+                "split_seed": training.split_seed, "n_trials": int(members.shape[1]),
+                "n_members": int(members[0].sum()), "n_nonmembers": int((~members[0]).sum()),
+                "n_independent_nonmembers": independent_nonmembers(members),
+                "n_clients": len(self.trials.subjects()), "bootstrap_unit": config.bootstrap_unit,
                 "target_seeds": config.target_seeds, "n_shadows": config.n_shadows,
                 "shadow_in_fraction": config.shadow_in_fraction, "lira_variance": config.lira_variance,
                 "attack_folds": config.attack_folds, "epsilons": self.epsilons,

@@ -9,6 +9,13 @@ matched Gaussian updates) and GLA sound (same global model, member vs non-member
 client); the CLA runs once per cell on the updates of all rounds. ε is per mechanism application (one local
 step), not a cumulative guarantee (:data:`NOTE`).
 
+BatchNorm (EEGNet): with ``batchnorm_stats: local`` (FedBN, the default) each client keeps its own running
+statistics, the server averages the trainable parameters only, and every evaluation or attack of "the global
+model" on a client's trials uses that client's statistics after the round (:meth:`Scoring.client_locals`); with
+``shared`` the statistics travel un-noised with the weights (no DP guarantee at any ε). A DP client's reply holds
+no train loss and no gradient norm (:mod:`eegprivacy.federated.client_app`); ``client_train_loss`` is then the
+experimenter-side mean over the sampled clients' kept diagnostics, never sent to the server.
+
 The library a notebook, the ``federated_mia`` stage, federated_lira's shadows and optuna_study_b's trials share:
 every knob comes from a :class:`~eegprivacy.studies.federated.config.FederatedMIAConfig`.
 """
@@ -41,7 +48,8 @@ NOTE = ("epsilon is per mechanism application (one local optimiser step on one b
         "cumulative guarantee over steps, epochs or rounds")
 # The knobs every cell records (its cache key, its tidy rows' columns, its MLflow params).
 CELL_KNOBS = ("clip_norm", "test_size", "split_seed", "csp_components", "clients_per_round", "num_rounds",
-              "local_epochs", "learning_rate", "batch_size", "rf_estimators", "attack_test_size", "cla_components")
+              "local_epochs", "learning_rate", "batch_size", "rf_estimators", "attack_test_size", "cla_components",
+              "batchnorm_stats")
 
 
 def load_trials(name: str, spec: DatasetSpec):
@@ -115,7 +123,7 @@ def federate(cell: dict, seed: int, fed: Federation, config: FederatedMIAConfig)
     eps = float(cell["epsilon"])
     dp = LaplaceGradientDP(float(config.clip_norm), eps) if math.isfinite(eps) else None
     task = TorchTask(cell["model"], fed.input_shape, learning_rate=float(config.learning_rate),
-                     batch_size=config.batch_size, dp=dp)
+                     batch_size=config.batch_size, dp=dp, batchnorm_stats=config.batchnorm_stats)
     result = run_fedavg(task, fed.partitions(), config.num_rounds, config.local_epochs, seed, "inprocess",
                         keep_updates=True, strategy_factory=sampling_strategy(config.clients_per_round, seed))
     return task, result
@@ -123,6 +131,23 @@ def federate(cell: dict, seed: int, fed: Federation, config: FederatedMIAConfig)
 
 def _flat(X: np.ndarray) -> np.ndarray:
     return X.reshape(len(X), -1)
+
+
+def client_locals(result, n_clients: int, rnd: int | None = None) -> list:
+    """Every client's local state (FedBN statistics) after round ``rnd`` (0: before training; None: the last
+    round), or Nones when the task keeps nothing local. What evaluating the global model on a client's own trials
+    must use: the client normalises its data with its own statistics."""
+    if result is None or result.initial_local is None:
+        return [None] * n_clients
+    if rnd == 0:
+        return [result.initial_local] * n_clients
+    return [result.local_state(k, rnd) for k in range(n_clients)]
+
+
+def per_client(fn, parts, locals_: list) -> np.ndarray:
+    """``fn(X, y, local)`` on each client's (X, y) with its own local state, concatenated in client order (the
+    order of :meth:`Federation.pooled`)."""
+    return np.concatenate([fn(_flat(X), y, local) for (X, y), local in zip(parts, locals_)])
 
 
 def _attack_rows(scores: dict, attack: str, attacker: str, rnd) -> list[dict]:
@@ -138,12 +163,14 @@ def _attack_rows(scores: dict, attack: str, attacker: str, rnd) -> list[dict]:
     return rows
 
 
-def utility_rows(task, weights, fed: Federation, rnd: int) -> list[dict]:
-    """Global model on every client's non-members: pooled metrics, client means, per-client accuracy."""
+def utility_rows(task, weights, fed: Federation, rnd: int, locals_: list | None = None) -> list[dict]:
+    """Global model on every client's non-members (each with its own local state in ``locals_``): pooled metrics,
+    client means, per-client accuracy."""
     rows, per_client = [], []
+    locals_ = locals_ or [None] * len(fed.clients)
     for k, (_, _, Xn, yn) in enumerate(fed.clients):
-        proba = task.predict_proba(weights, _flat(Xn))
-        loss = float(task.losses(weights, _flat(Xn), yn).mean())
+        proba = task.predict_proba(weights, _flat(Xn), local=locals_[k])
+        loss = float(task.losses(weights, _flat(Xn), yn, local=locals_[k]).mean())
         cm = classification_metrics(**confusion_counts(yn, proba.argmax(1)))
         one = {"accuracy": cm["accuracy"], "precision": cm["precision"], "recall": cm["recall"], "f1": cm["f1"],
                "auroc": auroc(yn, proba[:, 1]), "loss": loss}
@@ -160,20 +187,48 @@ def utility_rows(task, weights, fed: Federation, rnd: int) -> list[dict]:
 class Scoring:
     """One cell's pooled members and non-members, and what the attacks read off a global model's weights."""
 
-    def __init__(self, task, fed: Federation, config: FederatedMIAConfig, seed: int):
-        self.task, self.fed, self.config, self.seed = task, fed, config, seed
+    def __init__(self, task, fed: Federation, config: FederatedMIAConfig, seed: int, result=None):
+        self.task, self.fed, self.config, self.seed, self.result = task, fed, config, seed, result
+        self.sound_rounds: list = []  # every attacked round's sound-GLA updates, pooled per cell
         self.Xm, self.ym, _ = fed.pooled(True)
         self.Xn, self.yn, _ = fed.pooled(False)
 
-    def record(self, weights) -> tuple:
-        """The record-level attack's inputs: probabilities, targets and losses of members, then non-members."""
-        task, Xm, ym, Xn, yn = self.task, self.Xm, self.ym, self.Xn, self.yn
-        pm, pn = task.predict_proba(weights, _flat(Xm)), task.predict_proba(weights, _flat(Xn))
-        lm, ln = task.losses(weights, _flat(Xm), ym), task.losses(weights, _flat(Xn), yn)
+    def client_locals(self, rnd: int | None = None) -> list:
+        """Each client's local state after round ``rnd`` (0: the untrained model's), see :func:`client_locals`."""
+        return client_locals(self.result, len(self.fed.clients), rnd)
+
+    def _members(self, members: bool) -> list:
+        i = (0, 1) if members else (2, 3)
+        return [(c[i[0]], c[i[1]]) for c in self.fed.clients]
+
+    def record(self, weights, locals_: list | None = None) -> tuple:
+        """The record-level attack's inputs: probabilities, targets and losses of members, then non-members
+        (each client's trials through its own local state in ``locals_``)."""
+        task, ym, yn = self.task, self.ym, self.yn
+        if locals_ is None or all(local is None for local in locals_):
+            Xm, Xn = self.Xm, self.Xn
+            pm, pn = task.predict_proba(weights, _flat(Xm)), task.predict_proba(weights, _flat(Xn))
+            lm, ln = task.losses(weights, _flat(Xm), ym), task.losses(weights, _flat(Xn), yn)
+        else:
+            def proba(X, y, local):
+                return task.predict_proba(weights, X, local=local)
+
+            def losses(X, y, local):
+                return task.losses(weights, X, y, local=local)
+
+            members, nonmembers = self._members(True), self._members(False)
+            pm, pn = per_client(proba, members, locals_), per_client(proba, nonmembers, locals_)
+            lm, ln = per_client(losses, members, locals_), per_client(losses, nonmembers, locals_)
         return pm, task._targets(ym).numpy(), pn, task._targets(yn).numpy(), lm, ln
 
-    def embeddings(self, weights) -> tuple:
-        return self.task.embed(weights, _flat(self.Xm)), self.task.embed(weights, _flat(self.Xn))
+    def embeddings(self, weights, locals_: list | None = None) -> tuple:
+        if locals_ is None or all(local is None for local in locals_):
+            return self.task.embed(weights, _flat(self.Xm)), self.task.embed(weights, _flat(self.Xn))
+
+        def embed(X, y, local):
+            return self.task.embed(weights, X, local=local)
+
+        return per_client(embed, self._members(True), locals_), per_client(embed, self._members(False), locals_)
 
     def attackers(self, *seed_keys: int):
         """(name, keyword arguments) of every configured attacker, seeded from the cell seed and ``seed_keys``."""
@@ -196,52 +251,100 @@ class Scoring:
         which has seen no trial. Each client's CSP and its scaling are fitted on its members only, so members and
         non-members can differ before any training; whatever these attacks find above chance comes from that
         pipeline, not from the federated model, and the trained-model scores should be read against it."""
-        record, embeddings = self.record(initial), self.embeddings(initial)
+        locals_ = self.client_locals(0)
+        record, embeddings = self.record(initial, locals_), self.embeddings(initial, locals_)
         rows = []
         for attacker, kw in self.attackers(0, 11):
             rows += self.record_and_feature_rows(record, embeddings, 0, attacker, kw, "_untrained_control")
         return rows
 
-    def sound_updates(self, clients, before, rnd: int) -> tuple[list, list]:
+    def sound_updates(self, clients, before, rnd: int, initial=None) -> tuple[list, list, list, list]:
         """Sound GLA's data: the same global model trained by the same local procedure on equally many member
-        and non-member trials of each sampled client."""
+        and non-member trials of each sampled client; with ``initial`` (the untrained global model), also the
+        control's updates: ``initial`` trained on the very same batches with the same local seeds, so whatever the
+        control detects comes from the data and its member-fitted CSP, not from the trained model. Returns
+        (member, non-member, control member, control non-member) update lists (the control's empty without
+        ``initial``)."""
         from eegprivacy.federated.task import derive_seed
         from eegprivacy.models.gradients import update_vector
 
-        sound_m, sound_n = [], []
+        sound_m, sound_n, control_m, control_n = [], [], [], []
         for c in clients:
             Xcm, ycm, Xcn, ycn = self.fed.clients[c]
             pick = np.random.default_rng(derive_seed(self.seed, c, rnd, 7)).choice(len(ycm), len(ycn), replace=False)
-            for X_, y_, out, tag in ((Xcm[pick], ycm[pick], sound_m, 1), (Xcn, ycn, sound_n, 2)):
-                w, _ = self.task.train(before, _flat(X_), y_, epochs=self.config.local_epochs,
-                                       seed=derive_seed(self.seed, c, rnd, tag))
-                out.append(update_vector(w, before))
-        return sound_m, sound_n
+            for X_, y_, out, ctrl, tag in ((Xcm[pick], ycm[pick], sound_m, control_m, 1),
+                                           (Xcn, ycn, sound_n, control_n, 2)):
+                for start, sink in ((before, out), (initial, ctrl)):
+                    if start is None:
+                        continue
+                    w, _ = self.task.train(start, _flat(X_), y_, epochs=self.config.local_epochs,
+                                           seed=derive_seed(self.seed, c, rnd, tag))
+                    sink.append(update_vector(w, start))
+        return sound_m, sound_n, control_m, control_n
 
     def round_attack_rows(self, record, embeddings, updates, sound, clients, rnd: int) -> list[dict]:
-        """RLA, FLA, GLA (paper) and GLA (sound, when two or more clients were sampled) after round ``rnd``."""
+        """RLA, FLA, GLA (paper) and GLA (sound, and its untrained-model control when ``sound`` carries one; when
+        two or more clients were sampled) after round ``rnd``. The round's sound updates are kept for the test
+        pooled over rounds (:meth:`pooled_gla_rows`)."""
+        from eegprivacy.studies.federated import gla_sound as gs
+
+        member, nonmember, control_m, control_n = (list(sound) + [[], []])[:4]
+        has_control = len(control_m) == len(clients) and len(clients) > 0
+        self.sound_rounds.append(gs.SoundRound(rnd, np.asarray(clients), np.stack(member), np.stack(nonmember),
+                                               np.stack(control_m) if has_control else None,
+                                               np.stack(control_n) if has_control else None))
         half, rows = self.config.attack_test_size, []
         for attacker, kw in self.attackers(rnd, 11):
             rows += self.record_and_feature_rows(record, embeddings, rnd, attacker, kw)
             gla = SyntheticGradientAttack(**kw)
             rows += _attack_rows(gla.evaluate(*gla.attack_data(updates), test_size=half), "gla_paper", attacker, rnd)
             if len(clients) >= 2:
-                gla_sound = GradientLevelAttack(**kw)
-                X_, y_ = gla_sound.attack_data(np.stack(sound[0]), np.stack(sound[1]))
-                scores = gla_sound.evaluate(X_, y_, test_size=half, groups=np.concatenate([clients, clients]))
-                rows += _attack_rows(scores, "gla_sound", attacker, rnd)
+                groups = np.concatenate([clients, clients])
+                pairs = [(gs.ATTACK, member, nonmember)] + ([(gs.CONTROL, control_m, control_n)] if has_control else [])
+                for attack, m_, n_ in pairs:  # the same attacker seed: the same client split for both
+                    gla_sound = GradientLevelAttack(**kw)
+                    X_, y_ = gla_sound.attack_data(np.stack(m_), np.stack(n_))
+                    scores = gla_sound.evaluate(X_, y_, test_size=half, groups=groups)
+                    rows += _attack_rows(scores, attack, attacker, rnd)
         return rows
 
-    def grad_norms(self, weights, record) -> tuple[np.ndarray, np.ndarray]:
-        """Per-sample gradient norms of the global model, members and non-members."""
+    def pooled_gla_rows(self) -> list[dict]:
+        """The sound GLA (and its control, where computed) pooled over every attacked round of this cell: one test
+        per seed, split by client, with its minimum detectable AUROC (:mod:`~eegprivacy.studies.federated.
+        gla_sound`)."""
+        from eegprivacy.studies.federated import gla_sound as gs
+
+        rounds, rows = self.sound_rounds, []
+        if not rounds:
+            return rows
+        with_control = all(r.control_member is not None for r in rounds)
+        for attacker, kw in self.attackers(19):
+            for attack, control in [(gs.POOLED, False)] + ([(gs.POOLED_CONTROL, True)] if with_control else []):
+                scores = gs.pooled_scores(rounds, kw, self.config.attack_test_size, control)
+                if scores:
+                    rows += _attack_rows(scores, attack, attacker, float("nan"))
+                    rows += gs.power_rows(scores, attack, attacker)
+        return rows + [gs.rounds_row(rounds)]
+
+    def grad_norms(self, weights, record, locals_: list | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Per-sample gradient norms of the global model, members and non-members (each client's model in eval
+        mode with its own local state; experimenter-side, not what a client sends)."""
         import torch
 
         from eegprivacy.models.gradients import per_sample_grad_norms
 
-        net, ce, (_, ym_i, _, yn_i, _, _) = self.task.model(weights), torch.nn.CrossEntropyLoss(), record
-        gm = per_sample_grad_norms(net, self.task._inputs(_flat(self.Xm)), torch.from_numpy(ym_i), ce)
-        gn = per_sample_grad_norms(net, self.task._inputs(_flat(self.Xn)), torch.from_numpy(yn_i), ce)
-        return gm, gn
+        task, ce = self.task, torch.nn.CrossEntropyLoss()
+
+        def norms(X, y, local):
+            return per_sample_grad_norms(task.model(weights, local), task._inputs(X),
+                                         task._targets(y), ce)
+
+        if locals_ is None or all(local is None for local in locals_):
+            net, (_, ym_i, _, yn_i, _, _) = task.model(weights), record
+            gm = per_sample_grad_norms(net, task._inputs(_flat(self.Xm)), torch.from_numpy(ym_i), ce)
+            gn = per_sample_grad_norms(net, task._inputs(_flat(self.Xn)), torch.from_numpy(yn_i), ce)
+            return gm, gn
+        return per_client(norms, self._members(True), locals_), per_client(norms, self._members(False), locals_)
 
     def client_level_rows(self, X_all: np.ndarray, y_all: np.ndarray) -> list[dict]:
         """CLA on every round's updates, labelled by client; clients seen fewer than twice cannot be split."""
@@ -259,15 +362,33 @@ class Scoring:
         return rows
 
 
-def loss_rows(record, history: dict, rnd: int) -> list[dict]:
-    """Mean member (train) and non-member (test) loss of the global model, their gap, and FedAvg's weighted
-    last-epoch client loss (train mode)."""
+def client_train_loss(result, rnd: int) -> float:
+    """The sampled clients' mean last-epoch train loss in round ``rnd`` (train mode): the server's FedAvg-weighted
+    figure where clients send it (no DP), else the experimenter-side diagnostics the clients kept (a DP client
+    never sends its loss), weighted the same way."""
+    history = {h["round"]: h for h in result.history}
+    sent = history.get(rnd, {}).get("train_loss")
+    if sent is not None:
+        return float(sent)
+    kept = (result.diagnostics or {}).get(rnd, {})
+    if not kept:
+        return float("nan")
+    n = np.array([result.n_examples[c] for c in kept], dtype=float)
+    return float(n @ np.array([kept[c].get("train_loss", np.nan) for c in kept]) / n.sum())
+
+
+def loss_rows(record, history: dict, rnd: int, client_loss: float | None = None) -> list[dict]:
+    """Mean member (train) and non-member (test) loss of the global model, their gap, and the sampled clients'
+    weighted last-epoch loss (train mode; ``client_loss``, else FedAvg's from ``history``). With DP that last one
+    is an experimenter-side diagnostic (``sent_to_server`` False), not something the server received."""
     lm, ln = record[4], record[5]
+    if client_loss is None:
+        client_loss = float(history.get(rnd, {}).get("train_loss", float("nan")))
+    sent = "train_loss" in history.get(rnd, {})
     return [{"metric": "train_loss", "value": float(lm.mean()), "round": rnd},
             {"metric": "test_loss", "value": float(ln.mean()), "round": rnd},
             {"metric": "loss_gap", "value": float(ln.mean() - lm.mean()), "round": rnd},
-            {"metric": "client_train_loss", "round": rnd,
-             "value": float(history.get(rnd, {}).get("train_loss", float("nan")))}]
+            {"metric": "client_train_loss", "round": rnd, "value": float(client_loss), "sent_to_server": sent}]
 
 
 def grad_norm_rows(norms: dict, rnd: int, last: bool) -> list[dict]:
@@ -292,7 +413,7 @@ def cell_rows(cell: dict, seed: int, trials, config: FederatedMIAConfig,
 
     fed = Federation(trials, seed_split(trials, config, seed), MODEL_INPUT[cell["model"]], config.csp_components)
     task, result = federate(cell, seed, fed, config)
-    scoring = Scoring(task, fed, config, seed)
+    scoring = Scoring(task, fed, config, seed, result=result)
     rounds = sorted(result.sent)
     history = {h["round"]: h for h in result.history}
     rows, cla_X, cla_y, norms_m, norms_n = [], [], [], [], []
@@ -300,22 +421,24 @@ def cell_rows(cell: dict, seed: int, trials, config: FederatedMIAConfig,
     for i, rnd in enumerate(rounds):
         after = result.sent[rounds[i + 1]] if i + 1 < len(rounds) else result.weights
         before = result.sent[rnd]
-        rows += utility_rows(task, after, fed, rnd)
-        record = scoring.record(after)
-        rows += loss_rows(record, history, rnd)
-        embeddings = scoring.embeddings(after)
+        locals_ = scoring.client_locals(rnd)
+        rows += utility_rows(task, after, fed, rnd, locals_)
+        record = scoring.record(after, locals_)
+        rows += loss_rows(record, history, rnd, client_train_loss(result, rnd))
+        embeddings = scoring.embeddings(after, locals_)
         clients = sorted(result.updates[rnd])
         updates = np.stack([update_vector(result.updates[rnd][c], before) for c in clients])
         cla_X.append(updates)
         cla_y.append(np.array(clients))
         if config.attacked(rnd):
-            sound = scoring.sound_updates(clients, before, rnd)
+            sound = scoring.sound_updates(clients, before, rnd, initial=result.sent[rounds[0]])
             rows += scoring.round_attack_rows(record, embeddings, updates, sound, clients, rnd)
-        gm, gn = scoring.grad_norms(after, record)
+        gm, gn = scoring.grad_norms(after, record, locals_)
         norms_m.append(gm)
         norms_n.append(gn)
         rows += grad_norm_rows({"member": gm, "nonmember": gn}, rnd, last=i + 1 == len(rounds))
     X_all, y_all = np.concatenate(cla_X), np.concatenate(cla_y)
+    rows += scoring.pooled_gla_rows()
     rows += scoring.client_level_rows(X_all, y_all)
     if arrays_dir is not None:
         save_arrays(Path(arrays_dir) / f"{config_key({**cell, 'seed': seed})}.npz",
@@ -323,6 +446,9 @@ def cell_rows(cell: dict, seed: int, trials, config: FederatedMIAConfig,
                     updates=X_all.astype(np.float32), grad_norm_member=np.stack(norms_m).astype(np.float32),
                     grad_norm_nonmember=np.stack(norms_n).astype(np.float32))
     rows.append({"metric": "noise_scale", "value": task.dp.noise_scale if task.dp else 0.0})
+    # 1 where something data-dependent travels un-noised beside the DP weights (shared BatchNorm statistics).
+    rows.append({"metric": "unnoised_channels", "value": float(len(task.unnoised_channels) if task.private else 0),
+                 "detail": ",".join(task.unnoised_channels) if task.private else ""})
     rows.append({"metric": "n_clients", "value": float(len(fed.clients))})
     return rows
 

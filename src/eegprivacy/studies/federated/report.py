@@ -3,7 +3,9 @@
 Two spreads, named apart. ``std`` (the paper's ±) is the standard deviation across federated rounds of one run,
 averaged over seeds: how a score moves during training, not uncertainty. ``ci_low``/``ci_high`` is the 95 %
 Student-t interval across seeds (split, initialisation, client sampling and DP noise all change with the seed) of
-each seed's mean over rounds: the uncertainty of the number. Chance levels stand beside every attack score.
+each seed's mean over rounds: the uncertainty of the number. With 3 seeds it is a t(2) interval (quantile 4.30),
+wide and marked as such (``ci_method``); scores' intervals are clipped to [0, 1] (``ci_clipped``). Chance levels
+stand beside every attack score.
 
 Each score also gets a one-sided test against its chance (one-sample t-test of the per-seed means: is the score
 above chance?) and a Holm adjustment over every cell of its table (:func:`table_of`: one table per dataset for
@@ -18,7 +20,6 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-
 from scipy import stats
 
 from eegprivacy.attacks.membership import loss_gap_regression
@@ -59,9 +60,15 @@ def across_rounds(tidy: pd.DataFrame) -> pd.DataFrame:
         lambda v: mean_ci(v.dropna())[1:] if v.notna().any() else (np.nan, np.nan))
     bounds = pd.DataFrame(intervals.tolist(), index=intervals.index, columns=["ci_low", "ci_high"]).reset_index()
     out = out.merge(bounds, on=KEYS, how="left")
-    # A t-interval knows nothing of a score's range: clip scores (not losses, norms or counts) to [0, 1].
-    scores = ~out["metric"].str.contains("loss|grad_norm|noise_scale|n_clients", regex=True)
-    out.loc[scores, ["ci_low", "ci_high"]] = out.loc[scores, ["ci_low", "ci_high"]].clip(0.0, 1.0)
+    # A t-interval knows nothing of a score's range: clip scores (not losses, norms or counts) to [0, 1], and say
+    # so (``ci_clipped``); ``ci_method`` names the t quantile's degrees of freedom (3 seeds: t(2), very wide).
+    scores = ~out["metric"].str.contains("loss|grad_norm|noise_scale|n_clients|unnoised", regex=True)
+    bounds = out.loc[scores, ["ci_low", "ci_high"]]
+    out["ci_clipped"] = False
+    out.loc[scores, "ci_clipped"] = ((bounds["ci_low"] < 0.0) | (bounds["ci_high"] > 1.0)).to_numpy()
+    out.loc[scores, ["ci_low", "ci_high"]] = bounds.clip(0.0, 1.0)
+    out["ci_over"] = "seeds"
+    out["ci_method"] = [f"t({int(n) - 1})" if n > 1 else "none" for n in out["n_seeds"]]
     tests = per_seed.groupby(KEYS, dropna=False).apply(_above_chance, include_groups=False).rename("p_value")
     out = out.merge(tests.reset_index(), on=KEYS, how="left")
     return with_holm(out)

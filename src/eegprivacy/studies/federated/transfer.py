@@ -42,7 +42,7 @@ from eegprivacy.validation import EPSILONS_OR_INF, FRACTION_OPEN, TEXT, count, s
 
 # federated_mia's knobs a fold trains with (its cell key and MLflow params); the attack knobs play no part.
 TRAINING_KNOBS = ("clip_norm", "test_size", "split_seed", "csp_components", "clients_per_round", "num_rounds",
-                  "local_epochs", "learning_rate", "batch_size")
+                  "local_epochs", "learning_rate", "batch_size", "batchnorm_stats")
 ARMS = ("held_out", "joined", "own_data_only", "untrained")
 # (name, minuend, subtrahend): the paired comparisons of the summary, one-sided "minuend > subtrahend".
 COMPARISONS = (("joined_minus_held_out", "joined", "held_out"),
@@ -63,10 +63,11 @@ class FederatedTransferConfig(Config):
     confidence: float = param(FRACTION_OPEN, default=0.95)
 
 
-def _scores(task, weights, X, y) -> dict:
+def _scores(task, weights, X, y, local=None) -> dict:
+    """Accuracy and AUROC of `weights` on (X, y); `local`: the scored subject's own BatchNorm statistics (FedBN)."""
     from eegprivacy.attacks.metrics import auroc
 
-    proba = task.predict_proba(weights, X.reshape(len(X), -1))
+    proba = task.predict_proba(weights, X.reshape(len(X), -1), local=local)
     return {"accuracy": float(np.mean(proba.argmax(1) == y)), "auroc": float(auroc(y, proba[:, 1]))}
 
 
@@ -87,7 +88,7 @@ def held_out_rows(cell: dict, seed: int, trials, config: FederatedMIAConfig) -> 
     their index in the dataset's order, never their ids)."""
     from eegprivacy.federated.cohort import client_data
     from eegprivacy.signal.csp import MODEL_INPUT
-    from eegprivacy.studies.federated.mia import Federation, federate, seed_split
+    from eegprivacy.studies.federated.mia import Federation, client_locals, federate, seed_split
 
     member = seed_split(trials, config, seed)
     subjects = trials.subjects()
@@ -103,17 +104,22 @@ def held_out_rows(cell: dict, seed: int, trials, config: FederatedMIAConfig) -> 
         others = [i for i in range(len(subjects)) if i != k]
         fed = Federation(trials.select(keep), member[keep], output, config.csp_components)
         task, result = federate(cell, seed, fed, config)
-        _, _, Xn, yn = client_data(trials, member, subject, output, config.csp_components)
+        Xm, _, Xn, yn = client_data(trials, member, subject, output, config.csp_components)
         chance = chance_of[k]
-        arms = {"held_out": _scores(task, result.weights, Xn, yn),
-                "untrained": _scores(task, result.sent[min(result.sent)], Xn, yn),  # the initial weights
+        # FedBN: the held-out subject computes its own statistics from its calibration (member) trials, as it
+        # fits its own CSP; a joined client uses the statistics it kept; the untrained model its initial ones.
+        own = task.calibrate(result.weights, Xm.reshape(len(Xm), -1)) if result.initial_local is not None else None
+        arms = {"held_out": _scores(task, result.weights, Xn, yn, own),
+                "untrained": _scores(task, result.sent[min(result.sent)], Xn, yn,  # the initial weights
+                                     result.initial_local),
                 "own_data_only": own_data_scores(trials, member, subject, config.csp_components)}
         for arm, scores in arms.items():
             rows += [{"metric": f"{arm}_{name}", "value": value, "subject_index": k,
                       "chance": chance if name == "accuracy" else 0.5, "n": len(yn)}
                      for name, value in scores.items()]
-        for j, (_, _, Xc, _yc) in zip(others, fed.clients):
-            for name, value in _scores(task, result.weights, Xc, _yc).items():
+        kept = client_locals(result, len(fed.clients))
+        for j, (_, _, Xc, _yc), local in zip(others, fed.clients, kept):
+            for name, value in _scores(task, result.weights, Xc, _yc, local).items():
                 joined.setdefault((j, name), []).append(value)
     for (j, name), values in sorted(joined.items()):  # per subject: the mean over the folds it joined
         rows.append({"metric": f"joined_{name}", "value": float(np.nanmean(values)), "subject_index": j,

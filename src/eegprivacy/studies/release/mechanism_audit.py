@@ -42,7 +42,8 @@ def cells_for(config: MechanismAuditConfig, mechanism: str, code_hash: str) -> l
             calib = mech.calibrate(config.clip_norm, dim)
             base = {"clip_norm": float(config.clip_norm), "delta": mech.delta, "n_trials": config.n_trials,
                     "confidence": config.confidence, "noise_scale": float(calib.noise_scale),
-                    "formal_guarantee": bool(calib.formal_guarantee), "code_hash": code_hash}
+                    "formal_guarantee": bool(calib.formal_guarantee), "sampling": calib.sampling,
+                    "code_hash": code_hash}
             cells += expand_grid({"mechanism": [mechanism], "epsilon": [float(epsilon)], "dim": [dim]},
                                  seeds=range(config.seeds), base=base)
     return cells
@@ -78,6 +79,7 @@ def _claim_record(part: pd.DataFrame) -> dict:
     mean, low, high = mean_ci(bounds)
     return {"claimed_epsilon": claimed, "claimed_delta": float(part["claimed_delta"].iloc[0]),
             "formal_guarantee": bool(part["formal_guarantee"].iloc[0]),
+            "sampling": str(part["sampling"].iloc[0]) if "sampling" in part else "idealised",
             "noise_scale": round(float(part["noise_scale"].iloc[0]), 6),
             "lower_bound_mean": round(mean, 4), "lower_bound_min": round(float(bounds.min()), 4),
             "lower_bound_max": round(float(bounds.max()), 4),

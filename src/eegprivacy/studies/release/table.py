@@ -141,7 +141,8 @@ def release(X: np.ndarray, mechanism: str, epsilon: float, delta: float, clip_no
 def calibration(table: PatientTable, mechanism: str, epsilon: float, delta: float, clip_norm: float) -> dict:
     """Calibrated noise scale and guarantee scope, known before any noise is drawn."""
     calib = make_mechanism(mechanism, epsilon, delta).calibrate(clip_norm, table.X.shape[1])
-    return {"noise_scale": float(calib.noise_scale), "formal_guarantee": bool(calib.formal_guarantee)}
+    return {"noise_scale": float(calib.noise_scale), "formal_guarantee": bool(calib.formal_guarantee),
+            "sampling": calib.sampling}
 
 
 def release_cells(table: PatientTable, config: DPReleaseConfig, mechanism: str, extra: dict | None = None) -> list:
