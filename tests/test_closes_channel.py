@@ -11,7 +11,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 import yaml
 
 from eegprivacy.embeddings.defenses import (
@@ -115,8 +114,7 @@ def _rows(rows, metric, **where):
     return out[0]
 
 
-def test_defense_rows_judge_against_the_deployment_utility_and_need_all_attackers(ctx):
-    torch.set_num_threads(1)
+def test_defense_rows_judge_against_the_deployment_utility_and_need_all_attackers(ctx, torch_one_thread):
     rows = defense_rows("defense/noise/3", 0, ctx)
     verdict = _rows(rows, "closes_channel")
     assert verdict["attacker"] == "all_attackers"
@@ -130,8 +128,7 @@ def test_defense_rows_judge_against_the_deployment_utility_and_need_all_attacker
     assert ("undefended_utility", "subject_disjoint", 0) in ctx.memo  # computed once, shared
 
 
-def test_dp_head_rows_compare_on_the_same_release_half(ctx):
-    torch.set_num_threads(1)
+def test_dp_head_rows_compare_on_the_same_release_half(ctx, torch_one_thread):
     rows = dp_head_rows(1.0, 0, ctx)
     base = _rows(rows, "undefended_balanced_accuracy")
     assert base["split"] == RELEASE_HALF

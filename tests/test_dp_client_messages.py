@@ -71,7 +71,7 @@ def _run(task, parts, rounds=2):
 
 @pytest.mark.parametrize("model", ["simplenet", "eegnet"])
 def test_every_dp_client_message_is_noised_or_public(model):
-    task = _task(model, batchnorm_stats="local") if _accepts_batchnorm_stats() else _task(model)
+    task = _task(model, batchnorm_stats="local")
     replies = _run(task, _partitions(SHAPES[model]))
     assert replies, "the federation sent no messages"
     net = task.build(0)
@@ -87,12 +87,6 @@ def test_every_dp_client_message_is_noised_or_public(model):
             assert set(record.keys()) <= set(PUBLIC_METRICS), sorted(record.keys())
         for record in content.config_records.values():
             assert set(record.keys()) <= set(PUBLIC_CLIENT_INFO), sorted(record.keys())
-
-
-def _accepts_batchnorm_stats() -> bool:
-    import inspect
-
-    return "batchnorm_stats" in inspect.signature(TorchTask).parameters
 
 
 @pytest.mark.parametrize("kind", [MessageType.QUERY, MessageType.EVALUATE])

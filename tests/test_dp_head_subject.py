@@ -8,17 +8,10 @@ import math
 
 import numpy as np
 import pytest
-import torch
 
 from eegprivacy.embeddings.dp_head import DPSGDHead, group_privacy
 
-
-@pytest.fixture(autouse=True)
-def _one_torch_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("torch_one_thread")  # conftest: tiny matrices, one intra-op thread
 
 
 def subjects(n_subjects=8, per_subject=20, dim=12, seed=0):
