@@ -1,10 +1,10 @@
-"""Stage ``embedding_audit`` (study C): is releasing frozen-encoder embeddings of EEG windows safe?
+"""Stage ``embedding_audit@<cohort>`` (study C): is releasing frozen-encoder embeddings of one cohort's EEG safe?
 
-Runs :func:`eegprivacy.studies.embedding_audit.study.run_audit` on the ``embedding_audit`` params and writes its
-tidy rows (CSV), the headline per encoder (JSON), the markdown report and the figures, then logs the bootstrap
-CIs on each parent run. The protocol: ``shared/spec/study-c-protocol.md``. Cells are cached in
-``data/sweeps/embedding_audit`` (resumable); embeddings, pretraining records and checkpoints in
-``data/embedding_audit``.
+Runs :func:`eegprivacy.studies.embedding_audit.study.run_audit` on the ``embedding_audit`` params for the cohort
+``--dataset`` names and writes its tidy rows (CSV), the headline per encoder (JSON), the markdown report and the
+figures, then logs the bootstrap CIs on each parent run. The protocol: ``shared/spec/study-c-protocol.md``. Cells
+are cached in ``data/sweeps/embedding_audit/<cohort>`` (resumable); embeddings, pretraining records and
+checkpoints in ``data/embedding_audit/<cohort>``.
 """
 
 from __future__ import annotations
@@ -21,12 +21,17 @@ from eegprivacy.tracking.runs import log_to_named_run
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--out", default="metrics/embedding_audit.csv", help="tidy rows, one per metric")
-    parser.add_argument("--json", default="metrics/embedding_audit.json", help="headline per encoder")
-    parser.add_argument("--report", default="reports/embedding_audit.md", help="markdown tables")
-    parser.add_argument("--figures", default="reports/figures", help="folder for embedding_audit_*.png")
+    parser.add_argument("--out", default=None, help="tidy rows, one per metric (default: "
+                                                    "metrics/embedding_audit_<dataset>.csv)")
+    parser.add_argument("--json", default=None, help="headline per encoder (default: "
+                                                     "metrics/embedding_audit_<dataset>.json)")
+    parser.add_argument("--report", default=None, help="markdown tables (default: "
+                                                       "reports/embedding_audit_<dataset>.md)")
+    parser.add_argument("--figures", default="reports/figures",
+                        help="folder for embedding_audit_<dataset>_*.png (default: %(default)s)")
     parser.add_argument("--work", default="data/embedding_audit",
-                        help="checkpoints, pretraining records and cached embeddings")
+                        help="checkpoints, pretraining records and cached embeddings, under <work>/<dataset> "
+                             "(default: %(default)s)")
     parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1),
                         help="worker processes computing cells ahead (default: min(2, CPUs)); the numbers do not "
                              "depend on it: each cell is a pure function of its config and seed, computed on one "
@@ -35,20 +40,24 @@ def add_arguments(parser) -> None:
 
 def run(args) -> int:
     start = time.perf_counter()
-    config = args.config
-    audit = run_audit(config, work=Path(args.work), cells_dir=Path(args.cells), jobs=args.jobs,
+    config, name = args.config, args.dataset
+    audit = run_audit(config, name, work=Path(args.work), cells_dir=Path(args.cells), jobs=args.jobs,
                       progress=not args.no_progress)
-    out, js, md = Path(args.out), Path(args.json), Path(args.report)
+    out = Path(args.out or f"metrics/embedding_audit_{name}.csv")
+    js = Path(args.json or f"metrics/embedding_audit_{name}.json")
+    md = Path(args.report or f"reports/embedding_audit_{name}.md")
     for path in (out, js, md):
         path.parent.mkdir(parents=True, exist_ok=True)
     with atomic_path(out) as tmp:
         audit.tidy.to_csv(tmp, index=False)
-    paths = figures(audit.summary, audit.cells, Path(args.figures), audit.title)
-    write_text_atomic(md, report_md(audit.summary, audit.cells, audit.meta, audit.encoders_meta))
+    paths = figures(audit.summary, audit.cells, Path(args.figures), audit.title, prefix=f"embedding_audit_{name}",
+                    meta=audit.meta)
+    write_text_atomic(md, report_md(audit.summary, audit.cells, audit.meta, audit.encoders_meta,
+                                    prefix=f"embedding_audit_{name}"))
     meta = {**audit.meta, "wall_time_s": round(time.perf_counter() - start, 1)}
     write_headline(js, headline(audit.summary, audit.cells, meta))
     for e, w in audit.cells:
-        log_to_named_run("c", parent_run_name(config.dataset, e, w), bootstrap_ci_metrics(audit.summary, e, w),
+        log_to_named_run("c", parent_run_name(name, e, w), bootstrap_ci_metrics(audit.summary, e, w),
                          [out, js, md, *paths], tags=ci_over_tags(audit.summary, e, w))
     print(f"{audit.title}: {len(audit.tidy)} rows -> {out}; {md}; {len(paths)} figures ({meta['wall_time_s']} s)")
     return 0

@@ -64,7 +64,7 @@ def _dvc(args, cwd) -> subprocess.CompletedProcess:
     # study A: a stage whose inputs are all in git (a fresh clone has no DVC cache of the feature tables)
     ("params/dp_audit.yaml:dp_audit.n_trials=50000", "dp_audit"),
     ("params/federated_lira.yaml:federated_lira.n_shadows=32", "federated_lira"),
-    ("params/embedding_audit.yaml:embedding_audit.bootstrap=2000", "embedding_audit"),
+    ("params/embedding_audit.yaml:embedding_audit.bootstrap=2000", "embedding_audit@eegmat"),
 ])
 def test_dvc_exp_run_set_param_reaches_its_stage(clone, param, stage):
     before = (clone / param.split(":")[0]).read_text()
@@ -79,9 +79,9 @@ def test_dvc_metrics_and_plots_render(clone, tmp_path):
     assert out.returncode == 0, out.stderr[-2000:]
     shown = json.loads(out.stdout)
     files = set().union(*(entry.get("data", {}).keys() for entry in shown.values()))
-    for name in ("metrics/embedding_audit.json", "metrics/federated_lira.json", "metrics/dp_release.json"):
+    for name in ("metrics/embedding_audit_cohorts.json", "metrics/federated_lira.json", "metrics/dp_release.json"):
         assert name in files, f"{name} not shown by `dvc metrics show`"
     out = _dvc(["plots", "show", "-o", str(tmp_path / "plots")], clone)
     assert out.returncode == 0, out.stderr[-2000:]
     html = (tmp_path / "plots" / "index.html").read_text()
-    assert "embedding_audit_defenses.png" in html and "federated_lira_roc.png" in html
+    assert "embedding_audit_eegmat_defenses.png" in html and "federated_lira_roc.png" in html

@@ -45,14 +45,15 @@ def _config(params: dict) -> EmbeddingAuditConfig:
     return EmbeddingAuditConfig.from_mapping(params["embedding_audit"], "test", "embedding_audit.")
 
 
-def _run_stage(tmp_path, params, jobs: int = 1) -> SimpleNamespace:
-    """Run ``eegprivacy embedding-audit`` on ``params`` with every output under ``tmp_path``; the output paths."""
+def _run_stage(tmp_path, params, jobs: int = 1, dataset: str = "eegmat") -> SimpleNamespace:
+    """Run ``eegprivacy embedding-audit`` on cohort ``dataset`` with ``params`` and every output under
+    ``tmp_path``; the output paths."""
     path = tmp_path / "audit.yaml"
     path.write_text(yaml.safe_dump(params))
     out = SimpleNamespace(out=tmp_path / "audit.csv", json=tmp_path / "audit.json", report=tmp_path / "audit.md",
                           figures=tmp_path / "fig", work=tmp_path / "work", cells=tmp_path / "cells")
-    assert main(["embedding-audit", "--params", str(path), "--no-progress", "--jobs", str(jobs),
-                 *(f"--{k}={v}" for k, v in vars(out).items())]) == 0
+    assert main(["embedding-audit", "--params", str(path), "--dataset", dataset, "--no-progress", "--jobs",
+                 str(jobs), *(f"--{k}={v}" for k, v in vars(out).items())]) == 0
     return out
 
 
@@ -188,8 +189,8 @@ def test_stage_end_to_end_on_eegmat(tmp_path, data_root):
     report = Path(args.report).read_text()
     assert "BIOT (random init)" in report and "AEDS" in report and "bound" in report
     for name in ("leakage", "aeds", "bridge", "defenses"):
-        assert (tmp_path / "fig" / f"embedding_audit_{name}.png").stat().st_size > 10_000
-    record = json.loads((tmp_path / "work" / "checkpoints" / "biot.json").read_text())
+        assert (tmp_path / "fig" / f"embedding_audit_eegmat_{name}.png").stat().st_size > 10_000
+    record = json.loads((tmp_path / "work" / "eegmat" / "checkpoints" / "biot.json").read_text())
     assert record["steps"] == 2 and len(record["checkpoint_sha256"]) == 64
     assert not any(s.startswith("Subject") for s in json.dumps(record).split('"'))  # subjects only as hashes
 
@@ -200,10 +201,17 @@ def test_stage_end_to_end_on_eegmat(tmp_path, data_root):
     assert {"embedding_audit-eegmat-bandpower-none", "embedding_audit-eegmat-biot-self_pretrained",
             "embedding_audit-eegmat-biot-random_init", "embedding_audit-eegmat-bridge"} <= parents
     parent = next(r for r in runs if r.info.run_name == "embedding_audit-eegmat-bandpower-none")
-    key = "unit_attribute/subject_disjoint/endpoint_attribute/split_subject_disjoint/defense_none/attacker_ridge/gain"
-    assert parent.data.metrics[f"{key}_ci_low"] == pytest.approx(bp["ci_low"])  # the bootstrap CI, not NaN
+    key = ("unit_attribute/subject_disjoint/endpoint_attribute/split_subject_disjoint/defense_none/attacker_ridge/"
+           "eps_unit_none/gain")  # the name the sweep logs its aggregate under
+    assert f"{key}_mean" in parent.data.metrics
+    # the bootstrap CI replaces the sweep's zero-width one-seed interval under that very name, with its unit
+    assert parent.data.metrics[f"{key}_ci_low"] == pytest.approx(bp["ci_low"])
+    assert parent.data.metrics[f"{key}_ci_low"] < parent.data.metrics[f"{key}_mean"]
+    assert parent.data.tags[f"{key}_ci_over"] == "subjects"
+    assert not any(k.endswith("attacker_ridge/gain_ci_low") for k in parent.data.metrics)  # no orphan names
     child = next(r for r in runs if r.data.tags.get("defense") == "dp_head_eps1")
     assert child.data.tags["epsilon"] == "1" and child.data.tags["encoder"] in ("bandpower", "biot")
+    assert child.data.tags["cohort"] == "eegmat" and child.data.tags["dvc_stage"] == "embedding_audit@eegmat"
     assert child.data.tags["dataset_version"] and child.data.tags["seed"] == "0"
 
     first = tidy
@@ -333,3 +341,92 @@ def test_embeddings_and_pretraining_do_not_depend_on_the_number_of_worker_proces
     np.testing.assert_array_equal(init["mia_nonmembers"], pre["mia_control_nonmembers"])
     assert not np.array_equal(pre["mia_members"], pre["mia_control_members"])
     assert pre["mia_members_subject"].shape == pre["mia_members"].shape and set(pre["mia_members_subject"]) == {0, 1}
+
+
+# ---- issue 21: the audit per cohort ---------------------------------------------------------------------------
+
+def test_identity_parts_per_cohort_design():
+    """Which windows enroll (0) and query (1): the label (eegmat), the halves of the one recording with a gap
+    window each side (MSU), or the last audited run against the earlier ones (eegmmidb); only audited windows."""
+    from eegprivacy.studies.embedding_audit.data import IDENTITY_GAP, identity_parts
+
+    config = _config(_small_params())
+    subject = np.repeat(["a", "b"], 12)
+    order = np.tile(np.arange(12), 2)
+    state = np.tile(np.repeat([0, 1], 6), 2)
+    audited = subject == "a"
+    parts = identity_parts(config.cohort("eegmat"), state, state, order, subject, audited)
+    np.testing.assert_array_equal(parts[audited], state[audited])
+    assert (parts[~audited] == -1).all()
+    halves = identity_parts(config.cohort("msu_schizophrenia"), state, np.zeros(24, int), order, subject,
+                            np.ones(24, bool))
+    for s in ("a", "b"):
+        p = halves[subject == s]
+        assert (p[: 6 - IDENTITY_GAP] == 0).all() and (p[6 + IDENTITY_GAP:] == 1).all()
+        assert (p[6 - IDENTITY_GAP: 6 + IDENTITY_GAP] == -1).all()
+    block = np.tile(np.repeat([1, 2, 3], 4), 2)  # runs 8, 12 and a later one; the query is the last
+    runs = identity_parts(config.cohort("eegmmidb"), state, block, order, subject, np.ones(24, bool))
+    np.testing.assert_array_equal(runs, (block == 3).astype(int))
+
+
+def test_cohort_params_are_checked():
+    params = _small_params()
+    params["embedding_audit"]["cohorts"]["eegmmidb"].pop("pretrain_run")
+    with pytest.raises(ParamsError, match=r"cohorts.eegmmidb.pretrain_run.*a run number when pretrain is 'run'"):
+        _config(params)
+    params = _small_params()
+    params["embedding_audit"]["datasets"].append("bonn")
+    with pytest.raises(ParamsError, match="an entry for bonn"):
+        _config(params)
+    with pytest.raises(ParamsError, match="no entry for 'bonn'"):
+        _config(_small_params()).cohort("bonn")
+
+
+def _cohort_params() -> dict:
+    params = _small_params()
+    cfg = params["embedding_audit"]
+    cfg.update(encoders=["bandpower"], random_init_baseline=False, lira_shadows=0)
+    cfg["defenses"].update(noise_sigmas=[1.0], pca_components=[], dropout_rates=[])
+    cfg["defenses"]["dp_head"].update(epsilons=[])
+    return params
+
+
+def test_stage_on_msu_audits_the_diagnosis_at_the_subject_level(tmp_path, data_root):
+    """MSU: the diagnosis is the deployment task and a subject-level attribute (its own rows with a subject-label
+    permutation null); identity links the halves of the one recording; defenses are judged by the diagnosis."""
+    from eegprivacy.data import get_dataset
+
+    args = _run_stage(tmp_path, _cohort_params(), dataset="msu_schizophrenia")
+    tidy = pd.read_csv(args.out)
+    assert (tidy["cohort"] == "msu_schizophrenia").all()
+    n_subjects = len(get_dataset("msu_schizophrenia").subjects()) - 4  # pretrain_subjects = 4 here
+    diag = tidy[tidy["unit"] == "subject_label"].set_index("metric")
+    assert set(diag["endpoint"]) == {"diagnosis"}
+    assert {"balanced_accuracy", "window_balanced_accuracy", "control_gaussian", "control_permuted",
+            "control_permuted_q95", "p_value"} <= set(diag.index)
+    ba = diag.loc["balanced_accuracy"]
+    assert ba["ci_low"] <= ba["value"] <= ba["ci_high"] and ba["n"] == n_subjects and ba["ci_over"] == "subjects"
+    ident = tidy[(tidy["unit"] == "identity") & (tidy["metric"] == "bpid_at_1")].iloc[0]
+    assert ident["split"] == "reference_set_by_halves" and ident["chance"] == pytest.approx(1 / n_subjects)
+    noise = tidy[tidy["unit"] == "defense/noise/1"]
+    assert {"closes_channel", "closes_identity", "bpid_at_1", "undefended_balanced_accuracy"} <= set(noise["metric"])
+    deploy = tidy[(tidy["unit"] == "deployment/0") & (tidy["metric"] == "balanced_accuracy")]["value"].iloc[0]
+    undefended = noise[noise["metric"] == "undefended_balanced_accuracy"]["value"].iloc[0]
+    assert undefended == pytest.approx(deploy)  # the verdict's utility is the diagnosis, same folds and seed
+
+
+def test_stage_on_eegmmidb_links_identity_across_runs(tmp_path, data_root):
+    """eegmmidb: one window per imagery cue; run 4 pretrains, runs 8 and 12 are audited, so every subject is a
+    BPID candidate (K = all subjects present) and the attribute's temporal split leaves one run out."""
+    from eegprivacy.data import get_dataset
+
+    args = _run_stage(tmp_path, _cohort_params(), dataset="eegmmidb")
+    tidy = pd.read_csv(args.out)
+    k = len(get_dataset("eegmmidb", runs=[4, 8, 12]).subjects())
+    ident = tidy[(tidy["unit"] == "identity") & (tidy["metric"] == "bpid_at_1")].iloc[0]
+    assert ident["split"] == "reference_set_by_runs" and ident["chance"] == pytest.approx(1 / k)
+    assert "subject_label" not in set(tidy["unit"])  # left/right is a trial's label, not a subject's
+    temporal = tidy[(tidy["unit"] == "attribute/temporal_gap") & (tidy["metric"] == "gain")].iloc[0]
+    assert np.isfinite(temporal["value"])
+    report = Path(args.report).read_text()
+    assert "left vs right fist imagery" in report

@@ -32,7 +32,7 @@ def test_dvc_yaml_agrees_with_the_registry():
 
 def test_a_code_dependency_missing_from_dvc_yaml_is_caught():
     stale = copy.deepcopy(DVC)
-    stale["stages"]["embedding_audit"]["deps"] = list(EMBEDDING_AUDIT_DEPS_BEFORE)
+    stale["stages"]["embedding_audit"]["do"]["deps"] = list(EMBEDDING_AUDIT_DEPS_BEFORE)  # a foreach stage now
     problems = dvc_mismatches(stale)
     assert any(p.startswith("embedding_audit: runs src/eegprivacy/attacks ") for p in problems), problems
     assert all(p.startswith("embedding_audit:") for p in problems)

@@ -53,9 +53,16 @@ class TemporalGapSplit:
     between adjacent windows cannot carry a test window's content into training. The protocol's default gap
     is 2 windows, i.e. at least one window length. Subjects with fewer than ``n_splits`` windows are skipped
     (in every fold) rather than silently producing empty blocks.
+
+    With ``parts`` (one value per window, e.g. the recording run of each eegmmidb window) the test blocks are the
+    parts instead of equal-size blocks, because a run is the unit a deployment would see later: fold k tests, for
+    every subject, its windows of the k-th part (parts in sorted order of their values), and trains on its other
+    windows except those within ``gap`` windows (in that subject's time order) of a test window. ``n_splits``
+    must then equal the number of distinct parts. A subject lacking part k contributes no test windows to fold k
+    and trains on all its windows there; no subject is skipped for having few windows.
     """
 
-    def __init__(self, n_splits: int = 5, gap: int = 2, times=None):
+    def __init__(self, n_splits: int = 5, gap: int = 2, times=None, parts=None):
         if int(n_splits) < 2:
             raise ValueError(f"n_splits must be >= 2, got {n_splits}")
         if int(gap) < 0:
@@ -63,6 +70,17 @@ class TemporalGapSplit:
         self.n_splits = int(n_splits)
         self.gap = int(gap)
         self.times = times
+        self.parts = parts
+        if parts is not None:
+            self._part_values()
+
+    def _part_values(self) -> np.ndarray:
+        """The distinct parts in sorted order (fold k tests the k-th); their number must be ``n_splits``."""
+        values = np.unique(np.asarray(self.parts))
+        if values.size != self.n_splits:
+            raise ValueError(f"parts holds {values.size} distinct values but n_splits={self.n_splits}: with parts, "
+                             "each fold tests one part, so the two must be equal")
+        return values
 
     def get_n_splits(self, X=None, y=None, groups=None) -> int:
         return self.n_splits
@@ -70,6 +88,9 @@ class TemporalGapSplit:
     def split(self, X, y=None, groups=None):
         groups = _check_groups(X, groups)
         order = _order_within(groups, self.times)
+        if self.parts is not None:
+            yield from self._split_by_part(groups, order)
+            return
         for k in range(self.n_splits):
             train, test = [], []
             for idx in order.values():
@@ -81,12 +102,35 @@ class TemporalGapSplit:
                 keep = (pos < lo - self.gap) | (pos > hi + self.gap)
                 test.append(idx[blocks[k]])
                 train.append(idx[keep])
-            train = np.sort(np.concatenate(train)) if train else np.empty(0, int)
-            test = np.sort(np.concatenate(test)) if test else np.empty(0, int)
-            if train.size == 0 or test.size == 0:
-                raise ValueError("TemporalGapSplit produced an empty fold: too few windows per subject for "
-                                 f"n_splits={self.n_splits}, gap={self.gap}")
-            yield train, test
+            yield self._fold(train, test)
+
+    def _split_by_part(self, groups: np.ndarray, order: dict):
+        """Folds whose test block is one part per subject; training drops windows within ``gap`` of a test one."""
+        parts = np.asarray(self.parts)
+        if parts.shape != groups.shape:
+            raise ValueError(f"parts must have one entry per window: {parts.shape} vs {groups.size} windows")
+        for value in self._part_values():
+            train, test = [], []
+            for idx in order.values():
+                pos = np.arange(idx.size)
+                test_pos = pos[parts[idx] == value]
+                if test_pos.size:
+                    # distance (in this subject's time order) from every window to its nearest test window
+                    near = np.abs(pos[:, None] - test_pos[None, :]).min(axis=1)
+                    keep = near > self.gap
+                else:
+                    keep = np.ones(idx.size, bool)
+                test.append(idx[test_pos])
+                train.append(idx[keep])
+            yield self._fold(train, test)
+
+    def _fold(self, train: list, test: list) -> tuple[np.ndarray, np.ndarray]:
+        train = np.sort(np.concatenate(train)) if train else np.empty(0, int)
+        test = np.sort(np.concatenate(test)) if test else np.empty(0, int)
+        if train.size == 0 or test.size == 0:
+            raise ValueError("TemporalGapSplit produced an empty fold: too few windows per subject for "
+                             f"n_splits={self.n_splits}, gap={self.gap}")
+        return train, test
 
 
 class SubjectDisjointSplit:

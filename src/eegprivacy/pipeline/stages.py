@@ -129,6 +129,7 @@ FEDERATED = (f"{SRC}/data", f"{SRC}/signal", f"{SRC}/federated", f"{SRC}/models"
              f"{SRC}/evaluation", f"{SRC}/studies/federated")
 EEGMAT_VERSION = ("data/versions/eegmat.json",)
 EEGMMIDB_VERSION = ("data/versions/eegmmidb.json",)
+STUDY_C = ("eegmat", "msu_schizophrenia", "eegmmidb")  # embedding_audit's cohorts (params: embedding_audit.datasets)
 STUDY_B = ("eegmmidb", "eegmat", "synthetic_mi")  # federated_mia's cohorts: eegmmidb first (the paper's protocol)
 STUDY_A = ("synthetic_clinical", "eegmat", "msu_schizophrenia")
 SCALING_DATASETS = ("synthetic_clinical", "eegmat", "msu_schizophrenia")  # dp_scaling runs per dataset on these
@@ -322,17 +323,28 @@ STAGES: tuple[Stage, ...] = (
               "datasets", "test_size", "split_seed", "csp_components")),
           items=STUDY_B, flags=("dataset",)),
     # ---- Study C: embedding audit ---------------------------------------------------------------------------
-    Stage("embedding_audit", "Study C: split-controlled audit of frozen EEG-encoder embeddings (BIOT, LaBraM, "
-          "EEGPT, random-init and band-power references): attribute, identity, membership and reconstruction "
-          "endpoints with controls, AEDS, the bridge and the defenses.",
+    Stage("embedding_audit", "Study C on one cohort: split-controlled audit of frozen EEG-encoder embeddings "
+          "(BIOT, LaBraM, EEGPT, random-init and band-power references): attribute, identity, membership, "
+          "reconstruction and (on a diagnosis cohort) subject-label endpoints with controls, AEDS, the bridge and "
+          "the defenses judged by the cohort's task.",
           entry="experiments.embedding_audit", section="embedding_audit", params_file="params/embedding_audit.yaml",
           config="eegprivacy.studies.embedding_audit.config:EmbeddingAuditConfig",
           code=(f"{SRC}/data", f"{SRC}/signal", f"{SRC}/embeddings", f"{SRC}/attacks", f"{SRC}/evaluation",
-                f"{SRC}/studies/embedding_audit"), support=(*MACHINERY, *REPORTING), inputs=EEGMAT_VERSION,
-          outs=("metrics/embedding_audit.csv", "reports/embedding_audit.md", "data/embedding_audit",
-                "metrics/embedding_audit.json",
-                *(f"reports/figures/embedding_audit_{f}.png" for f in ("leakage", "aeds", "bridge", "defenses"))),
-          flags=("progress", "cells")),
+                f"{SRC}/studies/embedding_audit"), support=(*MACHINERY, *REPORTING),
+          inputs=("data/versions/{item}.json",),
+          outs=("metrics/embedding_audit_{item}.csv", "reports/embedding_audit_{item}.md",
+                "data/embedding_audit/{item}", "metrics/embedding_audit_{item}.json",
+                *(f"reports/figures/embedding_audit_{{item}}_{f}.png" for f in ("leakage", "aeds", "bridge",
+                                                                               "defenses"))),
+          items=STUDY_C, flags=("dataset", "progress", "cells")),
+    Stage("embedding_audit_cohorts", "Study C across cohorts: per cohort and encoder, is the task or diagnosis, "
+          "the identity and the PSD attribute decodable above its control; AEDS and the defense verdicts side by "
+          "side, one table per cohort and a cross-cohort figure.",
+          entry="experiments.embedding_audit_cohorts", code=(f"{SRC}/studies/embedding_audit",),
+          support=(*MACHINERY, *REPORTING),
+          inputs=tuple(f"metrics/embedding_audit_{c}.{ext}" for c in STUDY_C for ext in ("csv", "json")),
+          outs=("metrics/embedding_audit_cohorts.json", "reports/embedding_audit_cohorts.md",
+                "reports/figures/embedding_audit_cohorts.png")),
     # ---- Your own cohort (not a DVC stage: it runs on data the repository does not hold) ---------------------
     Stage("audit_cohort", "Study A on your own labelled cohort (a BIDS tree or a registered dataset): releases "
           "beside matched nulls, utility horizon, re-identification and membership, an HTML report.",

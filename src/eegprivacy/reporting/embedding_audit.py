@@ -1,6 +1,10 @@
-"""Study C's outputs drawn from the summary table (:func:`eegprivacy.studies.embedding_audit.summaries.summarise`):
-four figures, the markdown report and the headline JSON. Nothing here computes a number; every function reads
-the summary rows of the cells it is given.
+"""Study C's outputs of one cohort drawn from its summary table
+(:func:`eegprivacy.studies.embedding_audit.summaries.summarise`): four figures, the markdown report and the headline
+JSON. Nothing here computes a number; every function reads the summary rows of the cells it is given.
+
+A cohort's design (its task, how identity is linked, what pretrains the encoders) comes from ``meta["cohort"]``
+(:func:`cohort_design`); an audit from before cohorts (no ``meta["cohort"]``) is eegmat's design and keeps its
+file names (``embedding_audit_<figure>.png``), a cohort's files carry its name (``embedding_audit_<cohort>_*``).
 """
 
 from __future__ import annotations
@@ -23,6 +27,11 @@ from eegprivacy.studies.embedding_audit.units import encoder_label as _label  # 
 
 FIGURES = ("leakage", "aeds", "bridge", "defenses")
 ALPHA = 0.05
+DEFAULT_PREFIX = "embedding_audit"  # the file stem of an audit without a cohort (eegmat before cohorts)
+# eegmat's design: what a meta without ``cohort`` (or a cohort entry that leaves a key out) stands for.
+EEGMAT_DESIGN = {"task": "rest_vs_arithmetic", "task_text": "rest vs mental arithmetic", "identity": "label",
+                 "identity_text": "reference = rest recording, queries = arithmetic recording",
+                 "subject_level_task": False}
 LEAKAGE_SPLITS = ("temporal_gap", "subject_disjoint")
 AEDS_NOTE = (
     "AEDS = L_A (subject-disjoint) − max(R_M, R_I); R_M = max(0, 2·AUC − 1) of the stronger membership attack, R_I = "
@@ -33,8 +42,32 @@ AEDS_NOTE = (
     "members are its pretraining windows: 4-window blocks of each pretraining recording drawn at random, its "
     "non-members the other blocks of the same recordings with one gap window between a member and a non-member "
     "block, so within-recording drift is not membership. Its control is the same attack on the same windows "
-    "through the untrained (random-init) encoder; the headline is the difference (paired subject bootstrap). "
-    "BPID@1 has K candidates = audited subjects with both recordings; its interval resamples query subjects.")
+    "through the untrained (random-init) encoder; the headline is the difference (paired subject bootstrap).")
+
+
+def cohort_design(meta: dict) -> dict:
+    """The cohort's design as the report states it: ``meta["cohort"]`` with eegmat's design
+    (:data:`EEGMAT_DESIGN`) wherever it says nothing, so an audit from before cohorts still renders, and a
+    ``pretrain_text`` built from ``n_pretrain_subjects`` where none is given."""
+    given = {k: v for k, v in (meta.get("cohort") or {}).items() if v is not None}
+    design = {**EEGMAT_DESIGN, **given}
+    if not design.get("pretrain_text"):
+        n = int(meta.get("n_pretrain_subjects") or 0)
+        design["pretrain_text"] = (f"{n} further subjects pretrain the encoders and are the encoder-membership "
+                                   "attack's members" if n else "no separate pretraining subjects")
+    return design
+
+
+def figure_prefix(meta: dict | None) -> str:
+    """The stem of a cohort's files: ``embedding_audit_<dataset>`` when ``meta`` names a cohort, else
+    ``embedding_audit`` (the single-cohort files from before cohorts)."""
+    meta = meta or {}
+    return f"{DEFAULT_PREFIX}_{meta['dataset']}" if meta.get("cohort") is not None else DEFAULT_PREFIX
+
+
+def _identity_note(meta: dict) -> str:
+    return (f"BPID@1: {cohort_design(meta)['identity_text']}; K candidates = the audited subjects with both a "
+            "reference and a query (chance 1/K); its interval resamples query subjects.")
 
 
 def _fmt(row, digits: int = 2, ci: bool = True) -> str:
@@ -143,11 +176,29 @@ def _errorbar(ax, pts, style: str, color: str, **kw) -> None:
                 fmt=style, color=color, ms=4, capsize=2, **kw)
 
 
-def defenses_figure(summary: pd.DataFrame, cells, path: Path, title: str) -> Path:
-    """Leakage (top) and utility (bottom) along each defense family's strength."""
+def _minus_chance(r: pd.Series) -> pd.Series:
+    """A summary row with its value and interval moved by its chance level (BPID@1 − 1/K)."""
+    out = r.copy()
+    for k in ("value", "ci_low", "ci_high"):
+        out[k] = float(r[k]) - float(r["chance"])
+    return out
+
+
+def _defense_identity(summary: pd.DataFrame) -> pd.DataFrame:
+    """The identity rows of the defended releases (BPID@1 of what a defense releases), if the audit has them."""
+    return summary[summary["unit"].str.startswith("defense/") & (summary["endpoint"] == "identity")
+                   & (summary["metric"] == "bpid_at_1")]
+
+
+def defenses_figure(summary: pd.DataFrame, cells, path: Path, title: str,
+                    task_text: str = EEGMAT_DESIGN["task_text"]) -> Path:
+    """Leakage (top), utility on the cohort's task (``task_text``) and, where the audit measured it, BPID@1 minus
+    chance of the defended release (bottom) along each defense family's strength."""
     families = (("noise", "noise σ (× per-dim std)"), ("pca", "PCA components"), ("dropout", "dropout rate"),
                 ("dp_head", "DP-SGD head ε (∞ plotted at 32)"))
-    fig, axes = plt.subplots(2, 4, figsize=(16, 7), sharey="row")
+    identity = not _defense_identity(summary).empty
+    n_rows = 3 if identity else 2
+    fig, axes = plt.subplots(n_rows, 4, figsize=(16, 3.5 * n_rows), sharey="row")
     for k, (family, xlabel) in enumerate(families):
         for c, (e, w) in enumerate(cells):
             part = summary[(summary["encoder"] == e) & (summary["weights"] == w)
@@ -160,29 +211,47 @@ def defenses_figure(summary: pd.DataFrame, cells, path: Path, title: str) -> Pat
                     _errorbar(axes[0, k], pts, style, f"C{c}",
                               label=f"{_label(e, w)}" + (" (Wiener)" if attacker == "wiener" else ""))
             _errorbar(axes[1, k], _points(part, family, "balanced_accuracy"), "-o", f"C{c}")
-        if family in ("noise", "dp_head"):
-            axes[0, k].set_xscale("log")
-            axes[1, k].set_xscale("log")
+            if identity:
+                pts = [(_minus_chance(r), x) for r, x in _points(part, family, "bpid_at_1", endpoint="identity")]
+                _errorbar(axes[2, k], pts, "-o", f"C{c}")
+        for row in range(n_rows):
+            if family in ("noise", "dp_head"):
+                axes[row, k].set_xscale("log")
         axes[0, k].axhline(0, color="k", lw=0.6)
         axes[1, k].axhline(0.5, color="0.5", lw=0.6, ls=":")
-        axes[1, k].set_xlabel(xlabel)
+        axes[n_rows - 1, k].set_xlabel(xlabel)
+        if identity:
+            axes[2, k].axhline(0, color="0.5", lw=0.6, ls=":")
     axes[0, 0].set_ylabel("attribute leakage gain L_A [95% CI]")
-    axes[1, 0].set_ylabel("rest vs arithmetic balanced accuracy")
+    axes[1, 0].set_ylabel(f"{task_text} balanced accuracy")
+    if identity:
+        axes[2, 0].set_ylabel("BPID@1 − chance [95% CI]")
     axes[0, 0].legend(fontsize=6)
-    fig.suptitle(f"{title}: defenses (top: leakage, bottom: utility; dotted = chance)")
+    fig.suptitle(f"{title}: defenses (top: leakage, then utility on {task_text}"
+                 f"{', then identity linkage' if identity else ''}; dotted = chance)")
     return _save(fig, path, 110)
 
 
-def figures(summary: pd.DataFrame, cells: list[tuple[str, str]], folder: Path, title: str) -> list[Path]:
-    """Every figure into ``folder`` as ``embedding_audit_<name>.png`` (the bridge only when it ran)."""
+def figure_paths(folder: Path, prefix: str = DEFAULT_PREFIX) -> dict[str, Path]:
+    """Where each figure goes: ``folder/<prefix>_<name>.png``."""
+    return {name: Path(folder) / f"{prefix}_{name}.png" for name in FIGURES}
+
+
+def figures(summary: pd.DataFrame, cells: list[tuple[str, str]], folder: Path, title: str,
+            prefix: str | None = None, meta: dict | None = None) -> list[Path]:
+    """Every figure into ``folder`` as ``<prefix>_<name>.png`` (the bridge only when it ran). ``prefix`` defaults
+    to :func:`figure_prefix` of ``meta`` (``embedding_audit_<cohort>``, or ``embedding_audit`` without a cohort),
+    the same stem :func:`report_md` links to; ``meta`` also gives the cohort's task for the utility axis."""
+    folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    path = {name: folder / f"embedding_audit_{name}.png" for name in FIGURES}
+    path = figure_paths(folder, prefix or figure_prefix(meta))
     paths = [leakage_figure(summary, cells, path["leakage"], title),
              aeds_figure(summary, cells, path["aeds"], title)]
     bridge = summary[summary["unit"] == "bridge"]
     if not bridge.empty:
         paths.append(bridge_figure(bridge, path["bridge"], title))
-    paths.append(defenses_figure(summary, cells, path["defenses"], title))
+    paths.append(defenses_figure(summary, cells, path["defenses"], title,
+                                 task_text=cohort_design(meta or {})["task_text"]))
     return paths
 
 
@@ -206,6 +275,30 @@ def _encoder_lines(cells, encoders_meta: dict) -> list[str]:
                      f"{(pre.get('checkpoint_sha256') or DASH)[:12]} | {len(d['channels'])}"
                      f"{' (' + ', '.join(map(str, flags)) + ')' if flags else ''} | {m['ms_per_window']:.1f} |")
     return lines
+
+
+def channel_lines(cells, encoders_meta: dict) -> list[str]:
+    """The cohort's montage onto each encoder's expected channels (issue 21): what is fed, what is missing and how
+    it was handled (dropped, or zero-filled with a flag), which names were read through an alias (T3 -> T7), how
+    many dataset channels the encoder ignores, and the resampling. One row per encoder (its weights share it)."""
+    lines = ["## Channel mapping and resampling", "",
+             "| encoder | dataset channels | fed to the encoder | missing (policy) | aliased | ignored | rate |",
+             "|---|---|---|---|---|---|---|"]
+    seen = set()
+    for (e, w) in cells:
+        if e in seen:
+            continue
+        seen.add(e)
+        d = encoders_meta[(e, w)]["describe"]
+        m = d["channel_mapping"]
+        policy = "zero-filled, flagged" if m["missing_policy"] == "zero" else "dropped"
+        missing = f"{', '.join(m['missing'])} ({policy})" if m["missing"] else "none"
+        aliased = ", ".join(f"{k} ← {v}" for k, v in m.get("aliased", {}).items()) or "none"
+        rate = (f"{d['input_sfreq']:g} → {d['expected_sfreq']:g} Hz" if d.get("expected_sfreq")
+                and d["expected_sfreq"] != d["input_sfreq"] else f"{d['input_sfreq']:g} Hz (native)")
+        lines.append(f"| {_label(e, 'none')} | {m['n_in']} | {m['n_out']} | {missing} | {aliased} | "
+                     f"{len(m.get('unused', []))} | {rate} |")
+    return lines + [""]
 
 
 def leakage_holm(summary: pd.DataFrame, cells) -> dict[tuple, tuple[float, float]]:
@@ -242,7 +335,7 @@ def _holm_note(tests: dict) -> str:
     return note
 
 
-def _headline_lines(summary: pd.DataFrame, cells) -> list[str]:
+def _headline_lines(summary: pd.DataFrame, cells, meta: dict | None = None) -> list[str]:
     tests = leakage_holm(summary, cells)
     lines = ["## Headline per encoder", "",
              ("| encoder | raw-copy | L_A temporal gap | p (Holm) | L_A subject-disjoint (controls G / P) | p (Holm) "
@@ -266,11 +359,60 @@ def _headline_lines(summary: pd.DataFrame, cells) -> list[str]:
             f"({_fmt(g('membership', 'control_random_init', endpoint='membership_encoder'), ci=False)}) | "
             f"{_fmt(g('membership', 'auc_minus_control', endpoint='membership_encoder'))} | "
             f"{_fmt(g('reconstruction', 'r2'), 3, False)} | {_fmt(g('aeds', 'aeds'))} |")
-    return lines + ["", _holm_note(tests), "", AEDS_NOTE, ""]
+    return lines + ["", _holm_note(tests), "", AEDS_NOTE + " " + _identity_note(meta or {}), ""]
 
 
-def _deployment_lines(summary: pd.DataFrame, cells, sigma: float) -> list[str]:
-    lines = ["## Deployment relevance: rest vs arithmetic of held-out subjects", "",
+def subject_label_holm(summary: pd.DataFrame, cells) -> dict[tuple, tuple[float, float]]:
+    """(permutation p, Holm-adjusted p) of the subject-level label's balanced accuracy of every (encoder, weights)
+    that has one: Holm over the table's cells, NaN p-values not counted."""
+    keys, raw = [], []
+    for (e, w) in cells:
+        r = _get(summary, encoder=e, weights=w, unit="subject_label", metric="p_value")
+        if _get(summary, encoder=e, weights=w, unit="subject_label", metric="balanced_accuracy") is not None:
+            keys.append((e, w))
+            raw.append(float(r["value"]) if r is not None else np.nan)
+    return dict(zip(keys, zip(raw, holm(raw))))
+
+
+def _value_text(r, digits: int = 2) -> str:
+    return DASH if r is None or not np.isfinite(r["value"]) else f"{r['value']:.{digits}f}"
+
+
+def subject_label_lines(summary: pd.DataFrame, cells, meta: dict) -> list[str]:
+    """The subject-level label's leakage (MSU's diagnosis): decoded from the embeddings of held-out subjects,
+    one prediction per subject, beside its Gaussian control and its subject-label permutation null (mean and
+    95th percentile); nothing when the audit has no ``subject_label`` rows."""
+    part = summary[summary["unit"] == "subject_label"]
+    if part.empty:
+        return []
+    endpoint = str(part["endpoint"].iloc[0])
+    tests = subject_label_holm(summary, cells)
+    lines = [f"## {endpoint.replace('_', ' ').capitalize()} (subject-level label) leakage", "",
+             f"Is the {cohort_design(meta)['task_text']} label decodable from the embeddings of held-out subjects? "
+             "A logistic head on subject-disjoint folds; BA subject-level: balanced accuracy of one prediction per "
+             "held-out subject (its windows' mean probability), 95 % CI resampling subjects; window BA: the same "
+             "over windows, subject-bootstrap CI. Controls: G = Gaussian embeddings, P = the subject labels "
+             "permuted (mean and 95th percentile of the permutation null); chance 0.5.", "",
+             "| encoder | BA subject-level [CI] | controls G / P (mean, q95) | p (Holm) | window BA [CI] |",
+             "|---|---|---|---|---|"]
+    for (e, w) in cells:
+        g = _cell_rows(summary, e, w)
+        ba = g("subject_label", "balanced_accuracy")
+        if ba is None:
+            continue
+        controls = (f"{_value_text(g('subject_label', 'control_gaussian'))} / "
+                    f"{_value_text(g('subject_label', 'control_permuted'))}, "
+                    f"{_value_text(g('subject_label', 'control_permuted_q95'))}")
+        lines.append(f"| {_label(e, w)} | {_fmt(ba)} | {controls} | {_p_text(tests[(e, w)])} | "
+                     f"{_fmt(g('subject_label', 'window_balanced_accuracy'))} |")
+    m = int(np.isfinite([p for p, _ in tests.values()]).sum())
+    return lines + ["", f"p: subject-label permutation p-value, raw / Holm-adjusted over the m = {m} tests of this "
+                        f"table (α = {ALPHA:g}; * marks Holm-adjusted p ≤ {ALPHA:g}); intervals uncorrected.", ""]
+
+
+def _deployment_lines(summary: pd.DataFrame, cells, sigma: float, meta: dict | None = None) -> list[str]:
+    task = cohort_design(meta or {})["task_text"]
+    lines = [f"## Deployment relevance: {task} of held-out subjects", "",
              f"| encoder | clean (controls G / P) | noised σ = {sigma:g} × std (mean over seeds [t-CI]) |",
              "|---|---|---|"]
     for (e, w) in cells:
@@ -316,14 +458,24 @@ def _undefended_text(g) -> str:
     return f"{_fmt(base)} ({cg['value']:.2f} / {cp['value']:.2f})"
 
 
+def _identity_cells(g) -> str:
+    """The defended release's BPID@1 [CI] (chance) and its identity verdict, as two table cells."""
+    b = g("bpid_at_1", endpoint="identity")
+    bpid = DASH if b is None else f"{_fmt(b)} ({b['chance']:.3f})"
+    return f" {bpid} | {_verdict(g('closes_identity'), g('closes_identity_undecided'))} |"
+
+
 def _defense_lines(summary: pd.DataFrame, cells, meta: dict) -> list[str]:
     kept = meta.get("utility_kept", 0.5)
+    identity = not _defense_identity(summary).empty
+    task = cohort_design(meta)["task_text"]
     lines = ["", "## Defenses (subject-disjoint; noise, dropout and DP-SGD rows: mean over "
              f"{meta['defense_seeds']} noise seeds with the t-interval across seeds)", "",
-             "| encoder | defense | L_A ridge | L_A Wiener | balanced accuracy | undefended BA (controls G / P) | "
-             "utility kept | MIA AUC (DP head) | ε spent (unit) | closes the channel | absolute bar "
-             f"{meta['utility_threshold']:g} |", "|---|---|---|---|---|---|---|---|---|---|---|"]
-    closing = []
+             f"| encoder | defense | L_A ridge | L_A Wiener | balanced accuracy ({task}) | undefended BA (controls "
+             "G / P) | utility kept | MIA AUC (DP head) | ε spent (unit) | closes the channel | absolute bar "
+             f"{meta['utility_threshold']:g} |" + (" BPID@1 [CI] (chance) | closes identity |" if identity else ""),
+             "|---|---|---|---|---|---|---|---|---|---|---|" + ("---|---|" if identity else "")]
+    closing, closing_identity = [], []
     for (e, w) in cells:
         part = summary[(summary["encoder"] == e) & (summary["weights"] == w)
                        & summary["unit"].str.startswith("defense/")]
@@ -332,13 +484,22 @@ def _defense_lines(summary: pd.DataFrame, cells, meta: dict) -> list[str]:
             closes, absolute = g("closes_channel"), g("closes_channel_absolute")
             if closes is not None and closes["value"] == 1:
                 closing.append(f"{_label(e, w)} {closes['defense']}")
+            closes_id = g("closes_identity")
+            if closes_id is not None and closes_id["value"] == 1:
+                closing_identity.append(f"{_label(e, w)} {closes_id['defense']}")
             lines.append(f"| {_label(e, w)} | {g('gain', attacker='ridge')['defense']} | "
                          f"{_fmt(g('gain', attacker='ridge'))} | {_fmt(g('gain', attacker='wiener'))} | "
                          f"{_fmt(g('balanced_accuracy'))} | {_undefended_text(g)} | "
                          f"{_fmt(g('utility_kept'), 2, False)} | {_fmt(g('auc'))} | "
                          f"{_epsilon_text(g('epsilon_spent'), g('epsilon_subject_bound'), g('delta_subject_bound'))}"
                          f" | {_verdict(closes, g('closes_channel_undecided'))} | "
-                         f"{_verdict(absolute) if absolute is not None else DASH} |")
+                         f"{_verdict(absolute) if absolute is not None else DASH} |"
+                         + (_identity_cells(g) if identity else ""))
+    identity_text = ("" if not identity else
+                     " Closes identity: the stage's verdict for the identity endpoint (BPID@1 of the released "
+                     "embeddings, reference and queries as in the headline, chance 1/K) under the same utility "
+                     "rule and coding as the attribute channel (yes / no / undecided). Closing identity: "
+                     f"{', '.join(closing_identity) if closing_identity else 'none'}.")
     return lines + [
         "", f"A defense closes the channel when L_A's CI reaches 0 for every attacker (all attackers must fail; "
         f"none is picked afterwards) and it keeps ≥ {kept:g} of the undefended utility above chance: utility kept "
@@ -352,7 +513,8 @@ def _defense_lines(summary: pd.DataFrame, cells, meta: dict) -> list[str]:
         "in the unit it protects; a window-level ε carries its subject-level bound by group privacy "
         "(ε_k = k ε, δ_k = k e^{(k−1)ε} δ for k windows of one subject), vacuous when δ_k ≥ 1. The DP head "
         "standardises each window by its own coordinates (data-independent, no ε spent), so the ε printed is "
-        f"the whole guarantee. Closing defenses: {', '.join(closing) if closing else 'none'}.", ""]
+        f"the whole guarantee. Closing defenses: {', '.join(closing) if closing else 'none'}.{identity_text}",
+        ""]
 
 
 def _bridge_lines(bridge: pd.DataFrame) -> list[str]:
@@ -367,26 +529,42 @@ def _bridge_lines(bridge: pd.DataFrame) -> list[str]:
     return lines + ["", "bound = sqrt(β / (1 + τ_t²)) − ε_br − ρ0 (protocol); the measured gain sits beside it.", ""]
 
 
-def report_md(summary: pd.DataFrame, cells, meta: dict, encoders_meta: dict) -> str:
-    """The markdown report: encoders, headline endpoints, deployment check, defenses, bridge, figures."""
-    lines = [f"# Study C: embedding audit on {meta['dataset']}", "",
+def _design_lines(meta: dict) -> list[str]:
+    d = cohort_design(meta)
+    level = ("a subject-level label (every window of a subject carries it)" if d["subject_level_task"]
+             else "a window-level label")
+    return ["## Cohort design", "", "| | |", "|---|---|",
+            f"| task | {d['task_text']} (`{d['task']}`; {level}) |",
+            f"| identity linkage | {d['identity_text']} (`{d['identity']}`) |",
+            f"| pretraining | {d['pretrain_text']} |", ""]
+
+
+def report_md(summary: pd.DataFrame, cells, meta: dict, encoders_meta: dict, prefix: str | None = None) -> str:
+    """The markdown report: the cohort's design, encoders, headline endpoints, the subject-level label's leakage
+    (where the cohort has one), deployment check, defenses, bridge, figures. ``prefix``: the figures' and tidy
+    table's file stem, by default :func:`figure_prefix` (the one :func:`figures` writes under)."""
+    prefix = prefix or figure_prefix(meta)
+    synthetic = " [SYNTHETIC]" if meta.get("synthetic") else ""
+    lines = [f"# Study C: embedding audit on {meta['dataset']}{synthetic}", "",
              f"{meta['n_audit_subjects']} audited subjects ({meta['n_audit_windows']} windows of "
-             f"{meta['window_s']:g} s: rest and mental arithmetic), {meta['n_pretrain_subjects']} further subjects "
-             f"for the encoders' pretraining and the encoder-membership attack. Profile `{meta['profile']}`. "
+             f"{meta['window_s']:g} s; task: {cohort_design(meta)['task_text']}); "
+             f"{cohort_design(meta)['pretrain_text']}. Profile `{meta['profile']}`. "
              "Every interval is a 95 % bootstrap CI that resamples subjects (the privacy unit; column `ci_over` in "
-             "`metrics/embedding_audit.csv`): membership and AEDS are averaged over the member draws "
+             f"`metrics/{prefix}.csv`): membership and AEDS are averaged over the member draws "
              "(`defense_seeds`), each with its subject-bootstrap bounds averaged (`subjects+seeds`); defense rows "
              "repeated over noise seeds are t-intervals across seeds (`seeds`). Every leakage value "
              "sits next to its Gaussian and split-local-permutation controls. Source: MLflow experiment "
              "`study-c-embedding-audit` (parents named `embedding_audit-<dataset>-<encoder>-<weights>`).", ""]
-    lines += _encoder_lines(cells, encoders_meta) + [""] + _headline_lines(summary, cells)
-    lines += _deployment_lines(summary, cells, meta["deployment_sigma"]) + _defense_lines(summary, cells, meta)
+    lines += _design_lines(meta) + _encoder_lines(cells, encoders_meta) + [""] + channel_lines(cells, encoders_meta)
+    lines += _headline_lines(summary, cells, meta) + subject_label_lines(summary, cells, meta)
+    lines += _deployment_lines(summary, cells, meta["deployment_sigma"], meta) + _defense_lines(summary, cells, meta)
     bridge = summary[summary["unit"] == "bridge"]
     if not bridge.empty:
         lines += _bridge_lines(bridge)
-    lines += ["## Figures", "", "![leakage](figures/embedding_audit_leakage.png)", "",
-              "![AEDS](figures/embedding_audit_aeds.png)", "", "![bridge](figures/embedding_audit_bridge.png)", "",
-              "![defenses](figures/embedding_audit_defenses.png)", ""]
+    shown = [name for name in FIGURES if name != "bridge" or not bridge.empty]  # the figures :func:`figures` writes
+    lines += ["## Figures", ""]
+    for name in shown:
+        lines += [f"![{'AEDS' if name == 'aeds' else name}](figures/{figure_paths(Path(), prefix)[name].name})", ""]
     return "\n".join(lines)
 
 
@@ -398,10 +576,41 @@ def _estimate(r) -> dict | None:
     return {k: float(r[k]) if np.isfinite(r[k]) else None for k in ("value", "ci_low", "ci_high")}
 
 
+def _number(r) -> float | None:
+    return None if r is None or not np.isfinite(r["value"]) else float(r["value"])
+
+
+def _subject_label(get) -> dict | None:
+    """The subject-level label's leakage of one cell: its subject-level BA with CI, window BA, controls and p."""
+    ba = get("subject_label", "balanced_accuracy")
+    if ba is None:
+        return None
+    return {"endpoint": str(ba["endpoint"]), "balanced_accuracy": _estimate(ba), "chance": 0.5,
+            "ci_over": str(ba.get("ci_over", "subjects")),
+            "window_balanced_accuracy": _estimate(get("subject_label", "window_balanced_accuracy")),
+            **{k: _number(get("subject_label", k)) for k in ("control_gaussian", "control_permuted",
+                                                             "control_permuted_q95", "p_value")}}
+
+
+def _defense_identity_verdicts(summary: pd.DataFrame) -> dict:
+    """Per ``<encoder>/<weights>:<defense>`` with identity rows: BPID@1 of the release with its CI and chance,
+    and the identity verdict (1 yes, 0 no, a share of seeds, None undecided) with the share of undecided seeds."""
+    out = {}
+    for r in _defense_identity(summary).itertuples():
+        part = summary[(summary["encoder"] == r.encoder) & (summary["weights"] == r.weights)
+                       & (summary["unit"] == r.unit)]
+        out[f"{r.encoder}/{r.weights}:{r.defense}"] = {
+            "bpid_at_1": _estimate(summary.loc[r.Index]), "chance": _number({"value": float(r.chance)}),
+            "closes_identity": _number(_get(part, metric="closes_identity")),
+            "closes_identity_undecided": _number(_get(part, metric="closes_identity_undecided"))}
+    return out
+
+
 def headline(summary: pd.DataFrame, cells, meta: dict) -> dict:
-    """Per cell: L_A (both splits), BPID@1, membership AUCs, reconstruction R², AEDS, raw-copy fraction and the
-    deployment accuracy, each with its CI; and the defenses that close the channel."""
-    out = {"meta": meta, "encoders": {}}
+    """Per cell: L_A (both splits), BPID@1, membership AUCs, reconstruction R², AEDS, raw-copy fraction, the
+    deployment accuracy and, where the cohort has one, the subject-level label's leakage, each with its CI; the
+    defenses that close the attribute channel and identity, and the cohort's design."""
+    out = {"meta": meta, "cohort": cohort_design(meta), "encoders": {}}
     for (e, w) in cells:
         get = _cell_rows(summary, e, w)
         g = lambda unit, metric, **kw: _estimate(get(unit, metric, **kw))  # noqa: E731
@@ -420,6 +629,7 @@ def headline(summary: pd.DataFrame, cells, meta: dict) -> dict:
             "aeds": g("aeds", "aeds"),
             "raw_copy_fraction": g("raw_copy", "fraction_cosine_ge_0.99"),
             "deployment_balanced_accuracy": g("deployment/0", "balanced_accuracy"),
+            "subject_label": _subject_label(get),
         }
     for key, metric in (("defenses_closing_the_channel", "closes_channel"),
                         ("defenses_closing_the_channel_absolute", "closes_channel_absolute")):
@@ -427,6 +637,10 @@ def headline(summary: pd.DataFrame, cells, meta: dict) -> dict:
         out[key] = sorted(f"{r.encoder}/{r.weights}:{r.defense}" for r in closes.itertuples())
     undecided = summary[(summary["metric"] == "closes_channel_undecided") & (summary["value"] > 0)]
     out["defenses_undecided"] = sorted(f"{r.encoder}/{r.weights}:{r.defense}" for r in undecided.itertuples())
+    closes_identity = summary[(summary["metric"] == "closes_identity") & (summary["value"] == 1)]
+    out["defenses_closing_identity"] = sorted(f"{r.encoder}/{r.weights}:{r.defense}"
+                                              for r in closes_identity.itertuples())
+    out["defense_identity"] = _defense_identity_verdicts(summary)
     eps = summary[summary["metric"] == "epsilon_spent"]
     out["dp_head_epsilon"] = {f"{r.encoder}/{r.weights}:{r.defense}": {"value": float(r.value),
                                                                       "eps_unit": getattr(r, "eps_unit", "none")}

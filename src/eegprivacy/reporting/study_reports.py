@@ -44,9 +44,13 @@ ALPHA = 0.05  # a cell is marked significant when its Holm-adjusted p-value is b
 CORRECTION = "Holm"
 UNIT_RANGE = (0.0, 1.0)  # AUROC, accuracy, BPID@1: what a displayed interval is clipped to
 # Study C endpoints with a chance level a one-sided test can use (L_A, AEDS and BPID@1 have no null in the run's
-# metrics: their chance depends on the cohort, so they are printed as estimates, untested).
-C_CHANCE = {"MIA AUC (head, LiRA)": 0.5, "MIA AUC (encoder)": 0.5}
-C_RANGE = {"BPID@1": UNIT_RANGE, "MIA AUC (head, LiRA)": UNIT_RANGE, "MIA AUC (encoder)": UNIT_RANGE}
+# metrics: their chance depends on the cohort, so they are printed as estimates, untested). The diagnosis (a
+# subject-level label, on cohorts that have one) is a balanced accuracy: chance 0.5, its permuted-label control
+# printed beside it.
+DIAGNOSIS = "Diagnosis BA (subject-level)"
+C_CHANCE = {"MIA AUC (head, LiRA)": 0.5, "MIA AUC (encoder)": 0.5, DIAGNOSIS: 0.5}
+C_RANGE = {"BPID@1": UNIT_RANGE, "MIA AUC (head, LiRA)": UNIT_RANGE, "MIA AUC (encoder)": UNIT_RANGE,
+           DIAGNOSIS: UNIT_RANGE}
 
 
 def no_runs_message(study: str, uri: str) -> str:
@@ -280,12 +284,22 @@ C_METRICS = {  # label -> metric pattern (first match wins), from the embedding_
     "BPID@1": r"unit_identity/.*/bpid_at_1",
     "MIA AUC (head, LiRA)": r"unit_membership/endpoint_membership_head/.*/attacker_lira_online/auc",
     "MIA AUC (encoder)": r"unit_membership/endpoint_membership_encoder/.*/auc",
+    DIAGNOSIS: r"unit_subject_label/.*/balanced_accuracy",
+    "Diagnosis BA control (permuted)": r"unit_subject_label/.*/control_permuted",
 }
 
 
+def _c_weights(run_name: str, dataset: str, encoder: str) -> str:
+    """A study C parent's weights from its name ``embedding_audit-<dataset>-<encoder>-<weights>`` (the part after
+    ``-<encoder>-`` where the name carries the dataset otherwise)."""
+    prefix = f"embedding_audit-{dataset}-{encoder}-"
+    return run_name.removeprefix(prefix) if run_name.startswith(prefix) else run_name.split(f"-{encoder}-", 1)[-1]
+
+
 def tidy_c(runs: pd.DataFrame) -> pd.DataFrame:
-    """Per encoder run (encoder × weights; the cross-encoder bridge run is left out): the audit's headline
-    endpoints with their logged intervals.
+    """Per cohort (the ``dataset`` tag) and encoder run (encoder × weights; the cross-encoder bridge run is left
+    out): the audit's headline endpoints with their logged intervals, the diagnosis (subject-level label) where
+    the cohort has one; the table keeps one row per (dataset, encoder, weights).
 
     What an interval is over is read from the run (``ci_over`` tag or param, :func:`_logged_ci_over`) and is
     "as logged" otherwise: the stage has logged seed t-intervals, window bootstraps and subject bootstraps at
@@ -303,8 +317,8 @@ def tidy_c(runs: pd.DataFrame) -> pd.DataFrame:
     if not frames:
         return pd.DataFrame()
     rows = pd.concat(frames, ignore_index=True)
-    prefix = "embedding_audit-" + rows["dataset"] + "-" + rows["encoder"] + "-"
-    rows["weights"] = [name.removeprefix(p) for name, p in zip(rows["run_name"], prefix)]
+    rows["weights"] = [_c_weights(str(n), str(d), str(e))
+                       for n, d, e in zip(rows["run_name"], rows["dataset"], rows["encoder"])]
     rows["n_seeds"] = pd.to_numeric(rows["n"], errors="coerce")
     rows["ci_over"] = rows["logged_ci_over"]
     rows["t_interval"] = (rows["ci_over"] == "seeds") & rows["n_seeds"].notna()
@@ -479,7 +493,7 @@ def draw_b(rows: pd.DataFrame, fig) -> None:
 
 def draw_c(rows: pd.DataFrame, fig) -> None:
     """One panel per headline endpoint: encoders side by side, one bar per weight setting, 95 % CI bars."""
-    metrics = [m for m in ("L_A", "AEDS", "BPID@1", "MIA AUC (head, LiRA)") if m in set(rows["metric"])]
+    metrics = [m for m in ("L_A", "AEDS", "BPID@1", "MIA AUC (head, LiRA)", DIAGNOSIS) if m in set(rows["metric"])]
     fig.set_size_inches(4 * max(len(metrics), 1), 3.8)
     axes = fig.subplots(1, max(len(metrics), 1), squeeze=False)[0]
     synthetic = rows["synthetic"].any()
@@ -520,7 +534,9 @@ INTRO = {
          "must beat.",
     "c": "Frozen-encoder embedding audit per encoder and weight setting: attribute leakage L_A (with its "
          "permuted-label control), the AEDS decision score, identification BPID@1, and membership AUC against the "
-         "head (LiRA) and the encoder. L_A, AEDS and BPID@1 are estimates with their logged intervals, untested "
+         "head (LiRA) and the encoder, one row per cohort (`dataset`), encoder and weights; on a cohort whose task "
+         "is a subject-level label (the diagnosis) its balanced accuracy over held-out subjects, beside its "
+         "permuted-label control. L_A, AEDS and BPID@1 are estimates with their logged intervals, untested "
          "here (their null is not among the run's metrics).",
 }
 
@@ -546,7 +562,8 @@ def caption(study: str, rows: pd.DataFrame) -> str:
     if study == "a" or "p_value" not in rows:
         return ""
     tested = rows["p_value"].notna()
-    where = {"b": "each AUROC cell against chance 0.5", "c": "each membership AUC against chance 0.5"}[study]
+    where = {"b": "each AUROC cell against chance 0.5",
+             "c": "each membership AUC and diagnosis BA against chance 0.5"}[study]
     clipped = sum(displayed_interval(r)[2] for _, r in rows.iterrows())
     how = ("a one-sided one-sample t-test recovered from the run's t-interval over n seeds (`t(n−1)` in `CI over`)"
            if study == "b" else

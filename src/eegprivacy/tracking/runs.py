@@ -34,7 +34,8 @@ EXPERIMENTS = {
 }
 
 REQUIRED_TAGS = ("study", "stage", "dataset", "dataset_version", "synthetic", "seed", "git_commit", "dvc_stage")
-OPTIONAL_TAGS = ("epsilon", "delta", "mechanism", "model", "attack", "attacker", "split", "encoder", "defense")
+OPTIONAL_TAGS = ("epsilon", "delta", "mechanism", "model", "attack", "attacker", "split", "encoder", "defense",
+                 "cohort")  # cohort: study C's audited cohort (issue 21), beside dataset for cross-cohort queries
 
 # Names that must never reach MLflow (params, tags, metric keys): identifiers, pseudonyms, linkage secrets.
 _FORBIDDEN = re.compile(r"(patient_?id|pseudonym|global_?id|linkage_?key|hmac_?key|secret|subject_?name)", re.I)
@@ -95,7 +96,8 @@ def assert_no_identifiers(mapping: Mapping[str, Any], what: str = "params") -> N
     """Refuse keys naming identifiers/keys, and values that look like 64-hex pseudonyms (HMAC-SHA256)."""
     for key, value in mapping.items():
         if _FORBIDDEN.search(str(key)):
-            raise TrackingPolicyError(f"{what} key {key!r} names an identifier or linkage secret; it must not be logged")
+            raise TrackingPolicyError(f"{what} key {key!r} names an identifier or linkage secret; it must not be "
+                                      "logged")
         if isinstance(value, (bytes, bytearray)):
             raise TrackingPolicyError(f"{what} {key!r} holds raw bytes (a key?); it must not be logged")
         if isinstance(value, str) and re.fullmatch(r"[0-9a-f]{64}", value) and key != "dataset_version" \

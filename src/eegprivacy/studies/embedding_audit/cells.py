@@ -77,16 +77,41 @@ def _noise(Z, sigma, seed):
     return GaussianNoiseDefense(sigma=sigma, random_state=seed).fit(Z).transform(Z)
 
 
-def _identity_rows(ctx: Context) -> list[dict]:
-    """BPID@1 with its query-subject bootstrap interval, and R_I (its interval mapped through R_I, monotone)."""
+def identity_split(ctx: Context) -> str:
+    """The split column of identity rows: how the cohort's enrolling and querying parts are drawn."""
+    return f"reference_set_by_{ctx.cohort.identity}"
+
+
+def _identity_rows(ctx: Context, b=None, defense: str = "none") -> list[dict]:
+    """BPID@1 with its query-subject bootstrap interval, and R_I (its interval mapped through R_I, monotone); of
+    the undefended embeddings, or ``b`` (a defended release's BPID result) under ``defense``."""
     from eegprivacy.embeddings.endpoints import identity_residual
 
-    b = ctx.bpid()
-    common = {"attacker": "centroid_cosine", "n": b.n_queries}
-    return [row("identity", "reference_set_rest_to_arithmetic", "bpid_at_1", b.accuracy, ci=b.ci, chance=b.chance,
-                **common),
-            row("identity", "reference_set_rest_to_arithmetic", "residual", b.residual,
+    b = ctx.bpid() if b is None else b
+    common = {"attacker": "centroid_cosine", "n": b.n_queries, "defense": defense}
+    return [row("identity", identity_split(ctx), "bpid_at_1", b.accuracy, ci=b.ci, chance=b.chance, **common),
+            row("identity", identity_split(ctx), "residual", b.residual,
                 ci=identity_residual(np.asarray(b.ci), b.n_candidates), chance=0.0, **common)]
+
+
+def _subject_label_rows(seed: int, ctx: Context) -> list[dict]:
+    """The cohort's task label as a subject-level attribute (MSU: the diagnosis) of held-out subjects, read from
+    their embeddings: subject-level balanced accuracy with a subject-bootstrap interval, beside the same protocol
+    on Gaussian embeddings and a null that permutes the label among the training subjects."""
+    from eegprivacy.embeddings.endpoints import subject_label_leakage
+
+    r = subject_label_leakage(ctx.Z, ctx.state, ctx.groups, ctx.splitter("subject_disjoint", seed),
+                              n_bootstrap=ctx.config.bootstrap, n_permutations=ctx.config.permutations,
+                              random_state=seed)
+    common = {"attacker": "logistic_head", "n": r.n_subjects}
+    task = ctx.cohort.task
+    return [row(task, "subject_disjoint", "balanced_accuracy", r.balanced_accuracy, ci=r.ci, chance=0.5, **common),
+            row(task, "subject_disjoint", "window_balanced_accuracy", r.window_balanced_accuracy, ci=r.window_ci,
+                chance=0.5, **common),
+            row(task, "subject_disjoint", "control_gaussian", r.control_gaussian, chance=0.5, **common),
+            row(task, "subject_disjoint", "control_permuted", r.control_permuted, chance=0.5, **common),
+            row(task, "subject_disjoint", "control_permuted_q95", r.control_permuted_q95, chance=0.5, **common),
+            row(task, "subject_disjoint", "p_value", r.p_value, **common)]
 
 
 def _aeds_rows(seed: int, ctx: Context) -> list[dict]:
@@ -131,6 +156,8 @@ def core_rows(unit: str, seed: int, ctx: Context) -> list[dict]:
         return leakage_rows(ctx.leakage(unit.split("/")[1], seed), unit.split("/")[1])
     if unit == "identity":
         return _identity_rows(ctx)
+    if unit == "subject_label":
+        return _subject_label_rows(seed, ctx)
     if unit == "membership":
         return membership_rows(ctx.membership(seed))
     if unit == "reconstruction":
@@ -185,6 +212,21 @@ def verdict_rows(leakages: list, defended: float, split: str, seed: int, ctx: Co
             row("defense", split, "undefended_control_permuted", base.control_permuted, chance=0.5, **common)]
 
 
+def identity_verdict_rows(b, defended: float, split: str, seed: int, ctx: Context, defense: str) -> list[dict]:
+    """Whether the defense closes the identity channel: BPID@1's interval reaches chance (1/K) and the release
+    keeps the share of the utility the attribute verdict asks for (the same rule: :func:`channel_verdict` on
+    BPID@1 minus chance); 1 yes, 0 no, NaN undecided (no utility to keep)."""
+    from eegprivacy.embeddings.defenses import channel_verdict
+
+    base = undefended_utility(ctx, split, seed)
+    excess = (float(b.ci[0]) - b.chance, float(b.ci[1]) - b.chance)
+    v = channel_verdict([excess], defended, base, kept_threshold=ctx.config.utility_kept,
+                        absolute_threshold=ctx.config.utility_threshold)
+    common = {"defense": defense, "attacker": "centroid_cosine"}
+    return [row("defense", split, "closes_identity", v.as_value(), **common),
+            row("defense", split, "closes_identity_undecided", float(v.closes is None), **common)]
+
+
 def _epsilon_rows(head, defense: str) -> list[dict]:
     """ε spent in its unit; under window-level DP also the subject-level group-privacy bound (k ε and its δ_k,
     vacuous when δ_k ≥ 1). No row for the non-private head (an ∞ would poison the means)."""
@@ -228,9 +270,12 @@ def dp_head_rows(epsilon: float, seed: int, ctx: Context) -> list[dict]:
     mia = membership_auc(losses_in, losses_out, boot, random_state=seed, groups_members=ctx.groups[fit],
                          groups_nonmembers=groups)
     defense = f"dp_head_eps{epsilon:g}"
+    b = ctx.bpid_of(released, np.flatnonzero(rel))
     rows = [*leakage_rows(la, RELEASE_HALF, defense), *utility_rows(util, RELEASE_HALF, defense),
-            *membership_rows({"dp_head": mia}, defense), *_epsilon_rows(head, defense)]
-    return rows + verdict_rows([la], util.balanced_accuracy, RELEASE_HALF, seed, ctx, defense)
+            *membership_rows({"dp_head": mia}, defense), *_epsilon_rows(head, defense),
+            *_identity_rows(ctx, b, defense)]
+    return (rows + verdict_rows([la], util.balanced_accuracy, RELEASE_HALF, seed, ctx, defense)
+            + identity_verdict_rows(b, util.balanced_accuracy, RELEASE_HALF, seed, ctx, defense))
 
 
 def _released(kind: str, value: float, seed: int, ctx: Context) -> tuple:
@@ -271,7 +316,10 @@ def defense_rows(unit: str, seed: int, ctx: Context) -> list[dict]:
         rows += leakage_rows(la, "subject_disjoint", defense, attacker)
         leakages.append(la)
     # The verdict needs every attacker to fail: attacker "all_attackers", not a strongest one picked afterwards.
-    return rows + verdict_rows(leakages, util.balanced_accuracy, "subject_disjoint", seed, ctx, defense)
+    b = ctx.bpid_of(released)
+    rows += _identity_rows(ctx, b, defense)
+    return (rows + verdict_rows(leakages, util.balanced_accuracy, "subject_disjoint", seed, ctx, defense)
+            + identity_verdict_rows(b, util.balanced_accuracy, "subject_disjoint", seed, ctx, defense))
 
 
 def bridge_rows(config: dict, seed: int, embeddings: dict, A, groups, audit_config, splitter) -> list[dict]:

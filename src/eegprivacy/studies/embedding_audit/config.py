@@ -3,6 +3,10 @@
 ``profile`` picks one of ``profiles``: the encoder configs and the pretraining schedule (``default``: small
 configs and 120 steps a CPU finishes in minutes; ``full``: the published configs and longer pretraining). Every
 other key is the same under both, so a profile changes the encoders and nothing about how they are audited.
+
+``datasets`` are the audited cohorts (one DVC stage ``embedding_audit@<cohort>`` each) and ``cohorts`` says, per
+cohort, what its windows, its task, its identity reference/query parts and its pretraining data are
+(:class:`CohortConfig`): everything else -- endpoints, resamples, defenses -- is the same for every cohort.
 """
 
 from __future__ import annotations
@@ -19,9 +23,12 @@ from eegprivacy.validation import (
     FRACTION_OPEN,
     POSITIVE,
     TEXT,
+    TEXTS,
+    AnyOf,
     InstanceOf,
     Interval,
     ListOf,
+    Options,
     count,
     counts,
     options,
@@ -109,11 +116,64 @@ class DefensesConfig(Config):
 
 
 @dataclass(frozen=True)
+class CohortConfig(Config):
+    """What one cohort's audit reads and asks (``embedding_audit.cohorts.<dataset>``).
+
+    The task (label 1 vs 0) is the deployment task, the head-membership target and the utility every defense is
+    judged by; the identity parts say which windows enroll a subject and which query it; the pretraining design
+    says which windows pretrain the encoders (the encoder-membership members and their interleaved non-members).
+    """
+
+    task: str = param(TEXT, doc="name of the label-1-vs-0 task (a row's endpoint when it is a subject-level label)")
+    task_text: str = param(TEXT, doc="the task in words, for reports")
+    windows: str = param(options(("recordings", "cues")), default="recordings",
+                         doc="recordings: the first windows_per_recording windows of every recording, labelled by "
+                             "the recording; cues: one window from each left/right imagery cue (eegmmidb T1/T2)")
+    identity: str = param(options(("label", "halves", "runs")), default="label",
+                          doc="BPID@1 reference -> query: label (label-0 windows enroll, label-1 windows query), "
+                              "halves (first half of each subject's windows enrolls, second half queries, "
+                              "1 gap window), runs (the earlier audited runs enroll, the last one queries)")
+    temporal: str = param(options(("contiguous", "runs")), default="contiguous",
+                          doc="the within-subject split of the attribute endpoint: contiguous blocks in time "
+                              "(splits.temporal_gap) or one audited run per test block (leave one run out)")
+    pretrain: str = param(options(("subjects", "run")), default="subjects",
+                          doc="subjects: pretrain_subjects held-out subjects pretrain the encoders; run: run "
+                              "pretrain_run of every subject does, the other runs are audited")
+    pretrain_run: int | None = param(AnyOf((Options((None,)), count(1, "run")), text="a run number or null"),
+                                     default=None, doc="the run that pretrains (pretrain: run)")
+    subject_level_task: bool = param(BOOLEAN, default=False,
+                                     doc="the task label is constant within a subject (a diagnosis): also audit "
+                                         "it as a subject-level attribute with a subject-label permutation null")
+    notch_freq: float = param(POSITIVE, default=50.0, doc="mains notch in Hz (50 Europe, 60 USA)")
+    dataset: dict = param(InstanceOf((dict,), text="a mapping of the dataset's arguments"), default={},
+                          doc="keyword arguments of the registered dataset (e.g. eegmmidb's runs)")
+
+    def check(self, source, prefix: str) -> None:
+        if self.pretrain == "run" and self.pretrain_run is None:
+            raise _invalid(source, f"{prefix}pretrain_run", None, "a run number when pretrain is 'run'")
+        if self.windows == "cues" and self.pretrain == "subjects" and self.identity == "label":
+            raise _invalid(source, f"{prefix}identity", self.identity,
+                           "halves or runs for cued windows (both labels occur in every run)")
+
+    def describe(self) -> dict:
+        """The cohort's design in words and flags, for the report and the run params."""
+        identity = {"label": "reference = each subject's label-0 windows, queries = its label-1 windows",
+                    "halves": "reference = first half of each subject's windows, queries = the second half "
+                              "(1 gap window between)",
+                    "runs": "reference = the earlier audited runs, queries = the last audited run"}[self.identity]
+        return {"task": self.task, "task_text": self.task_text, "identity": self.identity,
+                "identity_text": identity, "temporal": self.temporal, "pretrain": self.pretrain,
+                "pretrain_run": self.pretrain_run, "subject_level_task": self.subject_level_task,
+                "windows": self.windows, "notch_freq": self.notch_freq}
+
+
+@dataclass(frozen=True)
 class EmbeddingAuditConfig(Config):
     """``embedding_audit``: which encoders are audited on which windows, with how many resamples, and which
     defenses (the protocol: ``shared/spec/study-c-protocol.md``)."""
 
-    dataset: str = param(TEXT, doc="registered dataset with rest (label 0) and task (label 1) recordings")
+    datasets: list = param(TEXTS, doc="the audited cohorts (each needs an entry in cohorts)")
+    cohorts: dict[str, CohortConfig] = param(doc="per cohort: windows, task, identity parts, pretraining design")
     profile: str = param(TEXT, doc="a key of profiles")
     window_s: float = param(POSITIVE, doc="window length in seconds, the same for every encoder")
     windows_per_recording: int = param(count(6, "windows"), doc="the first non-overlapping windows of each "
@@ -144,12 +204,21 @@ class EmbeddingAuditConfig(Config):
                                     "chance")
 
     def check(self, source, prefix: str) -> None:
+        for name in (d for d in self.datasets if d not in self.cohorts):
+            raise _invalid(source, f"{prefix}cohorts", sorted(self.cohorts), f"a mapping with an entry for {name}")
         if self.profile not in self.profiles:
             raise _invalid(source, f"{prefix}profile", self.profile, f"one of {sorted(self.profiles)}")
         steps = self.active_profile.pretrain.max_steps
         for name in (e for e in self.encoders if e in NEURAL and e not in steps):
             raise _invalid(source, f"{prefix}profiles.{self.profile}.pretrain.max_steps", steps,
                            f"a mapping with the steps of every neural encoder audited (missing {name})")
+
+    def cohort(self, name: str, source="params") -> CohortConfig:
+        """The design of cohort ``name``; an error naming the key when the params have none."""
+        if name not in self.cohorts:
+            raise ParamsError(f"{source}: embedding_audit.cohorts has no entry for {name!r} (audited cohorts: "
+                              f"{', '.join(sorted(self.cohorts))}); add one and run the stage again")
+        return self.cohorts[name]
 
     @property
     def active_profile(self) -> ProfileConfig:

@@ -22,15 +22,19 @@ from eegprivacy.studies.embedding_audit.data import AuditData, audit_targets
 class Context:
     """Everything a cell of one (encoder, weights) needs, with a memo so AEDS reuses the endpoints it combines."""
 
-    def __init__(self, Z, data: AuditData, config, emb: dict, targets: tuple | None = None):
+    def __init__(self, Z, data: AuditData, config, emb: dict, targets: tuple | None = None, cohort=None):
         audit = data.select("audit")
         self.Z, self.config, self.emb = Z, config, emb
+        # the cohort's design (identity parts, temporal split); eegmat's where none is given
+        self.cohort = cohort if cohort is not None else config.cohort("eegmat")
         self.groups = data.subject[audit]
         self.state = data.state[audit]
         self.order = data.order[audit]
+        self.block = data.block[audit]   # the window's recording (rank within its subject)
+        self.part = data.part[audit]     # identity: 0 enrolls, 1 queries, -1 neither
         self.A, self.X_down = targets if targets is not None else audit_targets(data, config)
-        # recordings: (subject, state) -> time order within it
-        self.recording = np.char.add(self.groups.astype(str), self.state.astype(str))
+        # recordings: (subject, block) -> time order within it
+        self.recording = np.char.add(self.groups.astype(str), self.block.astype(str))
         self.memo: dict = {}
         self.shared: Path | None = None  # set in worker processes: a folder the workers share memo results in
 
@@ -77,14 +81,17 @@ class Context:
         from eegprivacy.embeddings.splits import SubjectDisjointSplit, TemporalGapSplit
 
         split = getattr(self.config.splits, name)
+        if name == "temporal_gap" and self.cohort.temporal == "runs":
+            # leave one run out within each subject; runs lie minutes apart, so no gap window is needed
+            return TemporalGapSplit(np.unique(self.block).size, 0, times=self.times(), parts=self.block)
         if name == "temporal_gap":
             return TemporalGapSplit(split.n_splits, split.gap, times=self.times())
         n_subjects = np.unique(self.groups if groups is None else groups).size
         return SubjectDisjointSplit(min(split.n_splits, n_subjects), random_state=seed)
 
     def times(self):
-        # time order within a subject: the rest recording first, then arithmetic, windows in order
-        return self.state * 10_000 + self.order
+        # time order within a subject: its recordings in order (eegmat: rest, then arithmetic), windows in order
+        return self.block * 10_000 + self.order
 
     def leakage(self, split: str, seed: int = 0):
         from eegprivacy.embeddings.endpoints import attribute_leakage
@@ -94,17 +101,24 @@ class Context:
             n_permutations=self.config.permutations, random_state=seed))
 
     def bpid(self):
-        """BPID@1 from the rest recordings (reference) to the arithmetic ones (queries), its interval a bootstrap
-        of the query subjects (seeded by ``config.subject_seed``)."""
+        """BPID@1 of the undefended embeddings (memoized): :meth:`bpid_of` ``(Z)``."""
+        return self.memoized(("bpid",), lambda: self.bpid_of(self.Z))
+
+    def bpid_of(self, Z, rows=None):
+        """BPID@1 from the enrolling part (``part == 0``: eegmat's rest recordings, MSU's first half, eegmmidb's
+        earlier audited run) to the querying part (``part == 1``). ``Z`` holds the embeddings of the audited
+        windows ``rows`` (an index or mask; all of them by default), in that order. The interval is a bootstrap of
+        the query subjects (seeded by ``config.subject_seed``)."""
         from eegprivacy.embeddings.endpoints import bpid_at_1
         from eegprivacy.embeddings.splits import ReferenceSetSplit
 
-        def compute():
-            ref, qry = next(ReferenceSetSplit(parts=self.state, reference_part=0, query_part=1)
-                            .split(self.Z, groups=self.groups))
-            return bpid_at_1(self.Z[ref], self.groups[ref], self.Z[qry], self.groups[qry],
-                             n_bootstrap=self.config.bootstrap, random_state=self.config.subject_seed)
-        return self.memoized(("bpid",), compute)
+        rows = np.arange(len(self.groups)) if rows is None else np.asarray(rows)
+        groups, part = self.groups[rows], self.part[rows]
+        if len(Z) != groups.size:
+            raise ValueError(f"{len(Z)} embeddings for {groups.size} audited windows")
+        ref, qry = next(ReferenceSetSplit(parts=part, reference_part=0, query_part=1).split(Z, groups=groups))
+        return bpid_at_1(Z[ref], groups[ref], Z[qry], groups[qry], n_bootstrap=self.config.bootstrap,
+                         random_state=self.config.subject_seed)
 
     def head_lira(self, head, n_shadows: int, seed: int) -> np.ndarray:
         """LiRA (online, global variance) against the head: shadow heads trained like it on random halves of the

@@ -1,11 +1,24 @@
-"""The windows study C audits, and the role each one plays.
+"""The windows study C audits, and the role each one plays, per cohort (:class:`~.config.CohortConfig`).
 
-Subjects: ``pretrain_subjects`` of the dataset never enter an audit split. Each of their recordings is cut into
-blocks of consecutive windows, and a seeded draw makes each block a member block (it pretrains every neural
-encoder: the members of the encoder-membership attack) or a non-member block (held out: its non-members), with a
-gap window dropped wherever the two meet (:func:`window_roles`). The attack thus compares windows of the same
-subjects and recordings at the same times in expectation, so neither a between-subject shift nor the drift within
-a recording can pass for memorisation. Every other subject is audited.
+Windows: the first ``windows_per_recording`` windows of every recording, labelled by their recording (eegmat:
+rest / arithmetic; MSU: the subject's diagnosis), or one window from each imagery cue (eegmmidb: T1 left / T2
+right), through the same preprocessing (0.5-70 Hz band-pass, clipped below Nyquist and flagged where the rate is
+lower; the cohort's mains notch; average reference) at the dataset's own rate -- each encoder resamples and maps
+channels itself.
+
+Pretraining: either ``pretrain_subjects`` subjects that never enter an audit split (eegmat, MSU), or one run of
+every subject while the other runs are audited (eegmmidb, ``pretrain: run``: the audit's identity linkage then
+has every subject as a candidate, and the self-pretrained encoders have seen other runs of the audited subjects
+-- the in-cohort pretraining a clinic would do; the random-init cells have seen nothing). Either way each
+pretraining recording is cut into blocks of consecutive windows, and a seeded draw makes each block a member
+block (it pretrains every neural encoder: the members of the encoder-membership attack) or a non-member block
+(held out: its non-members), with a gap window dropped wherever the two meet (:func:`window_roles`). The attack
+thus compares windows of the same subjects and recordings at the same times in expectation, so neither a
+between-subject shift nor the drift within a recording can pass for memorisation.
+
+Each audited window also carries its ``block`` (the rank of its recording within its subject: rest 0 /
+arithmetic 1, or the run) and its identity ``part`` (0 enrolls, 1 queries, -1 neither; see
+``CohortConfig.identity``).
 """
 
 from __future__ import annotations
@@ -24,11 +37,21 @@ class AuditData:
 
     X: np.ndarray            # (n, channels, samples), volts, at the dataset's rate
     subject: np.ndarray      # per window
-    state: np.ndarray        # 0 rest, 1 arithmetic
+    state: np.ndarray        # the cohort's task label (eegmat: 0 rest, 1 arithmetic)
     order: np.ndarray        # window index within its recording (time order)
     role: np.ndarray         # pretrain_member / pretrain_nonmember / pretrain_gap / audit
     sfreq: float
     ch_names: list[str]
+    block: np.ndarray | None = None   # rank of the window's recording within its subject (time order)
+    part: np.ndarray | None = None    # identity part: 0 reference, 1 query, -1 neither
+    # False when the pretraining windows are other runs of the audited subjects (pretrain: run)
+    pretrain_subject_disjoint: bool = True
+
+    def __post_init__(self):
+        if self.block is None:  # a recording-labelled cohort with one recording per label (eegmat)
+            self.block = np.asarray(self.state)
+        if self.part is None:
+            self.part = np.asarray(self.state)
 
     def select(self, role: str) -> np.ndarray:
         return np.flatnonzero(self.role == role)
@@ -80,20 +103,87 @@ def window_roles(subject_role, recording, order, gap: int = MEMBERSHIP_GAP, bloc
     return roles.astype(str)
 
 
-def load_windows(dataset, config) -> AuditData:
-    """The first ``config.windows_per_recording`` windows of every recording, with their roles."""
-    from eegprivacy.embeddings.pretrain import dataset_windows
+IDENTITY_GAP = 1  # windows dropped between the enrolling and the querying half of a recording (identity: halves)
 
-    roles = assign_roles(dataset.subjects(), config.pretrain_subjects, config.subject_seed)
+
+def _recording_windows(dataset, config, cohort):
+    """The first ``windows_per_recording`` windows of every recording, each labelled by its recording."""
+    from eegprivacy.embeddings.pretrain import dataset_windows
+    from eegprivacy.signal.preprocess import PreprocessConfig
+
     X, subj, recs, sfreq, names = dataset_windows(dataset, None, window_s=float(config.window_s),
+                                                  preprocess_config=PreprocessConfig(notch_freq=cohort.notch_freq),
                                                   max_windows_per_recording=config.windows_per_recording)
     labels = {(r.subject, r.recording): int(r.meta["label"]) for r in dataset.recordings()}
     subj, recs = np.asarray(subj), np.asarray(recs)
     state = np.array([labels[(s, r)] for s, r in zip(subj, recs)])
     order = pd.Series(np.arange(len(recs))).groupby(recs).cumcount().to_numpy()
-    role = window_roles(np.array([roles[s] for s in subj]), recs, order, seed=config.subject_seed)
-    return AuditData(X=X, subject=subj, state=state, order=order, role=role,
-                     sfreq=float(sfreq), ch_names=list(names))
+    return X, subj, recs, state, order, float(sfreq), list(names)
+
+
+def _cue_windows(dataset, config, cohort):
+    """One ``window_s`` window from each left/right imagery cue, broadband (the paradigm's 8-32 Hz band is for
+    CSP; the encoders read 0.5-70 Hz like every other cohort), at the recording's own rate."""
+    from eegprivacy.signal.epochs import LeftRightImagery
+    from eegprivacy.signal.preprocess import PreprocessConfig
+
+    trials = LeftRightImagery(preprocess=PreprocessConfig(notch_freq=cohort.notch_freq), resample=None,
+                              epoch_s=float(config.window_s)).get_data(dataset)
+    meta = trials.metadata
+    recs = meta["recording"].astype(str).to_numpy()
+    order = meta.groupby("recording").cumcount().to_numpy()
+    return (trials.X, meta["subject"].astype(str).to_numpy(), recs, trials.y.astype(int), order,
+            float(trials.sfreq), list(trials.channels))
+
+
+def _blocks(subject, recording) -> np.ndarray:
+    """Rank of each window's recording among its subject's recordings (sorted names: rest before arithmetic on
+    eegmat, runs in order on eegmmidb)."""
+    frame = pd.DataFrame({"s": subject, "r": recording})
+    return frame.groupby("s")["r"].rank(method="dense").astype(int).to_numpy() - 1
+
+
+def identity_parts(cohort, state, block, order, subject, audited) -> np.ndarray:
+    """0 (enrolls), 1 (queries) or -1 (neither) per window, for ``CohortConfig.identity``; only audited windows
+    get a part. ``runs``: the last audited run of a subject queries, its earlier audited runs enroll; ``halves``:
+    the first half of a subject's audited windows (time order) enrolls and the second queries, with
+    :data:`IDENTITY_GAP` windows dropped on each side of the middle."""
+    part = np.full(len(state), -1)
+    if cohort.identity == "label":
+        part[audited] = state[audited]
+        return part
+    for s in np.unique(subject[audited]):
+        idx = np.flatnonzero(audited & (subject == s))
+        if cohort.identity == "runs":
+            last = block[idx].max()
+            part[idx] = np.where(block[idx] == last, 1, 0)
+        else:
+            idx = idx[np.lexsort((order[idx], block[idx]))]
+            half = idx.size // 2
+            part[idx[: max(0, half - IDENTITY_GAP)]] = 0
+            part[idx[half + IDENTITY_GAP:]] = 1
+    return part
+
+
+def load_windows(dataset, config, cohort) -> AuditData:
+    """Every window the audit of ``cohort`` reads, with its role, block and identity part."""
+    load = _cue_windows if cohort.windows == "cues" else _recording_windows
+    X, subj, recs, state, order, sfreq, names = load(dataset, config, cohort)
+    block = _blocks(subj, recs)
+    if cohort.pretrain == "run":
+        run_of = {r.recording: int(r.meta.get("run", -1)) for r in dataset.recordings()}
+        runs = np.array([run_of[r] for r in recs])
+        if not (runs == cohort.pretrain_run).any():
+            raise ParamsError(f"{dataset.name}: no window of run {cohort.pretrain_run} (pretrain_run) was loaded; "
+                              f"runs present: {sorted(set(runs.tolist()))}")
+        subject_role = np.where(runs == cohort.pretrain_run, "pretrain", "audit")
+    else:
+        roles = assign_roles(dataset.subjects(), config.pretrain_subjects, config.subject_seed)
+        subject_role = np.array([roles[s] for s in subj])
+    role = window_roles(subject_role, recs, order, seed=config.subject_seed)
+    part = identity_parts(cohort, state, block, order, subj, role == "audit")
+    return AuditData(X=X, subject=subj, state=state, order=order, role=role, sfreq=sfreq, ch_names=names,
+                     block=block, part=part, pretrain_subject_disjoint=cohort.pretrain == "subjects")
 
 
 def downsampled_waveform(X: np.ndarray, points: int) -> np.ndarray:

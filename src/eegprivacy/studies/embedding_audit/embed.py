@@ -30,11 +30,11 @@ from eegprivacy.studies.embedding_audit.workers import one_thread
 WINDOW_KNOBS = ("window_s", "windows_per_recording", "pretrain_subjects", "subject_seed")
 
 
-def embedding_keys(config, cells: list[tuple[str, str]], dataset_version: str, code: str) -> dict:
-    """Cache key of each cell's embeddings: every knob its numbers depend on, so a params change recomputes
-    exactly what it affects."""
+def embedding_keys(config, cells: list[tuple[str, str]], dataset_version: str, code: str, cohort) -> dict:
+    """Cache key of each cell's embeddings: every knob its numbers depend on (the cohort's design included), so a
+    params change recomputes exactly what it affects."""
     plain, profile = config.to_dict(), config.active_profile.to_dict()
-    return {(e, w): config_key({"dataset_version": dataset_version, "code": code,
+    return {(e, w): config_key({"dataset_version": dataset_version, "code": code, "cohort": cohort.to_dict(),
                                 **{k: plain[k] for k in WINDOW_KNOBS}, "encoder": e, "weights": w,
                                 "config": profile["configs"].get(e),
                                 "pretrain": profile["pretrain"] if w == "self_pretrained" else None})
@@ -83,7 +83,9 @@ def _pretrain(encoder, name: str, data: AuditData, config, work: Path, out: dict
     members, nonmembers = rows["members"], rows["nonmembers"]
     (work / "checkpoints").mkdir(parents=True, exist_ok=True)
     record = pretrain(encoder, data.X[members], data.subject[members],
-                      audit_subjects=set(data.subject[data.select("audit")]),
+                      # pretrain: run -- the audited subjects' other runs pretrain, by design (data.py)
+                      audit_subjects=(set(data.subject[data.select("audit")]) if data.pretrain_subject_disjoint
+                                      else set()),
                       checkpoint_path=work / "checkpoints" / f"{name}.pt", budget_s=float(pre.budget_s),
                       max_steps=pre.max_steps[name], batch_size=pre.batch_size, lr=float(pre.lr), seed=seed)
     if record.steps < pre.max_steps[name]:

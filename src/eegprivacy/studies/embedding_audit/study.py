@@ -1,8 +1,10 @@
-"""Study C end to end: embed the audited windows with every encoder, then compute every cell of every runner.
+"""Study C end to end on one cohort: embed the audited windows with every encoder, then compute every cell of
+every runner.
 
 One :class:`~eegprivacy.pipeline.sweep.SweepRunner` per (encoder, weights) -- an MLflow parent run with a child
 per unit (endpoint or defense) and seed -- and one for the cross-encoder bridge over every ordered pair of the
-audited encoders (their primary weights). Cells are cached under ``cells_dir/embedding_audit/<dataset>``; the
+audited encoders (their primary weights). Every run is tagged with its ``cohort`` (the dataset). Cells are cached
+under ``cells_dir/embedding_audit/<dataset>``; the
 key of each holds the stage's code hash (:func:`eegprivacy.pipeline.stages.code_hash`) and every knob its numbers
 depend on, so a params change recomputes exactly what it affects. The encoders embed first, in ``jobs`` worker
 processes; then ``jobs`` workers compute the cells of every runner ahead (``PrefetchedCells``), each cell on one
@@ -53,7 +55,8 @@ class Provenance:
 
     def tags(self, seed: int | None, **extra) -> dict[str, str]:
         return required_tags(study="c", stage=STAGE, dataset=self.dataset, dataset_version=self.version,
-                             synthetic=self.synthetic, seed=seed, dvc_stage=STAGE, **extra)
+                             synthetic=self.synthetic, seed=seed, dvc_stage=f"{STAGE}@{self.dataset}",
+                             cohort=self.dataset, **extra)
 
 
 @dataclass
@@ -69,43 +72,47 @@ class AuditRun:
     title: str                    # "<dataset>", "SYNTHETIC <dataset>" for a synthetic cohort
 
 
-def encoder_runner(prov: Provenance, config, cell: tuple[str, str], meta: dict, key: str, cells_dir: Path,
+def encoder_runner(prov: Provenance, config, cohort, cell: tuple[str, str], meta: dict, key: str, cells_dir: Path,
                    progress: bool) -> tuple[str, SweepRunner, list[Cell]]:
     """The runner of one (encoder, weights) cell and its (unit, seed) cells."""
     e, w = cell
     plain = config.to_dict()
     base = {"dataset_version": prov.version, "code_hash": prov.code, "encoder": e, "weights": w,
-            "embedding_key": key, "audit_knobs": config_key({k: plain[k] for k in AUDIT_KNOBS})}
+            "embedding_key": key, "audit_knobs": config_key({**{k: plain[k] for k in AUDIT_KNOBS},
+                                                             "cohort": cohort.to_dict()})}
 
     def tags(unit, seed):
         return prov.tags(seed, encoder=e, model=e,
                          **({"split": "all", "defense": "all"} if unit is None else unit_tags(unit)))
 
     describe = meta["describe"]
-    run_params = {STAGE: {**{k: v for k, v in plain.items() if k != "profiles"},
-                          "profile_config": plain["profiles"][config.profile]},
+    run_params = {STAGE: {**{k: v for k, v in plain.items() if k not in ("profiles", "cohorts")},
+                          "profile_config": plain["profiles"][config.profile], "cohort": prov.dataset,
+                          "cohort_config": cohort.to_dict()},
                   "encoder": {k: v for k, v in describe.items() if k not in ("channels", "channel_mapping")},
                   "channel_mapping": describe["channel_mapping"], "weights_source": w,
                   "pretrain": meta.get("pretrain") or {}, "synthetic": prov.synthetic}
-    runner = SweepRunner(name=parent_run_name(config.dataset, e, w), study="c", dataset=config.dataset,
-                         out_dir=cells_dir / STAGE / config.dataset / f"{e}-{w}", parent_tags=tags(None, None),
+    runner = SweepRunner(name=parent_run_name(prov.dataset, e, w), study="c", dataset=prov.dataset,
+                         out_dir=cells_dir / STAGE / prov.dataset / f"{e}-{w}", parent_tags=tags(None, None),
                          tags_fn=lambda c: tags(c.config["unit"], c.seed), params=run_params, progress=progress)
-    return encoder_label(e, w), runner, [Cell({**base, "unit": u}, s) for u, seeds in units(config, w) for s in seeds]
+    return encoder_label(e, w), runner, [Cell({**base, "unit": u}, s) for u, seeds in units(config, w, cohort)
+                                         for s in seeds]
 
 
-def bridge_runner(prov: Provenance, config, names: list[str], encoders_meta: dict, cells_dir: Path,
+def bridge_runner(prov: Provenance, config, cohort, names: list[str], encoders_meta: dict, cells_dir: Path,
                   progress: bool) -> tuple[str, SweepRunner, list[Cell]]:
     """The runner of the bridge: one cell per ordered pair of ``names``."""
     plain = config.to_dict()
     base = {"dataset_version": prov.version, "code_hash": prov.code,
             "bridge_knobs": config_key({k: plain[k] for k in BRIDGE_KNOBS}),
-            "embedding_keys": config_key({n: encoders_meta[(n, primary_weights(n))]["describe"] for n in names})}
+            "embedding_keys": config_key({n: encoders_meta[(n, primary_weights(n))]["describe"] for n in names}),
+            "cohort_key": config_key(cohort.to_dict())}
 
     def tags(seed, encoder="all"):
         return prov.tags(seed, encoder=encoder, split="subject_disjoint", attack="bridge")
 
-    runner = SweepRunner(name=parent_run_name(config.dataset, "bridge"), study="c", dataset=config.dataset,
-                         out_dir=cells_dir / STAGE / config.dataset / "bridge", parent_tags=tags(None),
+    runner = SweepRunner(name=parent_run_name(prov.dataset, "bridge"), study="c", dataset=prov.dataset,
+                         out_dir=cells_dir / STAGE / prov.dataset / "bridge", parent_tags=tags(None),
                          tags_fn=lambda c: tags(c.seed, f"{c.config['source']}->{c.config['target']}"),
                          params={STAGE: {k: plain[k] for k in ("bootstrap", "bridge_permutations", "splits")},
                                  "synthetic": prov.synthetic}, progress=progress)
@@ -130,23 +137,26 @@ def compute(plan: list, contexts: dict, bridge: dict, jobs: int) -> list[pd.Data
     return frames
 
 
-def run_audit(config: EmbeddingAuditConfig, *, work: Path, cells_dir: Path, jobs: int = 1,
+def run_audit(config: EmbeddingAuditConfig, dataset_name: str, *, work: Path, cells_dir: Path, jobs: int = 1,
               progress: bool = True) -> AuditRun:
-    """The whole audit of ``config.dataset``: embeddings cached in ``work``, cells in ``cells_dir``."""
+    """The whole audit of cohort ``dataset_name``: embeddings cached in ``work``, cells in ``cells_dir``."""
     from eegprivacy.data import get_dataset
     from eegprivacy.embeddings.splits import SubjectDisjointSplit
 
-    dataset = get_dataset(config.dataset)
-    prov = Provenance(config.dataset, dataset.version(), bool(getattr(dataset, "synthetic", False)),
+    cohort = config.cohort(dataset_name)
+    dataset = get_dataset(dataset_name, **cohort.dataset)
+    prov = Provenance(dataset_name, dataset.version(), bool(getattr(dataset, "synthetic", False)),
                       code_hash(STAGE))
-    title = f"{'SYNTHETIC ' if prov.synthetic else ''}{config.dataset}"
-    data = load_windows(dataset, config)
+    title = f"{'SYNTHETIC ' if prov.synthetic else ''}{dataset_name}"
+    data = load_windows(dataset, config, cohort)
     audit = data.select("audit")
     groups = data.subject[audit]
-    print(f"{title}: {len(data.X)} windows; {audit.size} audited windows of {np.unique(groups).size} subjects")
+    n_pretrain = int(np.unique(data.subject[data.role != "audit"]).size)
+    print(f"{title}: {len(data.X)} windows; {audit.size} audited windows of {np.unique(groups).size} subjects "
+          f"(task: {cohort.task_text})")
     cells = audited_cells(config)
-    keys = embedding_keys(config, cells, prov.version, prov.code)
-    embedded = embed_all(cells, keys, data, config, work, n_jobs=jobs)
+    keys = embedding_keys(config, cells, prov.version, prov.code, cohort)
+    embedded = embed_all(cells, keys, data, config, work / dataset_name, n_jobs=jobs)
     targets = audit_targets(data, config)
     embeddings, encoders_meta, contexts, plan = {}, {}, {}, []
     for cell in cells:
@@ -155,17 +165,27 @@ def run_audit(config: EmbeddingAuditConfig, *, work: Path, cells_dir: Path, jobs
         encoders_meta[cell] = emb["meta"]
         if cell[1] != "random_init":
             embeddings[cell[0]] = emb["Z"]
-        contexts[cell] = Context(emb["Z"], data, config, emb, targets)
-        plan.append(encoder_runner(prov, config, cell, emb["meta"], keys[cell], cells_dir, progress))
+        contexts[cell] = Context(emb["Z"], data, config, emb, targets, cohort=cohort)
+        plan.append(encoder_runner(prov, config, cohort, cell, emb["meta"], keys[cell], cells_dir, progress))
     if len(embeddings) > 1:
-        plan.append(bridge_runner(prov, config, list(embeddings), encoders_meta, cells_dir, progress))
+        plan.append(bridge_runner(prov, config, cohort, list(embeddings), encoders_meta, cells_dir, progress))
     splitter = SubjectDisjointSplit(config.splits.subject_disjoint.n_splits, random_state=0)
     bridge = {"embeddings": embeddings, "A": targets[0], "groups": groups, "audit_config": config,
               "splitter": splitter}
     tidy = tidy_table(compute(plan, contexts, bridge, jobs), prov.synthetic)
-    meta = {"dataset": config.dataset, "profile": config.profile, "synthetic": prov.synthetic,
+    tidy.insert(0, "cohort", dataset_name)
+    design = cohort.describe()
+    design["pretrain_text"] = (
+        f"run {cohort.pretrain_run} of every subject pretrains the encoders (interleaved member / held-out blocks: "
+        "the encoder-membership attack); the other runs are audited, so the self-pretrained encoders have seen "
+        "other runs of the audited subjects" if cohort.pretrain == "run" else
+        f"{n_pretrain} further subjects pretrain the encoders (interleaved member / held-out blocks: the "
+        "encoder-membership attack) and never enter an audit split")
+    meta = {"dataset": dataset_name, "profile": config.profile, "synthetic": prov.synthetic,
             "n_audit_subjects": int(np.unique(groups).size), "n_audit_windows": int(audit.size),
-            "n_pretrain_subjects": config.pretrain_subjects, "window_s": float(config.window_s),
+            "n_pretrain_subjects": n_pretrain if cohort.pretrain == "subjects" else 0,
+            "n_pretrain_windows": int((data.role == "pretrain_member").sum()),
+            "window_s": float(config.window_s), "cohort": design,
             "deployment_sigma": float(config.deployment_sigma),
             "utility_threshold": float(config.utility_threshold), "utility_kept": float(config.utility_kept),
             "defense_seeds": len(config.defense_seeds), "dataset_version": prov.version}

@@ -18,7 +18,8 @@ from eegprivacy.pipeline.sweep import aggregate, metric_name
 
 TEXT_COLUMNS = ("endpoint", "split", "defense", "attacker", "encoder", "weights", "unit")
 # Cache-key columns of the cell configs: they say which code and data computed a row, not what it measured.
-KEY_COLUMNS = ("dataset_version", "code_hash", "embedding_key", "embedding_keys", "audit_knobs", "bridge_knobs")
+KEY_COLUMNS = ("dataset_version", "code_hash", "embedding_key", "embedding_keys", "audit_knobs", "bridge_knobs",
+               "cohort_key")
 SUMMARY_KEYS = ["encoder", "weights", "unit", "endpoint", "split", "defense", "attacker"]
 # Units whose seeds redraw the member subjects (not noise): pooled over seeds by their bootstrap bounds.
 MEMBER_DRAW_UNITS = ("membership", "aeds")
@@ -77,11 +78,20 @@ def summary_row(summary: pd.DataFrame, **where) -> pd.Series | None:
     return None if part.empty else part.iloc[0]
 
 
+def aggregate_keys(summary: pd.DataFrame) -> list[str]:
+    """The columns, in order, that name a parent run's aggregates: the varying cell knob (``unit``) then the row
+    columns the sweep adds (:meth:`~eegprivacy.pipeline.sweep.SweepRunner.run`), ``eps_unit`` included -- so the
+    bootstrap CIs and ``ci_over`` tags land on the very names the sweep logged its per-seed t-intervals under and
+    replace them, instead of sitting beside them under names a report never reads (the issue-20 code left out
+    ``eps_unit``, and the MLflow report printed zero-width intervals)."""
+    return ["unit", "endpoint", "split", "defense", "attacker"] + (["eps_unit"] if "eps_unit" in summary else [])
+
+
 def ci_over_tags(summary: pd.DataFrame, encoder: str, weights: str) -> dict[str, str]:
     """What each of a cell's logged intervals is over, as parent-run tags ``<aggregate name>_ci_over`` (the names
     of :func:`bootstrap_ci_metrics` and the sweep's own aggregates), so a report built from MLflow alone states
     ``subjects``, ``subjects+seeds`` or ``seeds`` as the run says, not as it assumes."""
-    keys = ["unit", "endpoint", "split", "defense", "attacker"]
+    keys = aggregate_keys(summary)
     part = summary[(summary["encoder"] == encoder) & (summary["weights"] == weights) & (summary["ci_over"] != "none")]
     return {metric_name(record, keys, "ci_over"): str(record["ci_over"]) for record in part.to_dict("records")}
 
@@ -91,7 +101,7 @@ def bootstrap_ci_metrics(summary: pd.DataFrame, encoder: str, weights: str) -> d
     names of the sweep's own aggregates (``<unit/endpoint/...>/<metric>_ci_low``): the parent's t-interval over one
     seed is empty (over three member draws, a t(2) interval), so these replace it and the parent run carries every
     headline number with its interval."""
-    keys = ["unit", "endpoint", "split", "defense", "attacker"]
+    keys = aggregate_keys(summary)
     bootstrap = (summary["seeds"] == 1) | summary["unit"].isin(MEMBER_DRAW_UNITS)
     part = summary[(summary["encoder"] == encoder) & (summary["weights"] == weights) & bootstrap]
     out = {}

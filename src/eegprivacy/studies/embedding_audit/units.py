@@ -37,13 +37,16 @@ def encoder_label(encoder: str, weights: str) -> str:
                                            else f" ({weights.replace('_', ' ')})")
 
 
-def units(config, weights: str) -> list[tuple[str, list[int]]]:
+def units(config, weights: str, cohort=None) -> list[tuple[str, list[int]]]:
     """(unit, seeds) of one (encoder, weights) cell: the core endpoints once, membership and AEDS per member draw,
-    the defenses per noise seed."""
+    the defenses per noise seed; on a cohort whose task is a subject's label (a diagnosis), that label audited as
+    a subject-level attribute (``subject_label``)."""
     seeds = list(config.defense_seeds)
     out = [("raw_copy", [0]), ("attribute/temporal_gap", [0]), ("attribute/subject_disjoint", [0]),
            ("identity", [0]), ("membership", seeds), ("reconstruction", [0]), ("aeds", seeds),
            ("deployment/0", [0]), (f"deployment/{config.deployment_sigma:g}", seeds)]
+    if cohort is not None and cohort.subject_level_task:
+        out.insert(3, ("subject_label", [0]))
     if weights == "random_init":
         return out  # the explicit baseline row: endpoints only
     d = config.defenses
@@ -71,5 +74,6 @@ def unit_tags(unit: str) -> dict:
                 "mechanism": "gaussian_embedding_noise" if noised else "none"}
     split = parts[1] if parts[0] == "attribute" else {
         "raw_copy": "adjacent_windows", "identity": "reference_set", "membership": "members_vs_nonmembers",
-        "reconstruction": "subject_disjoint", "aeds": "subject_disjoint+reference_set"}.get(parts[0])
+        "reconstruction": "subject_disjoint", "aeds": "subject_disjoint+reference_set",
+        "subject_label": "subject_disjoint"}.get(parts[0])
     return {"split": split, "defense": "none", "mechanism": "none"}
