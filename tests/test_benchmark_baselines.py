@@ -184,3 +184,122 @@ def test_reading_the_mlflow_store_leaves_it_untouched(tmp_path):
     (batch,) = doc["batches"]
     assert [s["stage"] for s in batch["stages"]] == ["features@synthetic_clinical", "dp_release@synthetic_clinical"]
     assert all(s["parent_runs"] == 1 and s["child_runs"] == 1 for s in batch["stages"]) and batch["complete"]
+
+
+# ---- issue 22: stored records are reported as stored, seconds are information ------------------------------
+
+def _stage_log(tmp_path) -> tuple[Path, list[str]]:
+    """A made-up stage log (synthetic: two stages of ten seconds) and the pipeline it covers."""
+    log = tmp_path / "stages.jsonl"
+    lines = [{"command": "dp-release", "dataset": d, "seconds": 10.0, "rc": 0} for d in ("eegmat", "x")]
+    log.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return log, ["dp_release@eegmat", "dp_release@x"]
+
+
+def _on(monkeypatch, machine: dict) -> None:
+    """Make `record` believe it runs on ``machine``."""
+    monkeypatch.setattr(reproduce_times, "this_machine", lambda: dict(machine))
+
+
+HERE = {"cpu_count": 2, "cpu_model": "Test CPU", "platform": "Linux-test-x86_64", "python": "3.11.7"}
+ELSEWHERE = {"cpu_count": 2, "cpu_model": "Other CPU", "platform": "Linux-other-x86_64", "python": "3.11.7"}
+
+
+def test_a_stored_record_from_another_machine_is_not_judged(tmp_path, monkeypatch):
+    """`make bench` does not run the pipeline: the row says it reports a stored record, and seconds recorded on
+    another machine (or on one the record does not name) neither pass nor fail the 1,800-s target here."""
+    log, pipeline = _stage_log(tmp_path)
+    out = tmp_path / "wall.json"
+    _on(monkeypatch, ELSEWHERE)
+    stored = reproduce_times.record(0.0, reproduce_times.TARGET_S / 2, 0, log, out, cached_files=0,
+                                    pipeline=pipeline)
+    assert stored["from_scratch"] and stored["platform"] == ELSEWHERE["platform"] and stored["python"]
+    monkeypatch.setattr(reproduce_times, "WALL_PATH", out)
+    monkeypatch.setattr(reproduce_times, "mlflow_breakdowns", lambda n: {"error": "no store in this test"})
+    monkeypatch.setattr(reproduce_times, "pipeline_stages", lambda: pipeline)
+    _on(monkeypatch, HERE)
+    row = reproduce_times.run()
+    assert row["passed"] is None and "another machine" in row["note"]
+    assert row["measured_by_this_run"] is False and "stored record" in row["source"]
+    assert row["project_s"] == stored["total_s"] and row["recorded_started"] == stored["started"]
+    assert row["recorded_on"]["platform"] == ELSEWHERE["platform"] and row["same_machine"] is False
+    assert row["from_scratch"] and row["every_stage_ran"] and row["profile"] == "default"
+    # a record from before machines were stored (cores only) cannot be matched either
+    old = {k: v for k, v in stored.items() if k not in ("cpu_model", "platform", "python", "other_profiles")}
+    out.write_text(json.dumps(old))
+    row = reproduce_times.run()
+    assert row["passed"] is None and "processor" in row["note"] and row["same_machine"] is None
+
+
+def test_a_from_scratch_record_on_this_machine_is_judged_against_the_target(tmp_path, monkeypatch):
+    log, pipeline = _stage_log(tmp_path)
+    out = tmp_path / "wall.json"
+    _on(monkeypatch, HERE)
+    for total, expected in ((reproduce_times.TARGET_S - 1, True), (reproduce_times.TARGET_S + 1, False)):
+        reproduce_times.record(0.0, total, 0, log, out, cached_files=0, pipeline=pipeline)
+        row = reproduce_times.stored_row(reproduce_times.read_records(out), HERE)
+        assert row["passed"] is expected and row["same_machine"] is True and row["target_s"] == 1800.0
+    # an incremental run on this machine is not judged (its from-scratch predecessor is, and is the one shown)
+    reproduce_times.record(10_000.0, 10_010.0, 0, log, out, cached_files=5, pipeline=pipeline)
+    row = reproduce_times.stored_row(reproduce_times.read_records(out), HERE)
+    assert row["passed"] is False and row["project_s"] == reproduce_times.TARGET_S + 1
+    assert row["latest_make_reproduce"]["total_s"] == 10.0
+    (out.parent / "only_warm.json").write_text(json.dumps(row["latest_make_reproduce"]))
+    warm = reproduce_times.stored_row(reproduce_times.read_records(out.parent / "only_warm.json"), HERE)
+    assert warm["passed"] is None and "not from scratch" in warm["note"]
+
+
+def test_the_side_by_side_ratio_needs_two_from_scratch_records_of_one_machine_and_sitting(tmp_path, monkeypatch):
+    """ratio = default / reduced only for two from-scratch runs on the same machine within 24 h; else None."""
+    log, pipeline = _stage_log(tmp_path)
+    hour = 3600.0
+
+    def row_for(reduced_start, reduced_machine, reduced_cached=0, default_machine=HERE):
+        out = tmp_path / f"wall-{reduced_start}-{reduced_machine['platform']}-{reduced_cached}.json"
+        _on(monkeypatch, reduced_machine)
+        reduced = reproduce_times.record(reduced_start, reduced_start + 3000.0, 0, log, out, profile="reduced",
+                                         cached_files=reduced_cached, pipeline=pipeline)
+        _on(monkeypatch, default_machine)
+        default = reproduce_times.record(0.0, 1200.0, 0, log, out, cached_files=0, pipeline=pipeline)
+        assert set(reproduce_times.read_records(out)) == {"default", "reduced"}  # one record per profile kept
+        return reproduce_times.stored_row(reproduce_times.read_records(out), HERE), default, reduced
+
+    row, default, reduced = row_for(2 * hour, HERE)
+    assert row["ratio"] == pytest.approx(default["total_s"] / reduced["total_s"], abs=1e-3)
+    assert row["ratio_met"] is (row["ratio"] <= 0.5) and row["side_by_side"]["reduced"]["ratio"] == row["ratio"]
+    for args, why in (((2 * hour, ELSEWHERE), "machine"), ((30 * hour, HERE), "sitting"),
+                      ((2 * hour, HERE, 7), "from-scratch")):
+        row, _, _ = row_for(*args)
+        assert row["ratio"] is None and row["ratio_met"] is None and why in row["ratio_note"]
+
+
+def test_old_single_record_files_are_read_as_one_profile(tmp_path, monkeypatch):
+    """The file from before per-profile records is the default profile's; a later run of another profile keeps it."""
+    log, pipeline = _stage_log(tmp_path)
+    out = tmp_path / "wall.json"
+    old = {"started": "2026-11-30T03:46:13+00:00", "ended": "2026-11-30T04:14:27+00:00", "total_s": 1000.0,
+           "rc": 0, "profile": "default", "cpu_count": 2, "from_scratch": True, "every_stage_ran": True,
+           "stages": []}
+    out.write_text(json.dumps(old))
+    assert reproduce_times.read_records(out) == {"default": old}
+    _on(monkeypatch, HERE)
+    reproduce_times.record(0.0, 10.0, 0, log, out, profile="full", cached_files=0, pipeline=pipeline)
+    assert reproduce_times.read_records(out)["default"] == old
+
+
+def test_absolute_seconds_slower_than_the_reference_do_not_fail_the_run(monkeypatch):
+    """Seconds measure the machine: a case twice as slow as its reference is reported, never a failure."""
+    absolute = _load("absolute")
+    runner = _load("run")
+    monkeypatch.setattr(absolute, "CASES", {"synthetic slow case": (lambda repeats: 2.0, 1.0),
+                                             "synthetic missing data": (lambda repeats: None, 1.0)})
+    result = absolute.run(quick=True)
+    slow, missing = result["cases"]
+    assert slow["seconds"] == 2.0 and slow["reference_s"] == 1.0 and slow["ratio_to_reference"] == 2.0
+    assert missing["ratio_to_reference"] is None and result["reference_s"] == 1.0
+    assert result["passed"] is None and all(c["passed"] is None for c in result["cases"])
+    assert result["reference_machine"]["cpu_count"] == 2
+    results = {"absolute": {**result, "memory_ok": True}, "features": {"passed": True, "memory_ok": True}}
+    assert runner.failed_benchmarks(results) == [] and runner.not_judged(results) == ["absolute"]
+    # a missed target, a crashed benchmark or an over-budget one still fails the run
+    assert runner.failed_benchmarks({"a": {"passed": False}, "b": {"passed": None, "memory_ok": False}}) == ["a", "b"]
