@@ -19,7 +19,7 @@ from sklearn.metrics import roc_auc_score
 from sklearn.model_selection import LeaveOneGroupOut
 
 from eegprivacy.batched import AdamMLP
-from eegprivacy.evaluation.loso import _fit_predict_many, default_mlp
+from eegprivacy.evaluation.loso import _positive_proba, default_mlp
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -50,11 +50,17 @@ def _loso_tasks(n: int, inner_pairs: int = 0) -> list[tuple[np.ndarray, np.ndarr
 
 
 def _sklearn(X, y, tasks, seed):
+    """scikit-learn's path per task, as LOSOEvaluation runs it: P(y = 1) of the test rows, the epochs run and
+    the last epoch's training loss."""
+    probas, epochs, losses = [], [], []
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
-        probas = _fit_predict_many(default_mlp(seed), X, y, tasks)
-        epochs = [default_mlp(seed).fit(X[tr], y[tr])[-1].n_iter_ for tr, _ in tasks]
-    return probas, np.array(epochs)
+        for train, test in tasks:
+            model = default_mlp(seed).fit(X[train], y[train])
+            probas.append(_positive_proba(model, X[test]))
+            epochs.append(model[-1].n_iter_)
+            losses.append(model[-1].loss_)
+    return probas, np.array(epochs), np.array(losses)
 
 
 def _max_difference(a, b) -> float:
@@ -88,9 +94,10 @@ def test_batched_equals_scikit_learn(msu_patients, table, torch_one_thread):
     tasks = _loso_tasks(len(y), inner_pairs=12)[::6]
     engine = AdamMLP.from_estimator(default_mlp(11))
     got = engine.fit_predict_tasks(X, y, tasks)
-    ref, epochs = _sklearn(X, y, tasks, 11)
+    ref, epochs, losses = _sklearn(X, y, tasks, 11)
     assert _max_difference(got, ref) <= 1e-9
     np.testing.assert_array_equal(engine.n_iter_, epochs)
+    np.testing.assert_allclose(engine.loss_, losses, rtol=1e-9)  # the loss the stopping rule reads
 
 
 def test_loso_accuracy_over_20_seeds_is_indistinguishable_from_scikit_learn(msu_patients, torch_one_thread):
@@ -143,7 +150,7 @@ def test_loso_tasks_of_a_grouped_table_match_scikit_learn(torch_one_thread):
     tasks = list(LeaveOneGroupOut().split(X, y, groups))
     tasks.append((np.concatenate([np.arange(20), np.arange(5)]), np.arange(20, 30)))  # rows 0-4 twice
     got = AdamMLP.from_estimator(default_mlp(2)).fit_predict_tasks(X, y, tasks)
-    ref, _ = _sklearn(X, y, tasks, 2)
+    ref = _sklearn(X, y, tasks, 2)[0]
     assert _max_difference(got, ref) <= 1e-9
 
 
