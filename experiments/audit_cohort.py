@@ -9,12 +9,17 @@ from eegprivacy.data import get_dataset
 
 EPILOG = """
 Outputs go to --out (default reports/cohort_audit/<dataset>-<version[:8]>/): rows.csv (one row per metric: value,
-ci_low, ci_high, ci_over, n, n_seeds, chance, eps_unit, key = its MLflow metric name), summary.json, two figures
-and report.html (mne.Report), all free of subject ids. --cache (default data/cache/cohort_audit/...) holds the
+ci_low, ci_high, ci_over, n, n_seeds, chance, eps_unit, key = its MLflow metric name, and the utility summary's
+test columns: p_value, p_mc_error, alpha_tested, p_adjusted, keeps_utility, correction, eps_covers...),
+summary.json, two figures and report.html (mne.Report), all free of subject ids. --cache (default data/cache/cohort_audit/...) holds the
 feature table and every finished cell: a rerun computes only what is missing. Numbers depend on the recordings,
 labels and seeds only (patients are put in a canonical order by their feature vectors), not on subject ids, file
 paths or the dataset's name.
-ε is per patient (one released vector per patient); labels travel in the clear.
+ε is per patient (one released vector per patient); labels travel in the clear. The utility part is study A's
+dp_utility protocol and summary (baseline, scaled+clipped table without noise, permuted-label control, release and
+matched null; per mechanism a fixed-sequence horizon test from the largest ε down at α/m): the same test the
+dp_utility stage prints. Default mechanisms are the formally calibrated ones; the paper's laplace_implemented (no
+formal guarantee for d > 1) runs only when named, and is flagged so in the report.
 """
 
 
@@ -47,19 +52,28 @@ def add_arguments(parser) -> None:
                         help="ε grid, per patient "
                         f"(default: {' '.join(f'{e:g}' for e in d.epsilons)})")
     parser.add_argument("--mechanisms", nargs="+", default=list(d.mechanisms), metavar="NAME",
-                        help=f"mechanisms (privacy.mechanisms.MECHANISMS; default: {' '.join(d.mechanisms)})")
+                        help=f"mechanisms (privacy.mechanisms.MECHANISMS; default: {' '.join(d.mechanisms)}, the "
+                        "formally calibrated ones; the paper's laplace_implemented has no formal guarantee for d > 1 "
+                        "and is flagged so)")
     parser.add_argument("--noise-seeds", type=int, default=d.noise_seeds, help="noise draws (and MLP seeds) per "
                         f"(mechanism, ε) (default {d.noise_seeds})")
     parser.add_argument("--baseline-seeds", type=int, default=d.baseline_seeds,
-                        help=f"MLP seeds of the baseline and the permuted-label control (default {d.baseline_seeds})")
+                        help="MLP seeds of the baseline and of the scaled+clipped table without noise (default "
+                        f"{d.baseline_seeds})")
+    parser.add_argument("--permutations", type=int, default=d.permutations,
+                        help=f"label permutations of the permuted-label control, each its own seed "
+                        f"(default {d.permutations})")
     parser.add_argument("--nested-seeds", type=int, default=d.nested_seeds, help="first seeds of each cell that "
-                        f"also run the nested threshold protocol for balanced accuracy (default {d.nested_seeds})")
+                        "also run the nested threshold protocol for balanced accuracy (fewer than 2: no "
+                        f"balanced-accuracy horizon is tested; default {d.nested_seeds})")
     parser.add_argument("--inner-folds", type=int, default=d.inner_folds,
                         help=f"inner k-fold of the nested threshold protocol (default {d.inner_folds})")
     parser.add_argument("--clip-norm", type=float, default=d.clip_norm, help=f"L2 clip C (default {d.clip_norm})")
     parser.add_argument("--delta", type=float, default=d.delta, help=f"δ of the Gaussian mechanisms ({d.delta:g})")
-    parser.add_argument("--bootstrap", type=int, default=d.bootstrap, help="patient-level bootstrap resamples "
-                        f"(default {d.bootstrap})")
+    parser.add_argument("--bootstrap", type=int, default=d.bootstrap, help="patient-level bootstrap resamples of "
+                        f"every interval and p-value (default {d.bootstrap})")
+    parser.add_argument("--confidence", type=float, default=d.confidence, help="interval level; α = 1 − confidence "
+                        f"is the horizon test's, split over the mechanisms (default {d.confidence:g})")
     parser.add_argument("--membership-trials", type=int, default=d.membership_trials,
                         help=f"releases of a random half of the cohort per membership cell ({d.membership_trials})")
     parser.add_argument("--min-patients", type=int, default=d.min_patients,
@@ -83,8 +97,10 @@ def run(args) -> int:
     try:
         config = AuditConfig(mechanisms=tuple(args.mechanisms), epsilons=tuple(args.epsilons),
                              noise_seeds=args.noise_seeds, baseline_seeds=args.baseline_seeds,
-                             nested_seeds=args.nested_seeds, inner_folds=args.inner_folds, clip_norm=args.clip_norm,
-                             delta=args.delta, bootstrap=args.bootstrap, membership_trials=args.membership_trials,
+                             permutations=args.permutations, nested_seeds=args.nested_seeds,
+                             inner_folds=args.inner_folds, clip_norm=args.clip_norm,
+                             delta=args.delta, bootstrap=args.bootstrap, confidence=args.confidence,
+                             membership_trials=args.membership_trials,
                              min_patients=args.min_patients, split_halves=not args.no_split_halves,
                              features_params=args.features_params)
     except ValueError as err:  # a knob out of range (e.g. ε <= 0, an unknown mechanism): before any data is read
@@ -110,6 +126,7 @@ def run(args) -> int:
     s, counts = result.summary, result.counts
     base = s["baseline"]["auroc"]
     print(f"{s['dataset']}: {s['cohort']['n_patients']} patients; baseline AUROC {base['value']:.3f} "
-          f"[{base['ci_low']:.3f}, {base['ci_high']:.3f}]; horizons {s['horizons']}; "
+          f"[{base['ci_low']:.3f}, {base['ci_high']:.3f}]; horizons {s['horizons']} ({s['horizon_test']}; "
+          f"ε covers {s['eps_covers']}); "
           f"{counts['cells_computed']} cells computed, {counts['cells_resumed']} resumed -> {result.paths['report']}")
     return 0

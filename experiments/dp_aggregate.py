@@ -57,5 +57,6 @@ def run(args) -> int:
         control = values["negative_control_permuted_labels"]["auroc"] or {}
         print(f"{dataset}: baseline LOSO AUROC {base.get('value')} [{base.get('ci_low')}, {base.get('ci_high')}]; "
               f"label-permuted control {control.get('value')} [{control.get('ci_low')}, {control.get('ci_high')}]; "
-              f"utility horizons {values['utility_horizons']}")
+              f"utility horizons {values['utility_horizons']} "
+              f"(ε covers {values.get('utility_horizons_test', {}).get('eps_covers_note', 'not stated')})")
     return 0

@@ -1,6 +1,7 @@
-"""Stage ``dp_utility`` (study A): patient-level LOSO MLP on the original table, its permuted-label control, every
-DP release and each release's matched null (zero-signal table, same noise), one threshold grid for all; then the
-summary over patients and seeds, the release − null differences and each mechanism's utility horizon."""
+"""Stage ``dp_utility`` (study A): patient-level LOSO MLP on the original table, the same table scaled and clipped
+without noise, its permuted-label control, every DP release and each release's matched null (zero-signal table,
+same noise), one threshold grid for all; then the summary over patients and seeds, the release − null differences
+and each mechanism's utility horizon (a fixed-sequence test from the largest ε, α/m per mechanism)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,13 @@ from pathlib import Path
 
 from eegprivacy.studies.release.config import DPReleaseConfig
 from eegprivacy.studies.release.table import load_patient_table, write_rows
-from eegprivacy.studies.release.utility import log_summary, predictions_dir, summarise, utility_sweeps
+from eegprivacy.studies.release.utility import (
+    horizon_text,
+    log_summary,
+    predictions_dir,
+    summarise,
+    utility_sweeps,
+)
 
 
 def summary_path(out: str, dataset: str) -> Path:
@@ -40,7 +47,11 @@ def run(args) -> int:
     write_rows([summary], summary_out, args.stage.tolerance)
     log_summary(table, summary, release, args.config, spec.label)
     print(f"{args.dataset}: utility rows for {tidy['config_key'].nunique()} configs -> {out}; summary -> {summary_out}")
-    for row in summary[summary["arm"] == "horizon"].itertuples():
-        print(f"  utility horizon of {row.mechanism} ({row.metric}): "
-              f"{'none' if row.value != row.value else f'ε = {row.value:g}'}")
+    horizons = summary[summary["arm"] == "horizon"]
+    for row in horizons.itertuples():
+        text = horizon_text(row.value, row.horizon_tested)
+        print(f"  utility horizon of {row.mechanism} ({row.metric}): {text if not text[0].isdigit() else f'ε = {text}'}"
+              + (f" ({row.note})" if isinstance(row.note, str) and row.note else ""))
+    if len(horizons):
+        print(f"  test: {horizons['correction'].iloc[0]}; ε covers {horizons['eps_covers_note'].iloc[0]}")
     return 0

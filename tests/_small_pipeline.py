@@ -24,7 +24,7 @@ PARAMS = {
                        "mechanisms": ["gaussian_analytic", "laplace_formal"], "noise_seeds": 2,
                        "datasets": {CLINICAL: {"label": "label"}}},
         "dp_utility": {"mechanisms": ["gaussian_analytic", "laplace_formal"], "baseline_mlp_seeds": 1, "nested_seeds": 0,
-                       "n_jobs": 1, "figure_epsilon": 10, "bootstrap": 200},
+                       "permutations": 1, "n_jobs": 1, "figure_epsilon": 10, "bootstrap": 200},
     },
     "dp_scaling": {"dp_scaling": {"datasets": [CLINICAL], "public_fraction": 0.3333, "split_seed": 0,
                                   "bounds_margin": 0.1, "mechanisms": ["gaussian_analytic"], "total_epsilons": [50],

@@ -1,13 +1,17 @@
 """``eegprivacy audit-cohort`` end to end on a small real cohort (12 MSU subjects from the mirror): outputs, the
 numbers in summary.json against the MLflow store, resume, order invariance, the same cohort written as a BIDS tree
 and audited through ``--bids`` (same numbers as through the MSU loader), the report in a browser, a no-signal
-cohort, bad input, and the horizon rule."""
+cohort, bad input, and one horizon test with study A's dp_utility (the same rows as its summary, the report naming
+the fixed-sequence test)."""
 
 from __future__ import annotations
 
 import json
 import math
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -15,23 +19,32 @@ import pandas as pd
 import pytest
 from _cohort_audit_data import MiniMSU, NoiseCohort
 
+from eegprivacy.evaluation.cluster_bootstrap import bootstrap_indices, combine_seeds
 from eegprivacy.studies.cohort_audit import (
     AuditConfig,
     CohortError,
-    bootstrap_indices,
     canonical_order,
-    combine_seeds,
     load_cohort,
     run_audit,
-    utility_horizon,
 )
 
+# Small on purpose (the defaults are dp_utility's: 10 noise seeds, 40 permutations, 10,000 resamples): two noise
+# seeds still test the AUROC horizon; one nested seed leaves the balanced-accuracy horizon "not tested".
 ARGS = ["--epsilons", "1", "10", "--mechanisms", "gaussian_analytic", "--noise-seeds", "2", "--baseline-seeds", "2",
-        "--bootstrap", "400", "--membership-trials", "4", "--no-progress", "--jobs", "2"]
+        "--permutations", "3", "--nested-seeds", "1", "--bootstrap", "400", "--membership-trials", "4",
+        "--no-progress", "--jobs", "2"]
 CONFIG = AuditConfig(mechanisms=("gaussian_analytic",), epsilons=(1, 10), noise_seeds=2, baseline_seeds=2,
-                     bootstrap=400, membership_trials=4)
+                     permutations=3, nested_seeds=1, bootstrap=400, membership_trials=4)
+UTILITY_ARMS = ["baseline", "clipped", "permuted", "release", "matched_null", "baseline_minus_permuted",
+                "baseline_minus_clipped", "release_minus_null"]
 HELPERS = {"mini_msu": "_cohort_audit_data:MiniMSU", "one_class_msu": "_cohort_audit_data:OneClassMSU",
            "unlabelled_msu": "_cohort_audit_data:UnlabelledMSU"}
+
+
+def html_unescape(text: str) -> str:
+    import html
+
+    return html.unescape(text)
 
 
 def _leaves(node, out):
@@ -90,10 +103,21 @@ def test_command_writes_report_rows_and_summary(audit):
     # one recording per subject: re-identification runs on the two halves, labelled as same-session
     assert summary["attacks"]["reidentification"]["kind"] == "same-session halves"
     rows = pd.read_csv(out / "rows.csv")
-    assert {"value", "ci_low", "ci_high", "ci_over", "n", "chance", "eps_unit", "key"} <= set(rows.columns)
-    utility = rows[rows["arm"].isin(["baseline", "permuted", "release", "matched_null", "release_minus_null"])]
+    assert {"value", "ci_low", "ci_high", "ci_over", "n", "chance", "eps_unit", "key", "protocol", "p_value",
+            "p_mc_error", "p_adjusted", "keeps_utility", "correction", "eps_covers"} <= set(rows.columns)
+    utility = rows[rows["arm"].isin(UTILITY_ARMS)]
+    assert set(utility["arm"]) == set(UTILITY_ARMS)
     assert set(utility["ci_over"]) == {"subjects+seeds"}
     assert set(summary["horizons"]) == {"gaussian_analytic"}
+    # the horizon rows name their test and what ε covers, and the report prints both
+    horizon = rows[rows["arm"] == "horizon"]
+    assert len(horizon) == 2 and horizon["correction"].str.contains("fixed sequence").all()
+    assert set(horizon["eps_covers"]) == {"features"}
+    assert summary["horizon_tests"]["gaussian_analytic"]["balanced_accuracy"]["horizon"] == "not tested"
+    for text in (horizon["correction"].iloc[0], "ε covers", horizon["eps_covers_note"].iloc[0],
+                 "Monte-Carlo error of p", "Scaled and clipped table, no noise", "not tested"):
+        assert html_unescape(html).count(text), text
+    assert summary["mechanism_flags"] == {"gaussian_analytic": ""}  # a formal guarantee at every ε: no flag
 
 
 def test_summary_numbers_equal_the_mlflow_runs(audit):
@@ -107,12 +131,16 @@ def test_summary_numbers_equal_the_mlflow_runs(audit):
     assert run.data.tags["dataset_version"] == summary["dataset_version"]
     entries = _leaves(summary, [])
     assert len(entries) > 20
+    checked = set()
     for entry in entries:
         key = entry["mlflow_metric"]
-        for suffix, field in (("", "value"), ("_ci_low", "ci_low"), ("_ci_high", "ci_high"),
-                              ("_ci_low_adjusted", "ci_low_adjusted")):
-            if entry.get(field) is not None:
-                assert logged[key + suffix] == entry[field], key + suffix
+        for field, value in entry.items():
+            if field in ("n", "n_seeds", "chance") or isinstance(value, (bool, str)) or value is None:
+                continue
+            name = key if field == "value" else f"{key}_{field}"
+            assert logged[name] == value, name
+            checked.add(field)
+    assert {"value", "ci_low", "ci_high", "p_value", "p_mc_error", "p_adjusted", "alpha_tested"} <= checked
     # point estimates are the means of the per-seed child metrics of each sweep
     experiment = client.get_experiment_by_name("study-a-dp-release")
     runs = client.search_runs([experiment.experiment_id], "tags.stage = 'audit_cohort'", max_results=5000)
@@ -129,12 +157,15 @@ def test_summary_numbers_equal_the_mlflow_runs(audit):
         assert values, (sweep, metric, params)
         return float(np.mean(values))
 
-    assert summary["baseline"]["auroc"]["value"] == pytest.approx(child_mean("utility-baseline", "auroc"), abs=1e-12)
-    assert summary["permuted_labels"]["auroc"]["value"] == pytest.approx(child_mean("utility-permuted", "auroc"),
+    auroc = "protocol_threshold_free/auroc"  # study A's utility cell: one row per (protocol, metric)
+    assert summary["baseline"]["auroc"]["value"] == pytest.approx(child_mean("utility-baseline", auroc), abs=1e-12)
+    assert summary["permuted_labels"]["auroc"]["value"] == pytest.approx(child_mean("utility-permuted", auroc),
                                                                          abs=1e-12)
+    assert summary["controls"]["clipped"]["auroc"]["value"] == pytest.approx(child_mean("utility-clipped", auroc),
+                                                                             abs=1e-12)
     cell = summary["utility"]["gaussian_analytic"]["10"]
-    release = child_mean("utility-gaussian_analytic", "auroc", arm="release", epsilon="10.0")
-    null = child_mean("utility-gaussian_analytic", "auroc", arm="matched_null", epsilon="10.0")
+    release = child_mean("utility-gaussian_analytic", auroc, arm="release", epsilon="10.0")
+    null = child_mean("utility-gaussian_analytic", auroc, arm="matched_null", epsilon="10.0")
     assert cell["release_auroc"]["value"] == pytest.approx(release, abs=1e-12)
     assert cell["release_minus_null_auroc"]["value"] == pytest.approx(release - null, abs=1e-12)
     reid = summary["attacks"]["reidentification"]["results"]["gaussian_analytic"]["10"]["top1_accuracy"]
@@ -198,7 +229,7 @@ def bids_audit(tmp_path_factory, data_root):
         command = ["audit-cohort", "--bids", str(tmp / "bids"), "--label", "label", "--out", str(tmp / "out"),
                    "--cache", str(tmp / "cache"), *ARGS]
         assert main(command) == 0
-    return {"out": tmp / "out", "uri": f"sqlite:///{tmp / 'mlflow.db'}",
+    return {"out": tmp / "out", "tmp": tmp, "uri": f"sqlite:///{tmp / 'mlflow.db'}",
             "summary": json.loads((tmp / "out" / "summary.json").read_text()),
             "rows": pd.read_csv(tmp / "out" / "rows.csv")}
 
@@ -224,7 +255,8 @@ def test_msu_as_bids_gives_the_msu_loaders_numbers(audit, bids_audit):
     run = mlflow.MlflowClient(bids_audit["uri"]).get_run(summary["mlflow_summary_run"])
     assert run.data.tags["dataset"] == "bids" and run.data.tags["dataset_version"] == summary["dataset_version"]
     for entry in _leaves(summary, []):
-        assert run.data.metrics[entry["mlflow_metric"]] == entry["value"], entry["mlflow_metric"]
+        if entry["value"] is not None:  # a horizon that no ε reaches is NaN, not logged
+            assert run.data.metrics[entry["mlflow_metric"]] == entry["value"], entry["mlflow_metric"]
 
 
 def test_report_opens_in_chromium_without_console_errors(bids_audit, tmp_path):
@@ -248,8 +280,9 @@ def test_report_opens_in_chromium_without_console_errors(bids_audit, tmp_path):
 
 def test_mlflow_compare_page_shows_release_and_null_against_epsilon(bids_audit, tmp_path, capsys):
     """The README's comparison: the children of one mechanism's utility sweep, opened in the MLflow UI's compare
-    page, are drawn on the axes that differ between them (release vs matched null, ε, seed) and the headline
-    metric (LOSO AUROC), not on seeds and units alone."""
+    page, are drawn on the axes that differ between them (release vs matched null, ε and its noise scale: study A's
+    utility cells carry their calibration) and the headline metric (LOSO AUROC, threshold-free), not on seeds and
+    units alone."""
     import mlflow
     from _mlflow_server import serve, ui
 
@@ -263,12 +296,13 @@ def test_mlflow_compare_page_shows_release_and_null_against_epsilon(bids_audit, 
     with serve(bids_audit["uri"], tmp_path) as base:
         assert ui.main(["--url", base, "--experiment", "study-a-dp-release", "--parent", parent.info.run_id,
                         "--out", str(tmp_path / "compare.png")]) == 0
-    assert "parallel-coordinates axes: ['arm', 'epsilon', 'seed', 'auroc']" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "parallel-coordinates axes: ['arm', 'epsilon', 'noise_scale', 'protocol_threshold_free/auroc']" in out, out
 
 
 def test_no_signal_cohort_sits_at_its_null(tmp_path):
     config = AuditConfig(mechanisms=("gaussian_analytic",), epsilons=(5,), noise_seeds=2, baseline_seeds=2,
-                         bootstrap=400, membership_trials=2, split_halves=False)
+                         permutations=2, nested_seeds=1, bootstrap=400, membership_trials=2, split_halves=False)
     result = run_audit(NoiseCohort(), config, tmp_path / "out", cache_dir=tmp_path / "cache", progress=False,
                        n_jobs=2)
     rows = result.rows.set_index(["arm", "mechanism", "epsilon", "metric"])
@@ -359,11 +393,14 @@ def test_too_few_patients_are_refused(data_root):
         load_cohort(MiniMSU(3), AuditConfig(min_patients=8))
 
 
-def test_a_knob_out_of_range_is_refused_before_any_data_is_read(capsys):
+@pytest.mark.parametrize("knob, message", [(["--epsilons", "1", "-2"], "epsilons must be positive"),
+                                           (["--bootstrap", "50"], "dp_utility.bootstrap = 50 is invalid")])
+def test_a_knob_out_of_range_is_refused_before_any_data_is_read(knob, message, capsys):
+    """Including a utility knob outside study A's dp_utility constraints (the audit runs that protocol)."""
     from eegprivacy.cli import main
 
-    assert main(["audit-cohort", "--bids", "/nonexistent", "--label", "x", "--epsilons", "1", "-2"]) == 2
-    assert "epsilons must be positive" in capsys.readouterr().err
+    assert main(["audit-cohort", "--bids", "/nonexistent", "--label", "x", *knob]) == 2
+    assert message in capsys.readouterr().err
 
 
 def test_bids_needs_a_label(capsys):
@@ -374,13 +411,62 @@ def test_bids_needs_a_label(capsys):
 
 
 # ---- pieces ----------------------------------------------------------------------------------------------------
-def test_horizon_is_the_smallest_epsilon_whose_lower_bound_clears_zero():
-    assert utility_horizon([0.5, 1, 2, 5], [-0.2, -0.01, 0.03, 0.2]) == 2
-    assert utility_horizon([5, 2, 1], [0.2, 0.1, -0.1]) == 2  # order of the grid does not matter
-    assert utility_horizon([1, 2, 5], [0.1, -0.1, 0.2]) == 1  # the smallest that clears, even if a larger one dips
-    assert utility_horizon([1, 2], [0.0, -0.3]) is None  # touching 0 does not clear it
-    assert utility_horizon([1, 2], [float("nan"), 0.05]) == 2
-    assert utility_horizon([], []) is None
+def test_horizon_rows_are_study_a_summarise_rows_for_the_same_cells(audit):
+    """One claim, one test: the audit's utility rows (horizons, release − null with its p-values, every arm) are
+    the rows study A's ``utility.summarise`` gives for dp_utility's own plan of the same table (the same cells,
+    found by their cache keys among the audit's kept predictions), number for number."""
+    from eegprivacy.studies import cohort_audit
+    from eegprivacy.studies.release import utility
+
+    first = audit["first_rows"]
+    cohort = load_cohort(MiniMSU(), CONFIG, cache_dir=audit["tmp"] / "cache", progress=False)
+    release_config, utility_config = cohort_audit.study_a_configs(CONFIG, cohort.dataset)
+    plan = utility.utility_plan(cohort_audit.patient_table(cohort), release_config, utility_config, "label",
+                                cells_dir=audit["tmp"] / "unused", progress=False)
+    expected = utility.summarise(plan, audit["tmp"] / "cache" / "cells", cohort.y, n_resamples=CONFIG.bootstrap,
+                                 confidence=CONFIG.confidence, epsilons=list(CONFIG.epsilons))
+    got = first[first["arm"].isin(set(expected["arm"]))].reset_index(drop=True)
+    assert len(got) == len(expected) and (expected["arm"] == "horizon").sum() == 2
+    for column in expected.columns:
+        want, have = expected[column].to_numpy(), got[column].to_numpy()
+        if expected[column].dtype.kind == "f":
+            np.testing.assert_allclose(have.astype(float), want, rtol=0, atol=1e-12, equal_nan=True, err_msg=column)
+        else:  # text and decisions (rows.csv reads an empty text back as NaN)
+            assert list(map(_text, have)) == list(map(_text, want)), column
+    horizon = got[got["arm"] == "horizon"]
+    assert list(horizon["correction"]) == list(expected.loc[expected["arm"] == "horizon", "correction"])
+
+
+def _text(value) -> str:
+    return "" if value is None or (isinstance(value, float) and math.isnan(value)) else str(value)
+
+
+def test_audit_cohort_command_prints_the_fixed_sequence_test(bids_audit, tmp_path):
+    """``eegprivacy audit-cohort`` as a user runs it (a subprocess, on the BIDS tree of the small cohort, resuming
+    its cells): the report and the command's line name the horizon's fixed-sequence test and what ε covers, and
+    the paper's mechanism, asked for by name, is flagged as having no formal guarantee for d > 1."""
+    command = [str(Path(sys.executable).with_name("eegprivacy")), "audit-cohort", "--bids",
+               str(bids_audit["tmp"] / "bids"), "--label", "label", "--out", str(tmp_path / "out"), "--cache",
+               str(bids_audit["tmp"] / "cache"), *ARGS]
+    command[command.index("gaussian_analytic")] = "laplace_implemented"
+    command.remove("1")  # ε = 10 only: the new mechanism's cells are all this run computes
+    env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}"}
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    rows = pd.read_csv(tmp_path / "out" / "rows.csv")
+    [correction] = set(rows.loc[rows["arm"] == "horizon", "correction"])
+    assert correction.startswith("fixed sequence from the largest ε")
+    assert correction in done.stdout and "ε covers features" in done.stdout
+    report = html_unescape((tmp_path / "out" / "report.html").read_text())
+    assert correction in report and "Horizon test" in report and "ε covers" in report
+    assert "laplace_implemented (the paper's mechanism (b = 2C/ε): no formal guarantee for d > 1)" in report
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["horizon_test"] == correction and summary["eps_covers"] == "features"
+    assert summary["mechanism_flags"]["laplace_implemented"].endswith("no formal guarantee for d > 1")
+
+
+def test_formal_mechanisms_are_the_default():
+    assert AuditConfig().mechanisms == ("gaussian_analytic", "laplace_formal")
 
 
 def test_canonical_order_follows_values_not_positions():

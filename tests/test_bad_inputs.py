@@ -292,7 +292,8 @@ BAD_PARAMS = {
     "dp_release": _grid("dp_release.yaml", "dp_release") + RELEASE,
     "dp_utility": _grid("dp_release.yaml", "dp_release") + RELEASE
     + [("dp_release.yaml", "dp_utility", "baseline_mlp_seeds", 0),
-       ("dp_release.yaml", "dp_utility", "nested_seeds", -1)],
+       ("dp_release.yaml", "dp_utility", "nested_seeds", -1),
+       ("dp_release.yaml", "dp_utility", "permutations", 0)],
     "table_attacks": _grid("table_attacks.yaml", "table_attacks") + RELEASE
     + [("table_attacks.yaml", "table_attacks", "membership.trials", 0)],
     "dp_scenarios": _grid("deployment.yaml", "deployment") + RELEASE,

@@ -173,8 +173,10 @@ def test_duplicate_cells_raise():
 
 
 def _utility_summary() -> pd.DataFrame:
-    """A dp_utility summary of one dataset: baseline, control, a release and its null at three ε, a horizon."""
-    rows = [("baseline", "none", np.inf, 0.8), ("permuted", "permuted_labels", np.inf, 0.5)]
+    """A dp_utility summary of one dataset: baseline, the scaled and clipped table, control, a release and its null
+    at three ε, a horizon."""
+    rows = [("baseline", "none", np.inf, 0.8), ("clipped", "none", np.inf, 0.79),
+            ("permuted", "permuted_labels", np.inf, 0.5)]
     rows += [(arm, "gaussian_analytic", e, v) for e, rel in ((1, 0.55), (5, 0.7), (20, 0.78))
              for arm, v in (("release", rel), ("matched_null", 0.5))]
     frame = pd.DataFrame([{"dataset": "msu_schizophrenia", "arm": a, "mechanism": m, "epsilon": e,
@@ -188,12 +190,13 @@ def _utility_summary() -> pd.DataFrame:
 
 
 def test_release_vs_null_draws_release_null_levels_and_horizon():
-    from eegprivacy.reporting.release_figures import NULL_LABEL, release_vs_null
+    from eegprivacy.reporting.release_figures import CLIPPED_LABEL, NULL_LABEL, release_vs_null
 
     fig = release_vs_null(_utility_summary())
     assert len(fig.axes) == 2  # AUROC and nested balanced accuracy for the one mechanism
     labels = {t.get_text() for legend in fig.legends for t in legend.get_texts()}
-    assert {"release", NULL_LABEL, "non-private baseline", "label-permuted control", "utility horizon"} <= labels
+    assert {"release", NULL_LABEL, "non-private baseline", "label-permuted control", "utility horizon",
+            CLIPPED_LABEL} <= labels
     top = fig.axes[0]
     release_line = next(line for line in top.lines if line.get_label() == "release")
     assert list(release_line.get_ydata()) == [0.55, 0.7, 0.78]

@@ -1,6 +1,7 @@
-"""Study A's utility protocol against its matched null: one grid and one protocol for every arm, intervals over
-patients and seeds, release − null paired, Holm across the table, the utility horizon — and the check the issue
-asks for: a zero-signal release lands inside its control's interval under the same protocol."""
+"""Study A's utility protocol against its matched null: one grid and one protocol for every arm (the noise-free
+scaled and clipped table included), intervals over patients and seeds, release − null paired, the utility horizon
+as a fixed-sequence test per mechanism at α/m — and the check the issue asks for: a zero-signal release lands
+inside its control's interval under the same protocol."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import math
 import numpy as np
 import pytest
 
-from eegprivacy.evaluation.cluster_bootstrap import bootstrap_p_value, holm, utility_horizon
+from eegprivacy.evaluation.cluster_bootstrap import bootstrap_p_value, holm
 from eegprivacy.pipeline.sweep import Cell
 from eegprivacy.studies.release.table import noise_generator, release
 from eegprivacy.studies.release.utility import keeping_predictions, summarise, utility_cell
@@ -17,10 +18,13 @@ from eegprivacy.studies.release.utility import keeping_predictions, summarise, u
 EPSILONS = [0.5, 50.0]
 
 
-def _cells(mechanism="gaussian_analytic", seeds=range(2), epsilons=EPSILONS):
-    base = {"nested_seeds": 1, "nested_inner": 2, "clip_norm": 2.0, "delta": 1e-5}
-    cells = [Cell({**base, "arm": arm, "mechanism": m, "epsilon": math.inf}, s)
-             for arm, m in (("baseline", "none"), ("permuted", "permuted_labels")) for s in seeds]
+def _cells(mechanism="gaussian_analytic", seeds=range(2), epsilons=EPSILONS, nested_seeds=1, permutations=2,
+           clipped=True):
+    base = {"nested_seeds": nested_seeds, "nested_inner": 2, "clip_norm": 2.0, "delta": 1e-5}
+    arms = (("baseline", "none"), ("clipped", "none")) if clipped else (("baseline", "none"),)
+    cells = [Cell({**base, "arm": arm, "mechanism": m, "epsilon": math.inf}, s) for arm, m in arms for s in seeds]
+    cells += [Cell({**base, "arm": "permuted", "mechanism": "permuted_labels", "epsilon": math.inf}, s)
+              for s in range(permutations)]
     cells += [Cell({**base, "arm": arm, "mechanism": mechanism, "epsilon": e}, s)
               for e in epsilons for s in seeds for arm in ("release", "matched_null")]
     return cells
@@ -51,7 +55,7 @@ def test_zero_signal_release_lands_inside_the_controls_interval(tmp_path):
     rng = np.random.default_rng(7)
     X = rng.normal(size=(24, 10))
     y = np.r_[np.ones(10, int), np.zeros(14, int)]
-    summary = _summary(X, y, tmp_path)
+    summary = _summary(X, y, tmp_path, clipped=False)
     control = _row(summary, "permuted")
     assert control.ci_over == "subjects+seeds"
     assert control.ci_low < 0.5 < control.ci_high
@@ -64,7 +68,10 @@ def test_zero_signal_release_lands_inside_the_controls_interval(tmp_path):
     assert not diffs.keeps_utility.astype(bool).any()
     auroc_diffs = diffs[diffs.metric == "auroc"]
     assert (auroc_diffs.ci_low < 0).all() and (auroc_diffs.ci_high > 0).all()
-    assert math.isnan(_row(summary, "horizon", "auroc_horizon_epsilon").value)
+    horizon = _row(summary, "horizon", "auroc_horizon_epsilon")  # no signal, no horizon: tested, and None
+    assert math.isnan(horizon.value) and bool(horizon.horizon_tested)
+    nested = _row(summary, "horizon", "balanced_accuracy_horizon_epsilon")  # the nested protocol ran on 1 seed
+    assert math.isnan(nested.value) and not bool(nested.horizon_tested) and "fewer than 2" in nested.note
 
 
 def test_signal_is_kept_at_large_epsilon_and_lost_at_small(tmp_path):
@@ -73,14 +80,19 @@ def test_signal_is_kept_at_large_epsilon_and_lost_at_small(tmp_path):
     rng = np.random.default_rng(3)
     y = np.r_[np.ones(12, int), np.zeros(12, int)]
     X = rng.normal(size=(24, 8)) + 2.0 * y[:, None] * np.r_[np.ones(4), np.zeros(4)]
-    summary = _summary(X, y, tmp_path)
+    summary = _summary(X, y, tmp_path, clipped=False, nested_seeds=0)  # AUROC only: the nested fits cost 3x
     assert _row(summary, "baseline_minus_permuted").ci_low > 0
     assert _row(summary, "baseline").value > 0.9
     strong = _row(summary, "release_minus_null", epsilon=50.0)
-    assert strong.ci_low > 0 and bool(strong.keeps_utility) and strong.p_holm < 0.05
-    assert not bool(_row(summary, "release_minus_null", epsilon=0.5).keeps_utility)
-    assert _row(summary, "horizon", "auroc_horizon_epsilon").value == 50.0
-    assert "holm" in strong.correction
+    assert strong.ci_low > 0 and bool(strong.keeps_utility) and strong.p_adjusted < 0.05
+    assert strong.alpha_tested == pytest.approx(0.05)  # one mechanism: α/1
+    assert 0 < strong.p_mc_error < 0.01 and strong.p_value < strong.alpha_tested
+    weak = _row(summary, "release_minus_null", epsilon=0.5)
+    assert not bool(weak.keeps_utility) and weak.p_adjusted >= strong.p_adjusted  # monotone from the top
+    horizon = _row(summary, "horizon", "auroc_horizon_epsilon")
+    assert horizon.value == 50.0 and "fixed sequence from the largest ε, α/m per mechanism" in horizon.correction
+    assert horizon.eps_covers == "features" and "labels travel in the clear" in horizon.eps_covers_note
+    assert "scaling statistics are fitted on the private patients outside ε" in strong.eps_covers_note
 
 
 def test_noise_is_independent_per_mechanism_epsilon_and_seed_unless_common_random_numbers():
@@ -101,10 +113,13 @@ def test_noise_is_independent_per_mechanism_epsilon_and_seed_unless_common_rando
 
 
 def test_every_arm_uses_one_threshold_grid(tmp_path):
-    """The optimistic and nested thresholds of every arm come from the same grid (0.05..0.95)."""
+    """The optimistic and nested thresholds of every arm (the noise-free scaled and clipped table included) come from
+    the same grid (0.05..0.95)."""
     rng = np.random.default_rng(0)
     X, y = rng.normal(size=(20, 6)), np.r_[np.ones(8, int), np.zeros(12, int)]
-    for cell in _cells(seeds=[0], epsilons=[1.0]):
+    cells = _cells(seeds=[0], epsilons=[1.0], permutations=1)
+    assert {c.config["arm"] for c in cells} == {"baseline", "clipped", "permuted", "release", "matched_null"}
+    for cell in cells:
         rows = utility_cell(dict(cell.config), cell.seed, X=X, y=y)
         thresholds = [r["value"] for r in rows if r.get("metric") == "threshold" and r["protocol"] == "optimistic"]
         assert thresholds and all(0.05 - 1e-9 <= t <= 0.95 + 1e-9 for t in thresholds)
@@ -116,8 +131,6 @@ def test_holm_and_bootstrap_p_values():
     assert np.isnan(holm([np.nan, 0.01])[0]) and holm([np.nan, 0.01])[1] == pytest.approx(0.01)
     assert bootstrap_p_value(np.ones(99)) == pytest.approx(0.01)
     assert bootstrap_p_value(-np.ones(99)) == 1.0
-    assert utility_horizon([0.5, 1, 5], [False, True, True]) == 1.0
-    assert utility_horizon([0.5, 1], [False, False]) is None
 
 
 def test_label_dp_trains_on_randomized_labels_and_scores_against_the_truth():

@@ -39,12 +39,12 @@ from eegprivacy.tracking import required_tags
 
 RAY = Path(sys.executable).with_name("ray")
 START_TIMEOUT_S = 90
-SMALL = {  # a small study-A sweep (tests/test_study_a_stages.py's, without the costly nested protocol): 18 cells
+SMALL = {  # a small study-A sweep (tests/test_study_a_stages.py's, without the costly nested protocol): 19 cells
     "dp_release": {"clip_norm": 2.0, "delta": 1.0e-5, "epsilons": [1, 10],
                    "mechanisms": ["gaussian_analytic", "laplace_implemented"], "noise_seeds": 2,
                    "datasets": {"synthetic_clinical": {"label": "label"}}},
     "dp_utility": {"mechanisms": ["gaussian_analytic", "laplace_implemented"], "baseline_mlp_seeds": 1, "nested_seeds": 0,
-                   "n_jobs": 1, "figure_epsilon": 10, "bootstrap": 200},
+                   "permutations": 1, "n_jobs": 1, "figure_epsilon": 10, "bootstrap": 200},
 }
 
 
@@ -171,11 +171,12 @@ def test_study_a_sweep_on_two_nodes_equals_the_local_rows(cluster, tmp_path, mon
     started = time.perf_counter()
     remote = _dp_utility_rows(tmp_path / "ray", table)
     ray_s = time.perf_counter() - started
-    print(f"\nsmall dp_utility sweep (18 cells): local {local_s:.1f} s, Ray 2 nodes {ray_s:.1f} s")
+    print(f"\nsmall dp_utility sweep (19 cells): local {local_s:.1f} s, Ray 2 nodes {ray_s:.1f} s")
 
     assert set(local["mechanism"]) == {"none", "permuted_labels", "gaussian_analytic", "laplace_implemented"}
     pd.testing.assert_frame_equal(local, remote)
-    assert len(on_ray.task_nodes) == 18  # baseline + control + 2 mechanisms x 2 ε x 2 seeds x (release, null)
+    # baseline + scaled-and-clipped + control + 2 mechanisms x 2 ε x 2 seeds x (release, null)
+    assert len(on_ray.task_nodes) == 19
     assert set(on_ray.task_nodes) == set(cluster.node_ids.values())  # both nodes computed cells
 
 

@@ -25,7 +25,8 @@ SMALL = {
                    "mechanisms": ["gaussian_analytic", "laplace_implemented"], "noise_seeds": 2,
                    "datasets": {"synthetic_clinical": {"label": "label"}}},
     "dp_utility": {"mechanisms": ["gaussian_analytic", "laplace_implemented"], "baseline_mlp_seeds": 2,
-                   "nested_seeds": 1, "nested_inner_folds": 3, "n_jobs": 1, "figure_epsilon": 10, "bootstrap": 200},
+                   "nested_seeds": 1, "nested_inner_folds": 3, "permutations": 2, "n_jobs": 1, "figure_epsilon": 10,
+                   "bootstrap": 200},
 }
 
 
@@ -51,7 +52,7 @@ def test_study_a_sweep_end_to_end(tmp_path, features_dir, monkeypatch):
     assert snr["gaussian_analytic", 10.0] > snr["gaussian_analytic", 1.0]  # less noise, better SNR
     utility_rows = pd.read_csv(tmp_path / "dp_utility_synthetic_clinical.csv")
     assert set(utility_rows["mechanism"]) == {"none", "permuted_labels", "gaussian_analytic", "laplace_implemented"}
-    assert set(utility_rows["arm"]) == {"baseline", "permuted", "release", "matched_null"}
+    assert set(utility_rows["arm"]) == {"baseline", "clipped", "permuted", "release", "matched_null"}
     assert set(utility_rows[utility_rows.metric == "auroc"]["protocol"]) == {"threshold_free"}
     nested = utility_rows[utility_rows.protocol == "nested"]
     assert set(nested["seed"]) == {0}  # the nested protocol runs on the first `nested_seeds` seeds only
@@ -63,11 +64,17 @@ def test_study_a_sweep_end_to_end(tmp_path, features_dir, monkeypatch):
     runs = client.search_runs([experiment.experiment_id], max_results=1000)
     parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
     children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
-    # dp_release per mechanism; dp_utility per mechanism (releases and their nulls) + baseline + control + summary
-    assert len(parents) == 2 + 4 + 1
+    # dp_release per mechanism; dp_utility per mechanism (releases and their nulls) + baseline + scaled-and-clipped
+    # + control + summary
+    assert len(parents) == 2 + 5 + 1
     summary_run = next(p for p in parents if p.info.run_name == "dp_utility-synthetic_clinical-summary")
     assert {"utility_horizon/gaussian_analytic/auroc", "utility_horizon/laplace_implemented/auroc"} <= set(
         summary_run.data.tags)
+    # one nested seed: no balanced-accuracy horizon; the test and what ε covers travel with the horizons
+    assert summary_run.data.tags["utility_horizon/gaussian_analytic/balanced_accuracy"] == "not tested"
+    assert summary_run.data.tags["utility_horizon_test"].startswith("fixed sequence from the largest ε")
+    assert summary_run.data.tags["eps_covers"] == "features" and "in the clear" in summary_run.data.tags[
+        "eps_covers_note"]
     assert "baseline/threshold_free/auroc_ci_low" in summary_run.data.metrics
     for child in children:
         tags = child.data.tags
@@ -97,6 +104,9 @@ def test_study_a_sweep_end_to_end(tmp_path, features_dir, monkeypatch):
     assert set(summary["epsilon_10"]["gaussian_analytic"]["auroc"]) == {"release", "matched_null",
                                                                         "release_minus_null"}
     assert set(summary["utility_horizons"]) == {"gaussian_analytic", "laplace_implemented"}
+    assert summary["utility_horizons"]["gaussian_analytic"]["balanced_accuracy"] == "not tested"
+    assert summary["utility_horizons_test"]["eps_covers"] == "features"
+    assert summary["clipped_no_noise"]["auroc"]["n_seeds"] == 2
     assert "in the clear" in summary["labels"]
     assert len(list((tmp_path / "fig").glob("dp_*.png"))) == 3
 

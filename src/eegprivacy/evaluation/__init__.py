@@ -1,5 +1,6 @@
 """evaluation layer: LOSO, thresholds, confusion metrics and intervals; one implementation for all studies."""
 
+from eegprivacy.evaluation.cluster_bootstrap import fixed_sequence_horizon, p_value_mc_error
 from eegprivacy.evaluation.intervals import bootstrap_ci, mean_ci, wilson_interval
 from eegprivacy.evaluation.loso import PROTOCOLS, LOSOEvaluation, LOSOResult, ProtocolResult, default_mlp
 from eegprivacy.evaluation.metrics import classification_metrics, confusion_counts, confusion_matrix
@@ -28,4 +29,6 @@ __all__ = [
     "ProtocolResult",
     "PROTOCOLS",
     "default_mlp",
+    "fixed_sequence_horizon",
+    "p_value_mc_error",
 ]

@@ -20,7 +20,8 @@ import numpy as np
 from scipy.stats import rankdata
 
 __all__ = ["auroc_along", "balanced_accuracy_along", "bootstrap_indices", "seed_indices", "combine_seeds",
-           "percentile_interval", "bootstrap_p_value", "holm", "utility_horizon"]
+           "percentile_interval", "bootstrap_p_value", "p_value_mc_error", "holm", "utility_horizon",
+           "fixed_sequence_horizon"]
 
 _BOOTSTRAP_STREAM = 0x424F4F54
 _SEED_STREAM = 0x53454544
@@ -92,6 +93,93 @@ def bootstrap_p_value(replicates: np.ndarray) -> float:
     return float((1 + np.count_nonzero(replicates <= 0)) / (1 + replicates.size))
 
 
+def p_value_mc_error(p: float, n_resamples: int) -> float:
+    """Monte-Carlo standard error of a resampling p-value: ``sqrt(p (1 − p) / B)``, at least ``1/B`` at p = 0 or 1.
+
+    Parameters
+    ----------
+    p : float
+        A p-value estimated from ``n_resamples`` bootstrap or permutation replicates.
+    n_resamples : int
+        B, the number of replicates it was counted over.
+
+    Returns
+    -------
+    float
+        The binomial standard error of ``p`` as an estimate of the p-value an infinite number of resamples would
+        give; NaN when ``p`` is NaN.
+
+    Notes
+    -----
+    A p-value counted over B replicates is itself random: re-running the bootstrap with another seed moves it by
+    about this much. A decision ``p < α`` is only a decision of the data, not of the resampling seed, when ``p``
+    is several such errors away from α (the conventions ask that the error of every p-value that decides a
+    horizon be reported; :func:`eegprivacy.studies.release.utility.summarise` marks ``decision_stable`` at
+    ``|p − α| > 3·error``). At p = 0 (or 1) the binomial formula says 0, which would claim a precision B
+    replicates cannot have; the floor ``1/B`` is the resolution of the count.
+    """
+    if not 0 < int(n_resamples):
+        raise ValueError(f"n_resamples must be a positive count, got {n_resamples!r}")
+    p = float(p)
+    if not np.isfinite(p):
+        return float("nan")
+    if not 0.0 <= p <= 1.0:
+        raise ValueError(f"p must be in [0, 1], got {p!r}")
+    error = float(np.sqrt(p * (1.0 - p) / n_resamples))
+    return error if error > 0 else 1.0 / n_resamples
+
+
+def fixed_sequence_horizon(epsilons: Sequence[float], p_values: Sequence[float],
+                           alpha: float) -> tuple[float | None, list[bool]]:
+    """A utility horizon from a fixed-sequence test: ε from the largest down, each at level ``alpha``.
+
+    Parameters
+    ----------
+    epsilons : sequence of float
+        The ε of each tested cell of one mechanism, in any order.
+    p_values : sequence of float
+        One-sided p-value of "release − null ≤ 0" at each ε (same order); NaN counts as not rejected.
+    alpha : float
+        The level of every test in the sequence, already split across the table's mechanisms by the caller
+        (e.g. ``α / m`` for m mechanisms, a Bonferroni split of the table's family-wise error rate).
+
+    Returns
+    -------
+    horizon : float or None
+        The smallest ε rejected (the mechanism keeps utility there and at every larger ε of the grid), or None
+        when the largest ε is not rejected.
+    decisions : list of bool
+        Per input ε, in the caller's order, whether it was rejected ("keeps utility").
+
+    Notes
+    -----
+    Why a fixed sequence rather than Holm over every cell: utility can only grow with ε (less noise), so the
+    hypotheses have a natural order, and testing them in that order spends the whole level on each step: the
+    family-wise error rate of the sequence is ``alpha`` without dividing it among the ε of the grid (Maurer,
+    Hothorn & Lehmacher 1995; Westfall & Krishen 2001). Holm over all (mechanism, ε) cells divides α by up to
+    the number of cells and can reject a small ε while keeping a larger one, a horizon with a hole in it. Here the
+    test stops at the first non-rejection, so the decisions are monotone in ε by construction and the horizon
+    is the end of an unbroken run of rejections from the top of the grid. Input order does not matter; repeated
+    ε values are tested one after another (a tie is kept only when every copy rejects before the first failure).
+    """
+    eps = np.asarray(epsilons, dtype=float).ravel()
+    p = np.asarray(p_values, dtype=float).ravel()
+    if eps.shape != p.shape:
+        raise ValueError(f"epsilons ({eps.size}) and p_values ({p.size}) differ in length")
+    if not 0.0 < float(alpha) < 1.0:
+        raise ValueError(f"alpha must be in (0, 1), got {alpha!r}")
+    if np.isnan(eps).any():
+        raise ValueError("an ε is NaN")
+    decisions = [False] * eps.size
+    horizon = None
+    for i in np.argsort(-eps, kind="stable"):
+        if not (np.isfinite(p[i]) and p[i] < alpha):
+            break
+        decisions[int(i)] = True
+        horizon = float(eps[i])
+    return horizon, decisions
+
+
 def holm(p_values: Sequence[float]) -> np.ndarray:
     """Holm–Bonferroni adjusted p-values (step-down, monotone, capped at 1); NaNs stay NaN and do not count."""
     p = np.asarray(p_values, dtype=float)
@@ -104,10 +192,3 @@ def holm(p_values: Sequence[float]) -> np.ndarray:
     adjusted = np.maximum.accumulate((m - np.arange(m)) * p[order])
     out[order] = np.minimum(adjusted, 1.0)
     return out
-
-
-def utility_horizon(epsilons: Sequence[float], keeps_utility: Sequence[bool]) -> float | None:
-    """The smallest ε at which the release keeps utility (its difference from the matched null is significant
-    after the table's correction); None when no ε does."""
-    cleared = [float(e) for e, ok in zip(epsilons, keeps_utility) if bool(ok)]
-    return min(cleared) if cleared else None

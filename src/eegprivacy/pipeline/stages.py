@@ -133,6 +133,7 @@ STUDY_C = ("eegmat", "msu_schizophrenia", "eegmmidb")  # embedding_audit's cohor
 STUDY_B = ("eegmmidb", "eegmat", "synthetic_mi")  # federated_mia's cohorts: eegmmidb first (the paper's protocol)
 STUDY_A = ("synthetic_clinical", "eegmat", "msu_schizophrenia")
 SCALING_DATASETS = ("synthetic_clinical", "eegmat", "msu_schizophrenia")  # dp_scaling runs per dataset on these
+END_TO_END_DATASETS = ("msu_schizophrenia",)  # dp_end_to_end's cohorts (params: dp_end_to_end.datasets)
 
 
 STAGES: tuple[Stage, ...] = (
@@ -166,8 +167,8 @@ STAGES: tuple[Stage, ...] = (
           "null; intervals over patients and seeds, release − null, utility horizons.",
           entry="experiments.dp_utility", section="dp_utility", params_file="params/dp_release.yaml",
           config="eegprivacy.studies.release.config:DPUtilityConfig", code=RELEASE, support=MACHINERY,
-          section_keys=("mechanisms", "baseline_mlp_seeds", "nested_seeds", "nested_inner_folds", "n_jobs",
-                        "bootstrap", "confidence"),
+          section_keys=("mechanisms", "baseline_mlp_seeds", "nested_seeds", "nested_inner_folds", "permutations",
+                        "n_jobs", "bootstrap", "confidence"),
           inputs=("data/features/{item}.parquet", "data/versions/{item}.json"),
           outs=("metrics/dp_utility_{item}.csv", "metrics/dp_utility_summary_{item}.csv"),
           reads=("params/dp_release.yaml:dp_release",), items=STUDY_A,
@@ -254,6 +255,19 @@ STAGES: tuple[Stage, ...] = (
           inputs=tuple(f"metrics/dp_scaling_summary_{d}.csv" for d in SCALING_DATASETS),
           outs=("metrics/dp_scaling.json", "reports/figures/dp_scaling.png", "plots/dp_scaling.csv"),
           tolerance=1e-9),
+    Stage("dp_end_to_end", "Study A beyond the paper: releases private end to end (public PCA/PLS projections, "
+          "DP-PCA, DP synthetic patients; the paper's mechanism with public scaling as reference), each beside its "
+          "matched null, LOSO AUROC on the private patients, a fixed-sequence utility horizon per design.",
+          entry="experiments.dp_end_to_end", section="dp_end_to_end", params_file="params/dp_end_to_end.yaml",
+          config="eegprivacy.studies.release.config:DPEndToEndConfig", code=RELEASE, support=MACHINERY,
+          inputs=("data/features/{item}.parquet", "data/versions/{item}.json"),
+          outs=("metrics/dp_end_to_end_{item}.csv", "metrics/dp_end_to_end_summary_{item}.csv"),
+          reads=("params/dp_release.yaml:dp_release.datasets", "params/dp_release.yaml:dp_release.clip_norm",
+                 "params/dp_release.yaml:dp_release.delta", "params/dp_release.yaml:dp_utility.bootstrap",
+                 "params/dp_release.yaml:dp_utility.confidence", "params/dp_scaling.yaml:dp_scaling.public_fraction",
+                 "params/dp_scaling.yaml:dp_scaling.split_seed"),
+          items=END_TO_END_DATASETS,
+          flags=("dataset", "progress", "cells", "out", "features_dir"), tolerance=1e-9),
     # ---- Study B: federated membership inference ------------------------------------------------------------
     Stage("federated_mia", "Study B: per-subject FedAvg (per-client CSP, SimpleNet/EEGNet) with per-step Laplace "
           "gradient DP, record/feature/gradient/client-level membership attacks every attacked round.",

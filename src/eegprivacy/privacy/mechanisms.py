@@ -86,6 +86,23 @@ def _sensitivities(clip_norm: float, dim: int) -> tuple[float, float]:
     return l2_sensitivity_replace_one(clip_norm), l1_sensitivity_replace_one(clip_norm, dim)
 
 
+def gaussian_sigma(epsilon: float, delta: float, sensitivity: float) -> float:
+    """σ of the analytic Gaussian mechanism (Balle & Wang 2018) for an L2 ``sensitivity``, from diffprivlib.
+
+    Shared by the release (:class:`GaussianAnalytic`) and every other Gaussian step of study A (DP-PCA's
+    covariance, the synthesiser's marginals), so one calibration serves them all.
+    """
+    from diffprivlib.mechanisms import GaussianAnalytic as _DiffPrivLibGaussianAnalytic
+
+    _check_epsilon(epsilon)
+    # variance() is diffprivlib's public read of its calibrated scale; no noise is drawn. Its search overflows
+    # exp(ε) harmlessly for large ε (the σ it returns is then conservative), so the numpy overflow warnings are
+    # silenced rather than repeated for every cell of a sweep.
+    with np.errstate(over="ignore", invalid="ignore"):
+        return math.sqrt(_DiffPrivLibGaussianAnalytic(epsilon=float(epsilon), delta=float(delta),
+                                                      sensitivity=float(sensitivity)).variance(0.0))
+
+
 @dataclass(frozen=True)
 class Mechanism:
     """Base: privacy parameters only; subclasses say how they calibrate and what they sample."""
@@ -183,15 +200,8 @@ class GaussianAnalytic(_GaussianNoise, Mechanism):
     uses_delta: ClassVar[bool] = True
 
     def calibrate(self, clip_norm: float, dim: int) -> Calibration:
-        from diffprivlib.mechanisms import GaussianAnalytic as _DiffPrivLibGaussianAnalytic
-
         delta2, _ = _sensitivities(clip_norm, dim)
-        # variance() is diffprivlib's public read of its calibrated scale; no noise is drawn. Its search
-        # overflows exp(ε) harmlessly for large ε (the σ it returns is then conservative), so the numpy
-        # overflow warnings are silenced rather than repeated for every cell of a sweep.
-        with np.errstate(over="ignore", invalid="ignore"):
-            sigma = math.sqrt(_DiffPrivLibGaussianAnalytic(epsilon=self.epsilon, delta=self.delta,
-                                                           sensitivity=delta2).variance(0.0))
+        sigma = gaussian_sigma(self.epsilon, self.delta, delta2)
         return Calibration(sigma, delta2, "L2", True,
                            f"analytic Gaussian (ε, δ)-DP for the full table, {_CONDITIONAL}",
                            self.name, float(clip_norm), int(dim))

@@ -44,9 +44,16 @@ def _curve(ax, part: pd.DataFrame, colour: str, label: str, style: str = "-") ->
     ax.fill_between(part["epsilon"], part["ci_low"], part["ci_high"], color=colour, alpha=0.18, lw=0)
 
 
+# The non-private arms drawn as bands (any other arm at ε = ∞ gets the last colour).
+CONTROL_BANDS = (("baseline", "#4D4D4D", "non-private baseline"),
+                 ("clipped", "#1B9E77", "scaled + clipped, no noise"),
+                 ("permuted", "#B0B0B0", "permuted-label control"))
+
+
 def utility_figure(rows: pd.DataFrame, summary: dict):
     """Per mechanism (columns) and metric (rows): release and matched-null curves with intervals, the non-private
-    baseline and the permuted-label control as bands, chance, and the utility horizon."""
+    baseline, the noise-free clipped table and the permuted-label control as bands, chance, and the utility
+    horizon of the fixed-sequence test."""
     mechanisms = list(summary["config"]["mechanisms"])
     metrics = [m for m in ("auroc", "balanced_accuracy") if not _rows(rows, "release", m).empty]
     fig, axes = plt.subplots(len(metrics), len(mechanisms), figsize=(4.6 * len(mechanisms), 3.4 * len(metrics)),
@@ -55,20 +62,21 @@ def utility_figure(rows: pd.DataFrame, summary: dict):
         for j, mechanism in enumerate(mechanisms):
             ax = axes[i, j]
             colour = mechanism_colour(mechanism)
-            for arm, colour_, label in (("baseline", "#4D4D4D", "non-private baseline"),
-                                        ("permuted", "#B0B0B0", "permuted-label control")):
+            for arm, colour_, label in CONTROL_BANDS:
                 part = _rows(rows, arm, metric)
                 if len(part):
                     _band(ax, part.iloc[0], colour_, label)
             _curve(ax, _rows(rows, "release", metric, mechanism), colour, "DP release")
             _curve(ax, _rows(rows, "matched_null", metric, mechanism), "#000000", "matched null (zero signal)", "--")
             ax.axhline(0.5, color="k", lw=0.6, ls=":", label="chance")
-            horizon = summary["horizons"].get(mechanism)
-            if metric == "auroc" and isinstance(horizon, float):
+            test = summary.get("horizon_tests", {}).get(mechanism, {}).get(metric) or {}
+            horizon = test.get("value")
+            if isinstance(horizon, float):
                 ax.axvline(horizon, color=colour, lw=1, ls="-.", label=f"horizon ε = {horizon:g}")
             ax.set_xscale("log")
             ax.set_xlabel(f"ε (per {summary['eps_unit']})")
-            ax.set_title(mechanism, fontsize=10)
+            flag = summary.get("mechanism_flags", {}).get(mechanism)
+            ax.set_title(mechanism + (f"\n({flag})" if flag else ""), fontsize=9 if flag else 10)
             if j == 0:
                 ax.set_ylabel(METRIC_LABELS[metric])
             if i == 0 and j == len(mechanisms) - 1:
@@ -157,24 +165,93 @@ def cohort_html(summary: dict) -> str:
     return _table(["", ""], body)
 
 
-def utility_html(summary: dict) -> str:
-    base, perm = summary["baseline"], summary["permuted_labels"]
-    intro = (f"<p>Non-private baseline: AUROC {_fmt(base['auroc'])}, balanced accuracy "
-             f"{_fmt(base.get('balanced_accuracy'))}. Permuted-label control: AUROC {_fmt(perm['auroc'])}, balanced "
-             f"accuracy {_fmt(perm.get('balanced_accuracy'))}. Intervals: 95% patient-level (cluster) bootstrap "
-             f"combined with seeds (ci_over = subjects+seeds). Horizon rule: {html.escape(summary['horizon_rule'])}."
-             "</p>")
+def _number(value, digits: int = 3) -> str:
+    if value is None:
+        return "–"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:.{digits}g}" if abs(value) < 1e-3 and value != 0 else f"{value:.{digits}f}"
+    return str(value)
+
+
+def _mechanism(summary: dict, mechanism: str) -> str:
+    """A mechanism's name as every table prints it: with its flag (e.g. the paper's mechanism: no formal guarantee
+    for d > 1)."""
+    flag = summary.get("mechanism_flags", {}).get(mechanism)
+    return f"{mechanism} ({flag})" if flag else mechanism
+
+
+# The release − null columns of the utility summary (eegprivacy.studies.release.utility.summarise), in the order
+# the table prints them; any other column the summary adds is printed after them, under its own name.
+TEST_COLUMNS = (("p_value", "p (one-sided)"), ("p_mc_error", "Monte-Carlo error of p"),
+                ("alpha_tested", "α tested"), ("p_adjusted", "adjusted p"), ("keeps_utility", "keeps utility"),
+                ("decision_stable", "decision stable"), ("tested", "tested"))
+_NOT_TEST_COLUMNS = {"value", "ci_low", "ci_high", "ci_over", "n", "n_seeds", "chance", "mlflow_metric", "protocol",
+                     "eps_unit", "eps_covers", "eps_covers_note", "correction", "note", "attack_kind", "horizon",
+                     "horizon_tested"}
+
+
+def _controls_text(summary: dict) -> str:
+    names = {"baseline": "Non-private baseline", "clipped": "Scaled and clipped table, no noise",
+             "permuted": "Permuted-label control", "baseline_minus_permuted": "Baseline − permuted control",
+             "baseline_minus_clipped": "Baseline − clipped (what scaling and clipping cost)"}
+    controls = summary.get("controls") or {"baseline": summary["baseline"], "permuted": summary["permuted_labels"]}
+    parts = []
+    for arm, by_metric in controls.items():
+        auroc, ba = by_metric.get("auroc"), by_metric.get("balanced_accuracy")
+        text = f"{names.get(arm, arm)}: AUROC {_fmt(auroc)}, balanced accuracy {_fmt(ba)}"
+        p = (auroc or {}).get("p_value")
+        if p is not None:
+            text += f" (AUROC one-sided p = {_number(p)})"
+        parts.append(text)
+    return ". ".join(parts) + "."
+
+
+def horizon_html(summary: dict) -> str:
+    """The horizon table: per mechanism and metric, the horizon, the test that decided it (the summary's
+    ``correction``), whether it was tested (and why not), whether every decision is stable against the bootstrap's
+    Monte-Carlo error, and what the ε covers."""
     body = []
+    for mechanism, tests in summary.get("horizon_tests", {}).items():
+        for metric, test in tests.items():
+            horizon = test.get("horizon", "–")
+            body.append([_mechanism(summary, mechanism), METRIC_LABELS.get(metric, metric),
+                         f"ε = {horizon}" if horizon not in ("none", "not tested") else horizon,
+                         test.get("correction", "–"), _number(test.get("alpha_tested")),
+                         _number(test.get("decision_stable")), test.get("note") or "",
+                         test.get("eps_covers", "–"), summary["eps_unit"]])
+    return _table(["mechanism", "metric", "utility horizon", "test (correction)", "α per test", "decisions stable",
+                   "note", "ε covers", "ε unit"], body)
+
+
+def utility_html(summary: dict) -> str:
+    covers = summary.get("eps_covers") or "–"
+    intro = (f"<p>{html.escape(_controls_text(summary))} Intervals: 95% patient-level (cluster) bootstrap "
+             "combined with seeds (ci_over = subjects+seeds).</p>"
+             f"<p><b>Horizon test</b>: {html.escape(summary['horizon_rule'])}. <b>ε covers</b>: "
+             f"{html.escape(covers)}"
+             + (f" — {html.escape(summary['eps_covers_note'])}" if summary.get("eps_covers_note") else "")
+             + ".</p>")
+    body, extra = [], []
+    for by_eps in summary["utility"].values():
+        for cells in by_eps.values():
+            for column in (cells.get("release_minus_null_auroc") or {}):
+                if column not in _NOT_TEST_COLUMNS and column not in dict(TEST_COLUMNS) and column not in extra:
+                    extra.append(column)
+    columns = [*TEST_COLUMNS, *((c, c) for c in extra)]
     for mechanism, by_eps in summary["utility"].items():
         for eps, cells in by_eps.items():
             diff = cells.get("release_minus_null_auroc") or {}
-            body.append([mechanism, eps, _fmt(cells.get("release_auroc")), _fmt(cells.get("matched_null_auroc")),
-                         _fmt(diff),
-                         f"{diff['ci_low_adjusted']:.3f}" if diff.get("ci_low_adjusted") is not None else "–",
+            body.append([_mechanism(summary, mechanism), eps, _fmt(cells.get("release_auroc")),
+                         _fmt(cells.get("matched_null_auroc")), _fmt(diff),
+                         *(_number(diff.get(c)) for c, _ in columns),
                          _fmt(cells.get("release_minus_null_balanced_accuracy"))])
-    horizons = ", ".join(f"{m}: {h if isinstance(h, str) else f'ε = {h:g}'}" for m, h in summary["horizons"].items())
-    return (intro + f"<p><b>Utility horizon</b> — {html.escape(horizons)}</p>"
-            + _table(["mechanism", "ε", "release AUROC", "null AUROC", "release − null", "corrected lower bound",
+    horizons = ", ".join(f"{_mechanism(summary, m)}: {h if isinstance(h, str) else f'ε = {h:g}'}"
+                         for m, h in summary["horizons"].items())
+    return (intro + f"<p><b>Utility horizon</b> (AUROC) — {html.escape(horizons)}</p>" + horizon_html(summary)
+            + "<h4>Release − matched null, per ε (AUROC)</h4>"
+            + _table(["mechanism", "ε", "release AUROC", "null AUROC", "release − null", *(n for _, n in columns),
                       "release − null (BA)"], body))
 
 
@@ -192,7 +269,8 @@ def attacks_html(summary: dict) -> str:
             for eps, cells in by_eps.items():
                 main = cells.get(metric) or cells.get("auroc_distance") or cells.get("top1_accuracy")
                 other = cells.get("top1_accuracy_shuffled_control") or cells.get("auroc_distance")
-                body.append([mechanism, eps, _fmt(main), _fmt(other) if other is not main else "–",
+                body.append([_mechanism(summary, mechanism), eps, _fmt(main),
+                             _fmt(other) if other is not main else "–",
                              f"{main['chance']:.3f}" if main and main.get("chance") is not None else "–",
                              main.get("ci_over", "") if main else ""])
         second = "shuffled-identity control" if kind == "reidentification" else "distance attack"
@@ -204,7 +282,8 @@ def attacks_html(summary: dict) -> str:
 
 
 def guarantees_html(summary: dict) -> str:
-    body = [[g["mechanism"], f"{g['epsilon']:g}", f"{g['delta']:g}", g["eps_unit"], f"{g['noise_scale']:.4g}",
+    body = [[_mechanism(summary, g["mechanism"]), f"{g['epsilon']:g}", f"{g['delta']:g}", g["eps_unit"],
+             f"{g['noise_scale']:.4g}",
              f"{g['sensitivity']:.4g} ({g['sensitivity_norm']})", guarantee_label(g), g["note"]]
             for g in summary["guarantees"]]
     caveats = "".join(f"<li>{html.escape(c)}</li>" for c in summary["caveats"])
@@ -237,7 +316,8 @@ def write_html(path: str | Path, rows: pd.DataFrame, summary: dict, images: dict
     report.add_html(utility_html(summary), title="Utility vs ε", section="Utility")
     report.add_image(images["utility"], title="Utility vs ε with matched null and horizon", section="Utility",
                      caption="Release (solid) and matched null (dashed) with 95% intervals over subjects+seeds; "
-                             "grey bands: non-private baseline and permuted-label control; dash-dot: horizon.")
+                             "bands: non-private baseline, scaled and clipped table without noise, permuted-label "
+                             "control; dash-dot: the horizon of the fixed-sequence test.")
     report.add_html(attacks_html(summary), title="Re-identification and membership", section="Attacks")
     report.add_image(images["attacks"], title="Attacks vs ε beside chance", section="Attacks")
     report.add_html(guarantees_html(summary), title="Guarantees and caveats", section="Guarantees")
@@ -246,4 +326,4 @@ def write_html(path: str | Path, rows: pd.DataFrame, summary: dict, images: dict
     return Path(path)
 
 
-__all__ = ["figures", "utility_figure", "attack_figure", "write_html", "close"]
+__all__ = ["figures", "utility_figure", "attack_figure", "horizon_html", "write_html", "close"]

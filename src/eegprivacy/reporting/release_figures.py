@@ -392,6 +392,7 @@ def scaling_vs_epsilon(summary: pd.DataFrame, datasets: Sequence[str]) -> Figure
 _SUMMARY_PANELS = (("auroc", "threshold_free", "LOSO AUROC"),
                    ("balanced_accuracy", "nested", "balanced accuracy (nested threshold)"))
 NULL_LABEL = "matched null (zero-signal table, same noise)"
+CLIPPED_LABEL = "scaled + clipped, no noise"
 
 
 def _band(ax, row, colour: str, label: str, ls: str) -> None:
@@ -406,8 +407,10 @@ def _band(ax, row, colour: str, label: str, ls: str) -> None:
 def release_vs_null(summary: pd.DataFrame, synthetic: bool = False, title: str | None = None) -> Figure:
     """Study A's headline figure: each mechanism's release (solid) and its matched null (dashed) against ε, with
     intervals over patients and seeds, beside the non-private baseline and the permuted-label control; a dotted
-    vertical line marks the mechanism's utility horizon (the smallest ε whose release − null clears 0 after the
-    table's Holm correction). Rows: LOSO AUROC and nested balanced accuracy; columns: mechanisms.
+    vertical line marks the mechanism's utility horizon (the end of the unbroken run of ε, from the largest down,
+    whose release − null clears 0: a fixed-sequence test at α/m per mechanism), and a dash-dot band the same
+    table scaled and clipped without noise, where the summary has it (the clipping loss apart from the noise).
+    Rows: LOSO AUROC and nested balanced accuracy; columns: mechanisms.
 
     ``summary`` holds one dataset's ``dp_utility`` summary rows (arm, mechanism, epsilon, protocol, metric, value,
     ci_low, ci_high)."""
@@ -439,6 +442,9 @@ def release_vs_null(summary: pd.DataFrame, synthetic: bool = False, title: str |
             control = rows[rows["arm"] == "permuted"]
             if len(control):
                 _band(ax, control.iloc[0], "#B07AA1", CONTROL_LABEL, ":")
+            clipped = rows[rows["arm"] == "clipped"]
+            if len(clipped):  # what scaling and clipping cost without noise: the ceiling of every release
+                _band(ax, clipped.iloc[0], "#59A14F", CLIPPED_LABEL, "-.")
             horizon = summary[(summary["arm"] == "horizon") & (summary["mechanism"] == mechanism)
                               & (summary["metric"] == f"{metric}_horizon_epsilon")]
             if len(horizon) and np.isfinite(float(horizon["value"].iloc[0])):

@@ -34,8 +34,9 @@ HEADLINE_STAGE = {"a": "dp_utility", "b": "federated_mia", "c": "embedding_audit
 SEARCH_FILTER = {s: f"tags.stage = '{stage}' and tags.seed = 'none' and attributes.status = 'FINISHED'"
                  for s, stage in HEADLINE_STAGE.items()}
 # Study A's headline columns: which arm a value is, and of which metric.
-A_COLUMNS = {"baseline": "value", "permuted": "value", "release": "value", "matched_null": "matched null",
-             "release_minus_null": "− null", "baseline_minus_permuted": "value"}
+A_COLUMNS = {"baseline": "value", "permuted": "value", "clipped": "value", "release": "value",
+             "matched_null": "matched null", "release_minus_null": "− null", "baseline_minus_permuted": "value",
+             "baseline_minus_clipped": "value"}
 A_METRICS = {"auroc": "AUROC", "balanced_accuracy": "BA (nested)"}
 LABELS = ("dataset", "dataset version", "mechanism", "ε", "model", "encoder", "weights", "CI over",
           "run")  # non-number columns
@@ -137,15 +138,17 @@ def _epsilon_order(value) -> float:
 # --- tidy results per study -----------------------------------------------------------------------------------
 
 _A_METRIC = re.compile(r"metrics\.(?:(?P<arm>release|matched_null|release_minus_null)/(?P<mechanism>[^/]+)/"
-                       r"eps_(?P<epsilon>[^/]+)|(?P<plain>baseline|permuted|baseline_minus_permuted))/"
+                       r"eps_(?P<epsilon>[^/]+)|(?P<plain>baseline|permuted|clipped|baseline_minus_permuted|"
+                       r"baseline_minus_clipped))/"
                        r"(?P<protocol>threshold_free|nested)/(?P<metric>auroc|balanced_accuracy)")
 
 
 def tidy_a(runs: pd.DataFrame) -> pd.DataFrame:
-    """Per dataset: LOSO AUROC and nested balanced accuracy of the baseline, the permuted-label control, and per
-    (mechanism, ε) the release, its matched null and their difference (with the Holm-adjusted p-value), read from
-    each dataset's ``dp_utility-<dataset>-summary`` run (intervals over patients + seeds); the utility horizons
-    come from its tags."""
+    """Per dataset: LOSO AUROC and nested balanced accuracy of the baseline, the noise-free scaled and clipped
+    table, the permuted-label control, and per (mechanism, ε) the release, its matched null and their difference
+    (with the p-value its fixed-sequence decision compares with α, ``p_adjusted``; ``p_holm`` of runs logged
+    before it), read from each dataset's ``dp_utility-<dataset>-summary`` run (intervals over patients + seeds);
+    the utility horizons, the test behind them and what their ε covers come from its tags."""
     if runs.empty or "tags.mlflow.runName" not in runs:
         return pd.DataFrame()
     runs = runs[runs["tags.mlflow.runName"].astype(str).str.endswith("-summary")]
@@ -160,15 +163,22 @@ def tidy_a(runs: pd.DataFrame) -> pd.DataFrame:
             g = match.groupdict()
             arm = g["arm"] or g["plain"]
             mechanism = g["mechanism"] or {"baseline": "none", "permuted": "permuted labels (control)",
-                                           "baseline_minus_permuted": "none − control"}[arm]
+                                           "clipped": "none, scaled + clipped (no noise)",
+                                           "baseline_minus_permuted": "none − control",
+                                           "baseline_minus_clipped": "none − scaled + clipped"}[arm]
             rows.append({"run_id": run["run_id"], "run_name": _tag(run, "mlflow.runName"),
                          "dataset": _tag(run, "dataset"), "dataset_version": _tag(run, "dataset_version") or "",
                          "synthetic": _tag(run, "synthetic") == "true", "arm": arm, "mechanism": mechanism,
                          "epsilon": g["epsilon"] or "—", "protocol": g["protocol"], "metric": g["metric"],
                          "mean": run[column], "ci_low": run.get(f"{column}_ci_low", np.nan),
                          "ci_high": run.get(f"{column}_ci_high", np.nan),
-                         "p_holm": run.get(f"{column}_p_holm", np.nan),
-                         "horizon": horizons.get(f"{mechanism}/{g['metric']}", "")})
+                         "p_adjusted": (adjusted if pd.notna(adjusted := run.get(f"{column}_p_adjusted"))
+                                        else run.get(f"{column}_p_holm", np.nan)),
+                         "p_label": "p_adj" if pd.notna(adjusted) else "p_Holm",
+                         "horizon": horizons.get(f"{mechanism}/{g['metric']}", ""),
+                         "horizon_test": _tag(run, "utility_horizon_test") or "Holm over the (mechanism, ε) cells",
+                         "eps_covers": _tag(run, "eps_covers") or "features",
+                         "eps_covers_note": _tag(run, "eps_covers_note") or "(not logged by this run)"})
     return pd.DataFrame(rows)
 
 
@@ -386,7 +396,7 @@ def headline_table(study: str, rows: pd.DataFrame) -> pd.DataFrame:
         rows = rows.sort_values(["dataset", "_kind", "mechanism", "_eps"])
         table = _wide(rows, ["dataset", "version", "mechanism", "eps", "run"], "_column",
                       lambda r: cell(r["mean"], r["ci_low"], r["ci_high"])
-                      + (f" (p_Holm {r['p_holm']:.3f})" if pd.notna(r.get("p_holm")) else ""))
+                      + (f" ({r['p_label']} {r['p_adjusted']:.3f})" if pd.notna(r.get("p_adjusted")) else ""))
         order = [f"{a} {m}" for m in A_METRICS.values() for a in dict.fromkeys(A_COLUMNS.values())]
         table = table[[c for c in table.columns if c not in order] + [c for c in order if c in table]]
         names = {"eps": "ε"}
@@ -523,11 +533,14 @@ INTRO = {
     "a": "Leave-one-patient-out MLP on the patient table and on each DP release: LOSO AUROC (threshold-free) and "
          "balanced accuracy with the nested threshold protocol, one threshold grid for every row. `none` is the "
          "non-private table, `permuted labels (control)` the same with permuted labels; `matched null` is the same "
-         "mechanism and noise draw applied to a zero-signal table, and `− null` the release minus its null, paired "
-         "by patient resample and seed, with the Holm-adjusted one-sided p-value over the table's (mechanism, ε) "
-         "cells. Intervals are over patients + seeds (stratified cluster bootstrap crossed with seeds); ε is per "
-         "patient, and the labels travel in the clear (not covered by ε). A release keeps utility when "
-         "p_Holm < 0.05; a mechanism's utility horizon is the smallest such ε.",
+         "mechanism and noise draw applied to a zero-signal table, `none, scaled + clipped (no noise)` the table "
+         "after the releases' robust scaling and L2 clipping without noise (what clipping costs apart from noise), "
+         "and `− null` the release minus its null, paired by patient resample and seed, with its adjusted "
+         "one-sided p-value `p_adj` (m × the largest p at this or a larger ε, m the table's mechanisms). Intervals "
+         "are over patients + seeds (stratified cluster bootstrap crossed with seeds); ε is per patient. Each "
+         "mechanism's utility horizon is a fixed-sequence test from the largest ε down, each ε at α/m (α = 0.05), "
+         "stopping at the first ε that does not keep utility (p_adj < 0.05 at every ε from the largest to the "
+         "horizon); what its ε covers is printed beside it.",
     "b": "Per-subject FedAvg: utility accuracy of the global model at the last round, and for each attack the AUROC "
          "of every attacker (named in brackets; none is picked after seeing the scores) at the last round it is "
          "scored. The `*_untrained_control` columns are the same attacks on an untrained model: the level an AUROC "
@@ -542,17 +555,22 @@ INTRO = {
 
 
 def horizon_lines(rows: pd.DataFrame) -> list[str]:
-    """Study A's utility horizons (the summary run's ``utility_horizon/<mechanism>/<metric>`` tags) as a table."""
+    """Study A's utility horizons (the summary run's ``utility_horizon/<mechanism>/<metric>`` tags) as a table, each
+    with the test that decided it and one sentence on what its ε covers (the run's ``eps_covers`` and
+    ``eps_covers_note`` tags)."""
     found = rows[(rows["arm"] == "release_minus_null") & (rows["horizon"] != "")]
     found = found.drop_duplicates(["dataset", "mechanism", "metric"]).sort_values(["dataset", "mechanism", "metric"])
     if found.empty:
         return []
+    tests = "; ".join(dict.fromkeys(found["horizon_test"].astype(str)))
     lines = ["## Utility horizons", "",
-             "The smallest ε (per patient) whose release − null clears 0 after the Holm correction; `none` when no "
-             "ε in the grid does.", "", "| dataset | mechanism | metric | horizon ε | run |",
-             "| --- | --- | --- | --- | --- |"]
+             f"The smallest ε (per patient) of the unbroken run of ε, from the largest down, whose release − null "
+             f"clears 0 (test: {tests}); `none` when the largest ε does not, `not tested` when too few seeds ran "
+             "(never read off one seed).", "",
+             "| dataset | mechanism | metric | horizon ε | ε covers | what ε covers | run |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
     lines += [f"| {_dataset_label(r)} | {r['mechanism']} | {A_METRICS[r['metric']]} | {r['horizon']} | "
-              f"{r['run_id'][:8]} |" for _, r in found.iterrows()]
+              f"{r['eps_covers']} | {r['eps_covers_note']} | {r['run_id'][:8]} |" for _, r in found.iterrows()]
     return [*lines, ""]
 
 
@@ -579,8 +597,9 @@ def caption(study: str, rows: pd.DataFrame) -> str:
             f"untested.*")
 
 
-def render(study: str, rows: pd.DataFrame, uri: str, figure: str | None) -> str:
-    """The report's Markdown: provenance, figure, headline table, the cited runs and the dataset versions."""
+def render(study: str, rows: pd.DataFrame, uri: str, figure: str | None, lead: list[str] | None = None) -> str:
+    """The report's Markdown: provenance, the lead section (study A: the end-to-end private releases,
+    :mod:`eegprivacy.reporting.end_to_end`), figure, headline table, the cited runs and the dataset versions."""
     lines = [f"# {TITLES[study]}", "",
              f"Generated by `eegprivacy report` from MLflow only: store `{uri}`, experiment `{EXPERIMENTS[study]}`, "
              f"stage `{HEADLINE_STAGE[study]}` (the newest finished parent run per run name). Every number is a "
@@ -588,9 +607,12 @@ def render(study: str, rows: pd.DataFrame, uri: str, figure: str | None) -> str:
              "`*_mean`, `*_ci_low`, `*_ci_high`; a value without brackets has no CI in the run, e.g. one seed); a "
              "`p_Holm` the run does not log is computed here from those metrics, as the table's caption says. "
              "Rows marked **SYNTHETIC** come from synthetic cohorts (tag `synthetic=true`).", ""]
+    lines += lead or []
     if rows.empty:
         return "\n".join([*lines, "**No runs.** " + no_runs_message(study, uri), ""])
     table = headline_table(study, rows)
+    if lead:
+        lines += [f"## The paper's mechanisms (`{HEADLINE_STAGE[study]}`)", ""]
     lines += [INTRO[study], ""]
     if figure:
         lines += [f"![{TITLES[study]}]({figure})", ""]
@@ -625,6 +647,30 @@ def write_report(study: str, out_dir: str | Path, uri: str | None = None) -> tup
         DRAW[study](rows, fig)
         with atomic_path(png) as tmp:
             fig.savefig(tmp, dpi=120)
-    text = render(study, rows, uri, None if rows.empty else png.name)
+    lead = end_to_end_lead(study, rows, uri, out_dir)
+    text = render(study, rows, uri, None if rows.empty else png.name, lead)
     report = write_text_atomic(out_dir / f"study-{study}.md", text)
     return report, not rows.empty
+
+
+def end_to_end_lead(study: str, rows: pd.DataFrame, uri: str, out_dir: Path) -> list[str]:
+    """Study A's lead section and its figure (``study-a-end-to-end.png``) from the ``dp_end_to_end`` summary runs;
+    nothing for the other studies or a store without such runs (an old figure is then removed)."""
+    from matplotlib.figure import Figure
+
+    from eegprivacy.reporting import end_to_end
+
+    png = Path(out_dir) / f"study-{study}-end-to-end.png"
+    runs = end_to_end.summary_runs(uri, EXPERIMENTS[study]) if study == "a" else pd.DataFrame()
+    if runs.empty:
+        png.unlink(missing_ok=True)
+        return []
+    fig = Figure()
+    end_to_end.draw(runs, fig)
+    with atomic_path(png) as tmp:
+        fig.savefig(tmp, dpi=120)
+    paper = {}
+    if not rows.empty and "horizon" in rows:
+        found = rows[(rows["arm"] == "release_minus_null") & (rows["metric"] == "auroc") & (rows["horizon"] != "")]
+        paper = {(r["dataset"], r["mechanism"]): str(r["horizon"]) for _, r in found.iterrows()}
+    return [*end_to_end.lead_lines(runs, paper), f"![end-to-end private releases]({png.name})", ""]

@@ -5,18 +5,20 @@ Stages, each resumable:
 1. **Features** — the project's window features (``params/features.yaml``; low-pass and bands above Nyquist are
    clipped and flagged by the signal layer), cached in the private cache folder by dataset version + config;
    one vector per patient (:func:`~eegprivacy.privacy.patient_vectors`), patient = subject.
-2. **Utility** — leave-one-patient-out MLP (study A's :class:`~eegprivacy.evaluation.LOSOEvaluation`) on the
-   non-private features (``baseline``), on them with permuted labels (``permuted``), and for every mechanism × ε ×
-   noise seed on the DP release (``release``) and on its matched null (``null``: the same mechanism, noise scale and
-   noise draw applied to a zero-signal table of the same shape, through the same scale/clip/noise and LOSO). The
-   headline is the threshold-free LOSO AUROC; balanced accuracy uses the nested (inner-fold) threshold.
+2. **Utility** — study A's ``dp_utility`` protocol itself (:mod:`eegprivacy.studies.release.utility`): its plan
+   (:func:`~eegprivacy.studies.release.utility.utility_plan`: baseline, the noise-free ``clipped`` table, the
+   permuted-label control, and per mechanism × ε × noise seed the release and its matched null), its LOSO cell
+   (:func:`~eegprivacy.studies.release.utility.utility_cell`) and its summary
+   (:func:`~eegprivacy.studies.release.utility.summarise`: intervals, release − null, the fixed-sequence horizon
+   test), so ``audit-cohort`` and the ``dp_utility`` stage print the same test. Only the runners differ: the audit's
+   cells are cached and logged under its own names and tags.
 3. **Table attacks** — re-identification when subjects have two recordings (sessions/runs; with one recording per
    subject, optionally its two halves, labelled *same-session*), and membership inference on the released table.
 
 Every cell is a :class:`~eegprivacy.pipeline.sweep.SweepRunner` cell: a resumable cache file, a nested MLflow child
 run under one parent per sweep. Per-patient LOSO predictions (needed for the patient-level bootstrap) are kept in
-the cell cache beside the rows and are never logged. Summaries (:func:`summarise`) are computed from the cells' rows
-and those predictions, logged as metrics of one ``summary`` run, and written as ``rows.csv``/``summary.json``.
+the cell cache beside the rows and are never logged. Summaries (:func:`summarise`: study A's utility summary plus
+the attacks) are logged as metrics of one ``summary`` run and written as ``rows.csv``/``summary.json``.
 
 **Patient order is canonical**: patients (rows) are sorted by their feature vectors (lexicographically on values
 rounded to ~6 significant digits, label last), and feature columns by name, so everything position-dependent (MLP
@@ -32,14 +34,13 @@ import logging
 import math
 import warnings
 import zlib
-from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from eegprivacy.atomic import atomic_path, atomic_paths
+from eegprivacy.atomic import atomic_paths
 from eegprivacy.attacks.metrics import auroc as attack_auroc
 from eegprivacy.attacks.table import (
     NearestNeighbourReidentifier,
@@ -47,21 +48,12 @@ from eegprivacy.attacks.table import (
     top_k_hits,
 )
 from eegprivacy.data.base import EEGDataset
-from eegprivacy.evaluation import LOSOEvaluation, mean_ci, wilson_interval
-from eegprivacy.evaluation.cluster_bootstrap import (
-    auroc_along,
-    balanced_accuracy_along,
-    bootstrap_indices,
-    combine_seeds,
-)
-from eegprivacy.evaluation.cluster_bootstrap import percentile_interval as _interval
-from eegprivacy.evaluation.cluster_bootstrap import utility_horizon as shared_horizon
-from eegprivacy.evaluation.thresholds import DP_GRID as THRESHOLD_GRID
+from eegprivacy.evaluation import mean_ci, wilson_interval
+from eegprivacy.params import ParamsError
 from eegprivacy.pipeline.sweep import (
     Cell,
     PrefetchedCells,
     SweepRunner,
-    config_key,
     expand_grid,
 )
 from eegprivacy.privacy import (
@@ -78,6 +70,9 @@ from eegprivacy.signal.table import (
     read_feature_table,
     write_feature_table,
 )
+from eegprivacy.studies.release import utility as study_a
+from eegprivacy.studies.release.config import DPReleaseConfig, DPUtilityConfig
+from eegprivacy.studies.release.table import PatientTable
 from eegprivacy.studies.release.table_attacks import recording_halves
 from eegprivacy.tracking import required_tags
 
@@ -85,18 +80,20 @@ log = logging.getLogger(__name__)
 
 STAGE = "audit_cohort"
 EPS_UNIT = "subject"
-DEFAULT_MECHANISMS = ("gaussian_analytic", "laplace_implemented")
+# The formally calibrated mechanisms (dp_utility's defaults); the paper's laplace_implemented can be asked for by
+# name and is flagged wherever it appears (PAPER_MECHANISMS).
+DEFAULT_MECHANISMS = ("gaussian_analytic", "laplace_formal")
 DEFAULT_EPSILONS = (0.5, 1.0, 2.0, 5.0, 10.0, 20.0)
-# "matched_null", not "null": pandas reads a bare "null" back from the cell cache as NaN.
-ARMS = ("baseline", "permuted", "release", "matched_null")
+PAPER_MECHANISMS = {"laplace_implemented": "the paper's mechanism (b = 2C/ε): no formal guarantee for d > 1"}
+# dp_utility's sweep names (its runners' name suffixes) -> the audit's (kept as they were: utility-baseline, ...).
+_SWEEP_NAMES = {"none": "baseline", "permuted_labels": "permuted"}
+# Where the audit's study-A configs say they come from in an error message.
+_SOURCE = "audit-cohort settings"
 
-# Seed streams (mixed with the cell seed and a hash of (mechanism, ε)), kept apart from each other.
-_NOISE_STREAM = 0x41554454
-_PERMUTE_STREAM = 0x5045524D
+# Seed streams of the attacks (mixed with the cell seed and a hash of (mechanism, ε)), kept apart from each other.
 _REID_STREAM = 0x52454944
 _MEMBERSHIP_STREAM = 0x4D454D42
 _CONTROL_STREAM = 0x43544C52
-_BOOTSTRAP_STREAM = 0x424F4F54
 
 
 class CohortError(ValueError):
@@ -105,19 +102,21 @@ class CohortError(ValueError):
 
 @dataclass(frozen=True)
 class AuditConfig:
-    """Every knob of an audit (all logged as params; the CLI exposes each)."""
+    """Every knob of an audit (all logged as params; the CLI exposes each). The utility knobs are those of study A's
+    ``dp_release``/``dp_utility`` (:func:`study_a_configs` maps them), with the same defaults where they matter for
+    the horizon test (bootstrap count, permutations, nested seeds)."""
 
     mechanisms: tuple[str, ...] = DEFAULT_MECHANISMS
     epsilons: tuple[float, ...] = DEFAULT_EPSILONS
-    noise_seeds: int = 3  # noise draws (and MLP seeds) per (mechanism, ε)
-    baseline_seeds: int = 3  # MLP seeds of the baseline and the permuted-label control
-    nested_seeds: int = 1  # seeds (first ones) that also run the nested threshold protocol (balanced accuracy)
+    noise_seeds: int = 10  # noise draws (and MLP seeds) per (mechanism, ε), as dp_release's default profile
+    baseline_seeds: int = 5  # MLP seeds of the baseline and of the noise-free clipped table
+    permutations: int = 40  # the permuted-label control: label permutations, each its own seed
+    nested_seeds: int = 2  # seeds (first ones) that also run the nested threshold protocol; < 2: no BA horizon
     inner_folds: int = 3  # the nested protocol's inner k-fold over the training patients
     clip_norm: float = 2.0
     delta: float = 1e-5
-    bootstrap: int = 2000  # patient-level (cluster) bootstrap resamples
-    confidence: float = 0.95
-    correction: str = "bonferroni"  # across the ε cells of one mechanism, for the horizon decision
+    bootstrap: int = 10000  # patient-level (cluster) bootstrap resamples of every interval and p-value
+    confidence: float = 0.95  # intervals; α = 1 − confidence for the horizon test (split over the mechanisms)
     min_patients: int = 6
     min_per_class: int = 2
     membership_trials: int = 20
@@ -134,11 +133,31 @@ class AuditConfig:
             raise ValueError(f"epsilons must be positive and finite, got {self.epsilons}")
         if self.noise_seeds < 1 or self.baseline_seeds < 1:
             raise ValueError("noise_seeds and baseline_seeds must be >= 1")
-        if self.correction not in ("bonferroni", "none"):
-            raise ValueError(f"correction must be 'bonferroni' or 'none', got {self.correction!r}")
+        study_a_configs(self)  # every utility knob within study A's constraints, before any data is read
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+def study_a_configs(config: AuditConfig, dataset: str = "cohort") -> tuple[DPReleaseConfig, DPUtilityConfig]:
+    """The audit's utility knobs as study A's typed ``dp_release`` and ``dp_utility`` configs (checked by their
+    constraints), so :func:`eegprivacy.studies.release.utility.utility_plan` builds the audit's utility cells.
+
+    Labels travel in the clear (``label_epsilon`` = ∞) and every (mechanism, ε, seed) draws its own noise."""
+    try:
+        release = DPReleaseConfig.from_mapping(
+            {"clip_norm": float(config.clip_norm), "delta": float(config.delta), "epsilons": list(config.epsilons),
+             "mechanisms": list(config.mechanisms), "noise_seeds": int(config.noise_seeds),
+             "datasets": {dataset: {"label": "label"}}, "common_random_numbers": False,
+             "label_epsilon": math.inf}, _SOURCE, "dp_release.")
+        utility = DPUtilityConfig.from_mapping(
+            {"mechanisms": list(config.mechanisms), "baseline_mlp_seeds": int(config.baseline_seeds),
+             "permutations": int(config.permutations), "nested_seeds": int(config.nested_seeds), "n_jobs": 1,
+             "figure_epsilon": float(max(config.epsilons)), "nested_inner_folds": int(config.inner_folds),
+             "bootstrap": int(config.bootstrap), "confidence": float(config.confidence)}, _SOURCE, "dp_utility.")
+    except ParamsError as err:
+        raise ValueError(f"an audit setting is outside study A's utility protocol: {err}") from None
+    return release, utility
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -353,47 +372,10 @@ def _stream(tag: int, mechanism: str, epsilon: float, seed: int) -> np.random.Ge
     return np.random.default_rng([tag, code, int(seed)])
 
 
-
-
-
-
 def _release(X: np.ndarray, mechanism: str, epsilon: float, delta: float, clip_norm: float, rng):
     """Scale -> clip -> noise with ``rng``; returns (released, calibration)."""
     releaser = DPFeatureReleaser(make_mechanism(mechanism, epsilon, delta), clip_norm=clip_norm, random_state=rng)
     return releaser.fit_transform(X), releaser.calibration_
-
-
-def utility_cell(config: dict, seed: int, *, X: np.ndarray, y: np.ndarray) -> list[dict]:
-    """One LOSO evaluation: rows ``auroc`` (threshold-free) and, on nested seeds, ``balanced_accuracy`` (nested
-    threshold); the last item is the per-patient predictions (``_predictions``), kept out of MLflow by the caller."""
-    arm, mechanism, epsilon = config["arm"], config["mechanism"], float(config["epsilon"])
-    labels = y
-    if arm == "baseline":
-        features = X
-    elif arm == "permuted":
-        features = X
-        labels = np.random.default_rng([_PERMUTE_STREAM, seed]).permutation(y)
-    else:
-        # release and null share the noise draw: null = the same noise on a zero-signal table of the same shape
-        source = X if arm == "release" else np.zeros_like(X)
-        features, _ = _release(source, mechanism, epsilon, config["delta"], config["clip_norm"],
-                               _stream(_NOISE_STREAM, mechanism, epsilon, seed))
-    nested = seed < int(config["nested_seeds"])
-    # one threshold grid for every arm, as in dp_utility: a control is a control only under the same protocol
-    evaluation = LOSOEvaluation(threshold_grid=THRESHOLD_GRID, random_state=seed, nested=nested,
-                                inner_folds=int(config["inner_folds"]))
-    result = evaluation.evaluate(features, labels, np.arange(len(labels)))
-    rows = [{"metric": "auroc", "value": float(auroc_along(result.proba, result.y_true)), "chance": 0.5,
-             "n": len(labels)}]
-    pred = np.full(len(labels), np.nan)
-    if nested:
-        nested_result = result.protocols["nested"]
-        pred = nested_result.y_pred.astype(float)
-        rows.append({"metric": "balanced_accuracy", "value": float(balanced_accuracy_along(pred, result.y_true)),
-                     "chance": 0.5, "n": len(labels)})
-    rows.append({"metric": "_predictions", "proba": result.proba.astype(float), "pred": pred,
-                 "y": np.asarray(result.y_true, dtype=int)})
-    return rows
 
 
 def reidentification_cell(config: dict, seed: int, *, release_base: np.ndarray, auxiliary: np.ndarray) -> list[dict]:
@@ -449,10 +431,10 @@ def membership_cell(config: dict, seed: int, *, population: np.ndarray, trials: 
 
 
 def audit_cell(config: dict, seed: int, *, cohort_arrays: dict, audit: dict) -> list[dict]:
-    """Dispatch on ``config["kind"]``; a pure function of (config, seed) so any process can compute it."""
+    """An attack cell, by ``config["kind"]`` (utility cells are study A's
+    :func:`~eegprivacy.studies.release.utility.utility_cell`); a pure function of (config, seed) so any process can
+    compute it."""
     kind = config["kind"]
-    if kind == "utility":
-        return utility_cell(config, seed, X=cohort_arrays["X"], y=cohort_arrays["y"])
     if kind == "reidentification":
         return reidentification_cell(config, seed, release_base=cohort_arrays["reid_release"],
                                      auxiliary=cohort_arrays["reid_auxiliary"])
@@ -486,40 +468,60 @@ class Sweep:
     kind: str
 
 
+def patient_table(cohort: Cohort) -> PatientTable:
+    """The cohort as study A's patient table (canonical patient order; LOSO groups are positions)."""
+    X = pd.DataFrame(cohort.X, columns=cohort.feature_names)
+    return PatientTable(cohort.dataset, cohort.dataset_version, cohort.features_hash, cohort.synthetic, X,
+                        np.asarray(cohort.y, dtype=int), np.arange(len(cohort.y)))
+
+
+def _runner(cohort: Cohort, config: AuditConfig, cells_dir: str | Path, name: str, progress: bool,
+            parent_tags: dict, tags_fn) -> SweepRunner:
+    return SweepRunner(name=f"{STAGE}-{cohort.dataset}-{name}", study="a", dataset=cohort.dataset,
+                       out_dir=Path(cells_dir) / name, parent_tags=parent_tags, tags_fn=tags_fn,
+                       params={"audit": config.to_dict(), **cohort.base_config}, progress=progress)
+
+
+def utility_plan(cohort: Cohort, config: AuditConfig, cells_dir: str | Path, progress: bool = True) -> list[Sweep]:
+    """Study A's utility plan (:func:`eegprivacy.studies.release.utility.utility_plan`) for the cohort: the same
+    arms and cells (configs, seeds, cache keys) as ``dp_utility`` on this table, each sweep run by an audit runner
+    (named ``audit_cohort-<dataset>-utility-<sweep>``, its cells under ``cells_dir``, tagged ``stage =
+    audit_cohort`` on top of dp_utility's own tags: mechanism, model, attack, ε, δ)."""
+    release_config, utility_config = study_a_configs(config, cohort.dataset)
+    prefix = f"dp_utility-{cohort.dataset}-"
+    sweeps = []
+    for runner, cells in study_a.utility_plan(patient_table(cohort), release_config, utility_config, "label",
+                                              cells_dir=cells_dir, progress=progress):
+        suffix = runner.name.removeprefix(prefix)
+        name = f"utility-{_SWEEP_NAMES.get(suffix, suffix)}"
+
+        def tags_fn(cell, _own=runner.tags_fn):
+            return {**_own(cell), **run_tags(cohort, cell.seed)}
+
+        sweeps.append(Sweep(name, _runner(cohort, config, cells_dir, name, progress,
+                                          {**runner.parent_tags, **run_tags(cohort, None)}, tags_fn),
+                            cells, "utility"))
+    return sweeps
+
+
 def plan(cohort: Cohort, config: AuditConfig, cells_dir: str | Path, progress: bool = True) -> list[Sweep]:
-    """Every sweep of the audit: baseline, permuted control, release+null per mechanism, then the attacks."""
+    """Every sweep of the audit: study A's utility sweeps (:func:`utility_plan`), then the attacks."""
+    sweeps = utility_plan(cohort, config, cells_dir, progress)
     base = {**cohort.base_config, "clip_norm": float(config.clip_norm), "code_hash": code_hash()}
-    utility_base = {**base, "kind": "utility", "nested_seeds": int(config.nested_seeds),
-                    "inner_folds": int(config.inner_folds)}
-    params = {"audit": config.to_dict(), **cohort.base_config}
-    sweeps: list[Sweep] = []
 
     def add(name, kind, cells, mechanism, **tags):
         def child_tags(cell):
             eps = float(cell.config.get("epsilon", math.inf))
             own = {"epsilon": eps} if math.isfinite(eps) else {}
-            if "delta" in cell.config and cell.config["mechanism"] not in (NO_NOISE, "none"):
+            if "delta" in cell.config and cell.config["mechanism"] != NO_NOISE:
                 own["delta"] = cell.config["delta"]
             return run_tags(cohort, cell.seed, mechanism=mechanism, **tags, **own)
 
-        runner = SweepRunner(name=f"{STAGE}-{cohort.dataset}-{name}", study="a", dataset=cohort.dataset,
-                             out_dir=Path(cells_dir) / name, parent_tags=run_tags(cohort, None, mechanism=mechanism,
-                                                                                  **tags),
-                             tags_fn=child_tags, params=params, progress=progress)
+        runner = _runner(cohort, config, cells_dir, name, progress, run_tags(cohort, None, mechanism=mechanism, **tags),
+                         child_tags)
         sweeps.append(Sweep(name, runner, cells, kind))
 
-    baseline_seeds = range(config.baseline_seeds)
     noise_seeds = range(config.noise_seeds)
-    for arm in ("baseline", "permuted"):
-        add(f"utility-{arm}", "utility",
-            expand_grid({"arm": [arm], "mechanism": ["none"], "epsilon": [math.inf]}, baseline_seeds, utility_base),
-            "none", model="mlp", **({"attack": "permuted_labels"} if arm == "permuted" else {}))
-    for mechanism in config.mechanisms:
-        delta = config.delta if make_mechanism(mechanism, 1.0, config.delta).uses_delta else 0.0
-        add(f"utility-{mechanism}", "utility",
-            expand_grid({"arm": ["release", "matched_null"], "mechanism": [mechanism],
-                         "epsilon": list(config.epsilons)}, noise_seeds, {**utility_base, "delta": delta}),
-            mechanism, model="mlp")
     attacks = []
     if cohort.reid_release is not None:
         attacks.append(("reidentification", {"n_reidentification": int(len(cohort.reid_release)),
@@ -538,153 +540,70 @@ def plan(cohort: Cohort, config: AuditConfig, cells_dir: str | Path, progress: b
     return sweeps
 
 
-def _predictions_path(cells_dir: Path, key: str) -> Path:
-    return cells_dir / "predictions" / f"{key}.npz"
-
-
-def _keeping_predictions(compute, cells_dir: Path):
-    """Wrap a cell function: the ``_predictions`` item is saved beside the cell cache (atomically, before the
-    runner writes the cell's rows) and not handed to the runner, so per-patient values never reach MLflow."""
-    def call(config: dict, seed: int) -> list[dict]:
-        rows = compute(config, seed)
-        kept = [r for r in rows if r.get("metric") != "_predictions"]
-        for r in rows:
-            if r.get("metric") == "_predictions":
-                path = _predictions_path(cells_dir, config_key({**config, "seed": seed}))
-                path.parent.mkdir(parents=True, exist_ok=True)
-                with atomic_path(path) as tmp, open(tmp, "wb") as handle:
-                    np.savez(handle, proba=r["proba"], pred=r["pred"], y=r["y"])
-        return kept
-    return call
+def _pending(sweep: Sweep, cells_dir: Path) -> int:
+    """Cells a run computes: not on disk, or (utility) on disk without their kept predictions."""
+    pending = {cell.key for cell in sweep.runner.pending(sweep.cells)}
+    if sweep.kind == "utility":
+        pending |= {cell.key for cell in sweep.cells
+                    if not study_a.predictions_path(cells_dir, cell.key).exists()}
+    return len(pending)
 
 
 def run_sweeps(cohort: Cohort, config: AuditConfig, cells_dir: str | Path, *, progress: bool = True,
                n_jobs: int = 1) -> tuple[list[Sweep], list[pd.DataFrame], dict]:
-    """Run every sweep (pending cells computed ahead by ``n_jobs`` processes or the process-wide executor)."""
+    """Run every sweep: the utility sweeps through study A's
+    :func:`~eegprivacy.studies.release.utility.run_keeping_predictions` (per-patient predictions kept under
+    ``cells_dir``), then the attacks; pending cells are computed ahead by ``n_jobs`` processes or the process-wide
+    executor."""
     cells_dir = Path(cells_dir)
     sweeps = plan(cohort, config, cells_dir, progress)
-    for sweep in sweeps:  # a cell whose predictions were lost is computed again
-        if sweep.kind == "utility":
-            for cell in sweep.cells:
-                if sweep.runner.cell_path(cell).exists() and not _predictions_path(cells_dir, cell.key).exists():
-                    sweep.runner.cell_path(cell).unlink()
+    utility = [s for s in sweeps if s.kind == "utility"]
+    attacks = [s for s in sweeps if s.kind != "utility"]
+    computed = sum(_pending(s, cells_dir) for s in sweeps)
+    frames = study_a.run_keeping_predictions([(s.runner, s.cells) for s in utility],
+                                             functools.partial(study_a.utility_cell, X=cohort.X, y=cohort.y),
+                                             cells_dir, n_jobs)
     arrays = {"X": cohort.X, "y": cohort.y, "reid_release": cohort.reid_release,
               "reid_auxiliary": cohort.reid_auxiliary}
     cell_fn = functools.partial(audit_cell, cohort_arrays=arrays,
                                 audit={"membership_trials": config.membership_trials,
                                        "member_fraction": config.member_fraction})
-    jobs = [(cell.config, cell.seed) for s in sweeps for cell in s.runner.pending(s.cells)]
-    compute = _keeping_predictions(PrefetchedCells(cell_fn, jobs, n_jobs=n_jobs), cells_dir)
-    frames = [s.runner.run(s.cells, compute) for s in sweeps]
+    jobs = [(cell.config, cell.seed) for s in attacks for cell in s.runner.pending(s.cells)]
+    compute = PrefetchedCells(cell_fn, jobs, n_jobs=n_jobs)
+    frames += [s.runner.run(s.cells, compute) for s in attacks]
     n_cells = sum(len(s.cells) for s in sweeps)
-    return sweeps, frames, {"cells": n_cells, "cells_computed": len(jobs), "cells_resumed": n_cells - len(jobs)}
+    return utility + attacks, frames, {"cells": n_cells, "cells_computed": computed,
+                                       "cells_resumed": n_cells - computed}
 
 
 # ---------------------------------------------------------------------------------------------------------------
 # Statistics
 # ---------------------------------------------------------------------------------------------------------------
-def utility_horizon(epsilons: Sequence[float], lower_bounds: Sequence[float]) -> float | None:
-    """The smallest ε whose (utility − null) interval lower bound is above 0; None when no ε clears it."""
-    return shared_horizon(epsilons, [np.isfinite(low) and low > 0 for low in lower_bounds])
+def metric_key(arm: str, mechanism: str, epsilon: float, metric: str, protocol: str = "") -> str:
+    """The MLflow metric name of a summary row (the same name in rows.csv's ``key`` and summary.json):
+    ``<arm>/<mechanism>/eps_<ε>/<protocol>/<metric>``, the parts that do not apply left out, as
+    :func:`eegprivacy.studies.release.utility.summary_metrics` names dp_utility's."""
+    eps = f"eps_{epsilon:g}" if np.isfinite(epsilon) else ""
+    mech = "" if mechanism in (NO_NOISE, "permuted_labels") else mechanism
+    protocol = protocol if isinstance(protocol, str) else ""
+    return "/".join(p for p in (arm, mech, eps, protocol, metric) if p)
 
 
-
-
-def _per_seed_resampled(metric, values: np.ndarray, labels: np.ndarray, idx: np.ndarray) -> np.ndarray:
-    """(seeds, resamples) metric of every seed's per-patient values on every patient resample."""
-    return np.stack([metric(values[s][idx], labels[s][idx]) for s in range(len(values))])
-
-
-
-
-
-
-def _load_predictions(cells_dir: Path, cells: list[Cell]) -> dict[int, dict]:
-    out = {}
-    for cell in cells:
-        with np.load(_predictions_path(cells_dir, cell.key)) as data:
-            out[cell.seed] = {k: data[k] for k in data.files}
-    return out
-
-
-def metric_key(arm: str, mechanism: str, epsilon: float, metric: str) -> str:
-    """The MLflow metric name of a summary row (the same name in rows.csv's ``key`` and summary.json)."""
-    eps = "none" if not np.isfinite(epsilon) else f"eps_{epsilon:g}"
-    return "/".join(p for p in (arm, mechanism if mechanism != "none" else "", eps if np.isfinite(epsilon) else "",
-                                metric) if p)
+def utility_summary(cohort: Cohort, config: AuditConfig, sweeps: list[Sweep], cells_dir: str | Path) -> pd.DataFrame:
+    """Study A's utility summary of the audit's utility cells: exactly
+    :func:`eegprivacy.studies.release.utility.summarise` (arms, release − null, the horizon test and its columns)."""
+    plan_ = [(s.runner, s.cells) for s in sweeps if s.kind == "utility"]
+    return study_a.summarise(plan_, cells_dir, cohort.y, n_resamples=config.bootstrap, confidence=config.confidence,
+                             epsilons=list(config.epsilons))
 
 
 def summarise(cohort: Cohort, config: AuditConfig, sweeps: list[Sweep], frames: list[pd.DataFrame],
               cells_dir: str | Path) -> pd.DataFrame:
-    """Tidy summary rows: every arm's AUROC and balanced accuracy with patient+seed intervals, utility − null per
-    (mechanism, ε) with the horizon decision's corrected bound, and the attacks beside chance."""
-    cells_dir = Path(cells_dir)
-    idx = bootstrap_indices(cohort.y, config.bootstrap)
-    rng = np.random.default_rng([_BOOTSTRAP_STREAM, 1])
+    """Tidy summary rows: study A's utility summary (:func:`utility_summary`, unchanged) and the attacks beside
+    chance, each row with the dataset, ``eps_unit``, ``eps_covers`` where a release is involved, and ``key`` (its
+    MLflow metric name)."""
+    utility = utility_summary(cohort, config, sweeps, cells_dir)
     rows: list[dict] = []
-    common = {"dataset": cohort.dataset, "dataset_version": cohort.dataset_version, "synthetic": cohort.synthetic,
-              "eps_unit": EPS_UNIT}
-    metrics = {"auroc": auroc_along, "balanced_accuracy": balanced_accuracy_along}
-
-    def seed_resample(n_seeds: int) -> np.ndarray:
-        return rng.integers(0, n_seeds, size=(config.bootstrap, n_seeds))
-
-    def arm_stats(tidy: pd.DataFrame, cells: list[Cell]):
-        """{metric: (point, per-seed resampled matrix, n_seeds)} of one arm at one (mechanism, ε)."""
-        preds = _load_predictions(cells_dir, cells)
-        out = {}
-        for metric, fn in metrics.items():
-            part = tidy[tidy["metric"] == metric].sort_values("seed")
-            if part.empty:
-                continue
-            seeds = part["seed"].astype(int).tolist()
-            values = np.stack([preds[s]["proba" if metric == "auroc" else "pred"] for s in seeds])
-            labels = np.stack([preds[s]["y"] for s in seeds])
-            out[metric] = (float(part["value"].mean()), _per_seed_resampled(fn, values, labels, idx), len(seeds))
-        return out
-
-    def add(arm, mechanism, epsilon, metric, value, low, high, ci_over, n, n_seeds, chance, **extra):
-        rows.append({**common, "arm": arm, "mechanism": mechanism, "epsilon": epsilon, "metric": metric,
-                     "value": value, "ci_low": low, "ci_high": high, "ci_over": ci_over, "n": n, "n_seeds": n_seeds,
-                     "chance": chance, "key": metric_key(arm, mechanism, epsilon, metric), **extra})
-
-    n = len(cohort.y)
-    m = len(config.epsilons)
-    adjusted = 1 - (1 - config.confidence) / m if config.correction == "bonferroni" else config.confidence
-    for sweep, tidy in zip(sweeps, frames):
-        if sweep.kind != "utility":
-            continue
-        tidy = tidy.assign(epsilon=tidy["epsilon"].astype(float))
-        for (arm, mechanism, epsilon), part in tidy.groupby(["arm", "mechanism", "epsilon"], sort=False):
-            cells = [c for c in sweep.cells if c.config["arm"] == arm and float(c.config["epsilon"]) == epsilon]
-            stats = arm_stats(part, cells)
-            for metric, (point, per_seed, n_seeds) in stats.items():
-                reps = combine_seeds(per_seed, seed_resample(n_seeds))
-                low, high = _interval(reps, config.confidence)
-                add(arm, mechanism, epsilon, metric, point, low, high, "subjects+seeds", n, n_seeds, 0.5)
-        # utility − null, paired by seed (same noise draw) and by patient resample
-        for mechanism in sorted(set(tidy["mechanism"]) - {"none"}):
-            bounds = []
-            for epsilon in config.epsilons:
-                stats = {}
-                for arm in ("release", "matched_null"):
-                    part = tidy[(tidy["arm"] == arm) & (tidy["epsilon"] == epsilon)]
-                    cells = [c for c in sweep.cells if c.config["arm"] == arm and float(c.config["epsilon"]) == epsilon]
-                    stats[arm] = arm_stats(part, cells)
-                for metric in stats["release"]:
-                    (p_rel, r_rel, s_rel), (p_null, r_null, _) = stats["release"][metric], stats["matched_null"][metric]
-                    seed_idx = seed_resample(s_rel)
-                    reps = combine_seeds(r_rel - r_null, seed_idx)
-                    low, high = _interval(reps, config.confidence)
-                    adj_low, _ = _interval(reps, adjusted)
-                    add("release_minus_null", mechanism, epsilon, metric, p_rel - p_null, low, high,
-                        "subjects+seeds", n, s_rel, 0.0, correction=config.correction, ci_low_adjusted=adj_low)
-                    if metric == "auroc":
-                        bounds.append(adj_low)
-            horizon = utility_horizon(config.epsilons, bounds)
-            add("horizon", mechanism, math.inf, "auroc_horizon_epsilon", horizon if horizon is not None else math.nan,
-                math.nan, math.nan, "", n, config.noise_seeds, math.nan, correction=config.correction)
-
     for sweep, tidy in zip(sweeps, frames):
         if sweep.kind == "utility":
             continue
@@ -702,12 +621,22 @@ def summarise(cohort: Cohort, config: AuditConfig, sweeps: list[Sweep], frames: 
                 # a t-interval over a few seeds can reach past [0, 1]; rates and AUROCs cannot
                 _, low, high = np.clip(mean_ci(part["value"].to_numpy(dtype=float)), 0.0, 1.0)
                 ci_over = "seeds"
-            add(sweep.kind, record["mechanism"], record["epsilon"], metric, value, low, high, ci_over, K, n_seeds,
-                float(part["chance"].iloc[0]), attack_kind=cohort.reid_kind if sweep.kind == "reidentification" else "")
-    frame = pd.DataFrame(rows)
-    for column in ("correction", "ci_low_adjusted", "attack_kind"):
-        if column not in frame:
-            frame[column] = np.nan
+            released = record["mechanism"] != NO_NOISE
+            rows.append({"arm": sweep.kind, "mechanism": record["mechanism"], "epsilon": record["epsilon"],
+                         "metric": metric, "value": value, "ci_low": low, "ci_high": high, "ci_over": ci_over,
+                         "n": K, "n_seeds": n_seeds, "chance": float(part["chance"].iloc[0]),
+                         "attack_kind": cohort.reid_kind if sweep.kind == "reidentification" else "",
+                         **({"eps_covers": study_a.EPS_COVERS} if released else {})})
+    frame = pd.concat([utility, pd.DataFrame(rows)], ignore_index=True)
+    frame.insert(0, "dataset", cohort.dataset)
+    frame.insert(1, "dataset_version", cohort.dataset_version)
+    frame.insert(2, "synthetic", cohort.synthetic)
+    frame["eps_unit"] = EPS_UNIT
+    frame["key"] = [metric_key(r.arm, r.mechanism, r.epsilon, r.metric, r.protocol)
+                    for r in frame[["arm", "mechanism", "epsilon", "metric", "protocol"]].itertuples()]
+    duplicated = frame["key"][frame["key"].duplicated()]
+    if len(duplicated):
+        raise AssertionError(f"two summary rows share the MLflow key {duplicated.iloc[0]!r}")
     return frame
 
 
@@ -725,73 +654,136 @@ def guarantees(cohort: Cohort, config: AuditConfig) -> list[dict]:
     return out
 
 
+def mechanism_flags(cohort: Cohort, config: AuditConfig) -> dict[str, str]:
+    """Per mechanism, what every table must say beside it: "" for a formal guarantee at every ε of the grid, the
+    paper's flag for ``laplace_implemented`` ("no formal guarantee for d > 1"), else the ε without one."""
+    flags = {}
+    for mechanism in config.mechanisms:
+        informal = [g["epsilon"] for g in guarantees(cohort, config)
+                    if g["mechanism"] == mechanism and not g["formal_guarantee"]]
+        if mechanism in PAPER_MECHANISMS and cohort.X.shape[1] > 1:
+            flags[mechanism] = PAPER_MECHANISMS[mechanism]
+        elif informal:
+            flags[mechanism] = f"no formal guarantee at ε = {', '.join(f'{e:g}' for e in informal)}"
+        else:
+            flags[mechanism] = ""
+    return flags
+
+
 CAVEATS = (
     "ε is per patient (eps_unit: subject): the release is one vector per patient, the mean of all its windows.",
     "Labels are released in the clear: the guarantee covers the features only, not the 0/1 label column.",
     "Robust-scaling statistics (median, IQR) are fitted on the private table in each release; the ε is conditional "
-    "on them (no end-to-end guarantee).",
+    "on them (eps_covers: features; no end-to-end guarantee).",
     "Every formal guarantee here is under idealised sampling: the audit simulates releases with seeded numpy "
     "floating-point noise (textbook samplers, open to floating-point attacks; Mironov 2012). A release of the real "
     "cohort should draw its noise with OpenDP's exact samplers (release_table(..., sampler='opendp')).",
-    "laplace_implemented (b = 2C/ε) is what the paper ran; it is not a formal full-vector ε-DP guarantee for d > 1.",
+    "laplace_implemented (b = 2C/ε) is what the paper ran: no formal guarantee for d > 1 (not a full-vector ε-DP "
+    "guarantee); it runs only when asked for by name.",
     "Each (mechanism, ε, seed) is a separate release: running several spends the sum of their ε on the same "
     "patients.",
 )
+# Columns that place a row (in summary.json they are the keys of the nesting, not of the entry).
+_PLACE = ("dataset", "dataset_version", "synthetic", "arm", "mechanism", "epsilon", "metric", "key")
+# Numeric columns that describe a row rather than measure it: in summary.json, not logged as metrics.
+_DESCRIPTORS = ("epsilon", "n", "n_seeds", "chance")
+
+
+def _json_value(value):
+    """A summary cell as JSON: finite numbers, booleans and non-empty text; None for what is missing."""
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    if isinstance(value, (int, np.integer)):
+        return int(value)
+    if isinstance(value, (float, np.floating)):
+        return _clean(value)
+    if isinstance(value, str):
+        return value or None
+    return None if value is None or pd.isna(value) else value
+
+
+def _entry(row: pd.Series) -> dict:
+    """One summary row as summary.json holds it: every column that has a value (the utility summary's test columns
+    included), and the MLflow metric key its numbers were logged under."""
+    out = {"value": _clean(row["value"]), "ci_low": _clean(row["ci_low"]), "ci_high": _clean(row["ci_high"])}
+    for column, value in row.items():
+        if column in _PLACE or column in out:
+            continue
+        value = _json_value(value)
+        if value is not None:
+            out[column] = value
+    out["mlflow_metric"] = row["key"]
+    return out
 
 
 def summary_document(cohort: Cohort, config: AuditConfig, rows: pd.DataFrame, run_id: str | None = None) -> dict:
-    """summary.json: the headline numbers, each with the MLflow metric key it was logged under."""
-    def entry(row) -> dict:
-        out = {"value": _clean(row["value"]), "ci_low": _clean(row["ci_low"]), "ci_high": _clean(row["ci_high"]),
-               "ci_over": row["ci_over"], "n": int(row["n"]), "n_seeds": int(row["n_seeds"]),
-               "chance": _clean(row["chance"]), "mlflow_metric": row["key"]}
-        if pd.notna(row.get("ci_low_adjusted")):
-            out["ci_low_adjusted"] = _clean(row["ci_low_adjusted"])
-        return out
-
+    """summary.json: the headline numbers, each with the MLflow metric key it was logged under. The utility part is
+    study A's summary (:func:`utility_summary`) arranged by arm, mechanism and ε; the horizons are its ``horizon``
+    rows, with the test that decided them (``correction``) and what their ε covers (``eps_covers``)."""
     def pick(arm, metric, mechanism=None, epsilon=None):
         part = rows[(rows["arm"] == arm) & (rows["metric"] == metric)]
         if mechanism is not None:
             part = part[part["mechanism"] == mechanism]
         if epsilon is not None:
             part = part[part["epsilon"] == epsilon]
-        return entry(part.iloc[0]) if len(part) else None
+        return _entry(part.iloc[0]) if len(part) else None
 
-    utility = {}
+    metrics = [m for _, m, _ in study_a.SUMMARY_METRICS]
+    released = rows[rows["mechanism"].isin(config.mechanisms) & np.isfinite(rows["epsilon"].astype(float))]
+    released_arms = [a for a in dict.fromkeys(released["arm"]) if a not in ("reidentification", "membership")]
+    utility = {mechanism: {f"{eps:g}": {f"{arm}_{metric}": pick(arm, metric, mechanism, eps)
+                                        for arm in released_arms for metric in metrics
+                                        if pick(arm, metric, mechanism, eps) is not None}
+                           for eps in config.epsilons}
+               for mechanism in config.mechanisms}
+    # the non-private arms and their differences (baseline, clipped, permuted, baseline − permuted, ...)
+    unreleased = rows[~np.isfinite(rows["epsilon"].astype(float)) & ~rows["arm"].isin(
+        ["horizon", "reidentification", "membership"])]
+    controls = {arm: {m: pick(arm, m) for m in metrics if pick(arm, m) is not None}
+                for arm in dict.fromkeys(unreleased["arm"])}
+    horizon_rows = rows[rows["arm"] == "horizon"]
+    horizons, horizon_tests = {}, {}
     for mechanism in config.mechanisms:
-        utility[mechanism] = {f"{eps:g}": {f"{arm}_{metric}": pick(arm, metric, mechanism, eps)
-                                           for arm in ("release", "matched_null", "release_minus_null")
-                                           for metric in ("auroc", "balanced_accuracy")
-                                           if pick(arm, metric, mechanism, eps) is not None}
-                              for eps in config.epsilons}
-    horizons = {}
-    for mechanism in config.mechanisms:
-        h = rows[(rows["arm"] == "horizon") & (rows["mechanism"] == mechanism)]["value"]
-        horizons[mechanism] = "none" if h.empty or not np.isfinite(h.iloc[0]) else float(h.iloc[0])
+        mine = horizon_rows[horizon_rows["mechanism"] == mechanism]
+        tests = {}
+        for _, row in mine.iterrows():
+            metric = row["metric"].removesuffix("_horizon_epsilon")
+            tests[metric] = {**_entry(row), "horizon": study_a.horizon_text(row["value"], row.get("horizon_tested"))}
+        horizon_tests[mechanism] = tests
+        auroc = tests.get("auroc")
+        horizons[mechanism] = "none" if auroc is None else (auroc["value"] if auroc["value"] is not None
+                                                            else auroc["horizon"])
+    corrections = sorted(set(horizon_rows["correction"].dropna().astype(str)))
+    covers = sorted(set(horizon_rows["eps_covers"].dropna().astype(str)))
+    notes = sorted(set(horizon_rows["eps_covers_note"].dropna().astype(str))) if "eps_covers_note" in rows else []
     attacks = {}
-    for kind, metrics in (("reidentification", ["top1_accuracy", "top1_accuracy_shuffled_control"]),
-                          ("membership", ["auroc_distance", "auroc_likelihood"])):
+    for kind, names in (("reidentification", ["top1_accuracy", "top1_accuracy_shuffled_control"]),
+                        ("membership", ["auroc_distance", "auroc_likelihood"])):
         part = rows[rows["arm"] == kind]
         if part.empty:
             attacks[kind] = {"applies": False, "reason": cohort.reid_reason}
             continue
         table = {}
         for _, row in part.iterrows():
-            if row["metric"] not in metrics:
+            if row["metric"] not in names:
                 continue
             eps = "none" if not np.isfinite(row["epsilon"]) else f"{row['epsilon']:g}"
-            table.setdefault(row["mechanism"], {}).setdefault(eps, {})[row["metric"]] = entry(row)
+            table.setdefault(row["mechanism"], {}).setdefault(eps, {})[row["metric"]] = _entry(row)
         attacks[kind] = {"applies": True, **({"kind": cohort.reid_kind, "reason": cohort.reid_reason}
                                              if kind == "reidentification" else {}), "results": table}
     return {
         "dataset": cohort.dataset, "dataset_version": cohort.dataset_version, "synthetic": cohort.synthetic,
         "stage": STAGE, "eps_unit": EPS_UNIT, "mlflow_summary_run": run_id,
         "cohort": cohort.summary, "config": config.to_dict(),
-        "baseline": {m: pick("baseline", m) for m in ("auroc", "balanced_accuracy")},
-        "permuted_labels": {m: pick("permuted", m) for m in ("auroc", "balanced_accuracy")},
-        "horizon_rule": (f"smallest ε whose (release − null) AUROC lower bound is above 0, at the "
-                         f"{config.correction}-corrected level over {len(config.epsilons)} ε"),
-        "horizons": horizons, "utility": utility, "attacks": attacks,
+        "baseline": {m: pick("baseline", m) for m in metrics},
+        "permuted_labels": {m: pick("permuted", m) for m in metrics},
+        "controls": controls,
+        "horizon_test": "; ".join(corrections),
+        "horizon_rule": ("study A's dp_utility horizon test (eegprivacy.studies.release.utility.summarise) on the "
+                         "one-sided bootstrap p-values of release − null: " + ("; ".join(corrections) or "none")),
+        "eps_covers": "; ".join(covers), "eps_covers_note": "; ".join(notes),
+        "mechanism_flags": mechanism_flags(cohort, config),
+        "horizons": horizons, "horizon_tests": horizon_tests, "utility": utility, "attacks": attacks,
         "guarantees": guarantees(cohort, config), "caveats": list(CAVEATS),
     }
 
@@ -802,14 +794,16 @@ def _clean(value):
 
 
 def summary_metrics(rows: pd.DataFrame) -> dict[str, float]:
-    """What the summary run logs: every row's value and interval under its key (non-finite values skipped)."""
+    """What the summary run logs: every row's value under its key, and each other finite number of the row
+    (interval, p-value, its Monte-Carlo error, adjusted p, α tested...) under ``<key>_<column>``; descriptors
+    (ε, n, seeds, chance), booleans and text are not logged."""
     out = {}
     for _, row in rows.iterrows():
-        for suffix, column in (("", "value"), ("_ci_low", "ci_low"), ("_ci_high", "ci_high"),
-                               ("_ci_low_adjusted", "ci_low_adjusted")):
-            value = row.get(column)
-            if value is not None and pd.notna(value) and math.isfinite(float(value)):
-                out[f"{row['key']}{suffix}"] = float(value)
+        for column, value in row.items():
+            if column in _PLACE or column in _DESCRIPTORS or isinstance(value, (bool, np.bool_, str)):
+                continue
+            if isinstance(value, (int, float, np.integer, np.floating)) and math.isfinite(float(value)):
+                out[row["key"] + ("" if column == "value" else f"_{column}")] = float(value)
     return out
 
 

@@ -1,5 +1,6 @@
 """The ``dp_aggregate`` summaries: each dataset's headline from the ``dp_utility`` summary (intervals over patients
-and seeds, release − matched null, utility horizons) and the per-seed rows (the paper's optimistic protocol, the
+and seeds, the noise-free scaled and clipped table, release − matched null, utility horizons with the test that
+decides them and what their ε covers) and the per-seed rows (the paper's optimistic protocol, the
 intrinsic utility), as ``metrics/dp_release.json``.
 
 The per-seed aggregate (mean and t-interval over seeds) is kept for what only has seeds to vary over (intrinsic
@@ -62,18 +63,52 @@ def summary_entry(summary: pd.DataFrame, arm: str, metric: str, mechanism: str |
     out = {"value": rounded(row.value), "ci_low": rounded(row.ci_low), "ci_high": rounded(row.ci_high),
            "ci_over": row.ci_over, "n_patients": int(row.n), "n_seeds": int(row.n_seeds)}
     if arm == "release_minus_null":
-        out.update(p_holm=rounded(row.p_holm), keeps_utility=bool(row.keeps_utility), correction=row.correction)
+        out.update(p_value=rounded(row.p_value), p_mc_error=_optional(row, "p_mc_error"),
+                   p_adjusted=_optional(row, "p_adjusted"), keeps_utility=_flag(row.keeps_utility),
+                   decision_stable=_flag(row.get("decision_stable")), correction=row.correction)
     return out
+
+
+def _optional(row, column: str) -> float | None:
+    return rounded(row[column]) if column in row and pd.notna(row[column]) else None
+
+
+def _flag(value) -> bool | None:
+    """A boolean summary cell as read back from CSV (True/False/"True"/NaN) -> True, False or None."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return None
+    return str(value).strip().lower() in ("true", "1", "1.0")
 
 
 def horizons(summary: pd.DataFrame) -> dict:
-    """Each mechanism's utility horizon per metric: the smallest ε whose release − null clears 0 (Holm), or
-    "none"."""
+    """Each mechanism's utility horizon per metric: the smallest ε of the unbroken run of release − null
+    rejections from the largest ε down (fixed sequence, α/m per mechanism), "none" when the largest ε does not
+    reject, or "not tested" (fewer than two seeds; :func:`horizon_notes` says why)."""
     out: dict = {}
     for row in summary[summary.arm == "horizon"].itertuples():
         metric = row.metric.removesuffix("_horizon_epsilon")
-        out.setdefault(row.mechanism, {})[metric] = rounded(row.value) if math.isfinite(row.value) else "none"
+        if _flag(getattr(row, "horizon_tested", True)) is False:
+            value = "not tested"
+        else:
+            value = rounded(row.value) if math.isfinite(row.value) else "none"
+        out.setdefault(row.mechanism, {})[metric] = value
     return out
+
+
+def horizon_notes(summary: pd.DataFrame) -> dict:
+    """The test behind the horizons, what their ε covers and, per untested horizon, why (the summary's horizon
+    rows)."""
+    rows = summary[summary.arm == "horizon"]
+    if rows.empty:
+        return {}
+    first = rows.iloc[0]
+    out = {"test": first.get("correction"), "eps_covers": first.get("eps_covers"),
+           "eps_covers_note": first.get("eps_covers_note")}
+    untested = {f"{r.mechanism}/{r.metric.removesuffix('_horizon_epsilon')}": r.note for r in rows.itertuples()
+                if isinstance(getattr(r, "note", None), str) and r.note}
+    if untested:
+        out["not_tested"] = untested
+    return {k: v for k, v in out.items() if isinstance(v, (str, dict))}
 
 
 def headline(summary: pd.DataFrame, agg: pd.DataFrame, epsilon: float) -> dict:
@@ -95,7 +130,12 @@ def headline(summary: pd.DataFrame, agg: pd.DataFrame, epsilon: float) -> dict:
            "negative_control_permuted_labels": {k: summary_entry(summary, "permuted", m) for k, m in metrics.items()},
            "baseline_minus_permuted": {k: summary_entry(summary, "baseline_minus_permuted", m)
                                        for k, m in metrics.items()},
+           # the noise-free scaled and clipped table: baseline − clipped is what scaling and clipping cost alone
+           "clipped_no_noise": {k: summary_entry(summary, "clipped", m) for k, m in metrics.items()},
+           "baseline_minus_clipped": {k: summary_entry(summary, "baseline_minus_clipped", m)
+                                      for k, m in metrics.items()},
            "utility_horizons": horizons(summary),
+           "utility_horizons_test": horizon_notes(summary),
            "paper_protocol_optimistic": {
                "note": "threshold chosen on the pooled LOSO predictions it is scored on (biased upwards); "
                        "intervals over seeds only",
@@ -139,7 +179,8 @@ def headline_metrics(summary: dict, epsilon: float) -> dict:
     AUROC at ε and its horizons (absent where no ε keeps utility)."""
     tag = f"eps_{epsilon_key(epsilon)}"
     flat = {}
-    for name in ("baseline", "negative_control_permuted_labels", "baseline_minus_permuted"):
+    for name in ("baseline", "negative_control_permuted_labels", "baseline_minus_permuted", "clipped_no_noise",
+                 "baseline_minus_clipped"):
         for key, entry in summary[name].items():
             if entry and entry["value"] is not None:
                 flat[f"{name}/{key}"] = entry["value"]
@@ -150,6 +191,6 @@ def headline_metrics(summary: dict, epsilon: float) -> dict:
                     flat[f"{mechanism}/{tag}/{arm}/{key}"] = entry["value"]
     for mechanism, per_metric in summary["utility_horizons"].items():
         for metric, value in per_metric.items():
-            if value != "none":
+            if not isinstance(value, str):  # "none" and "not tested" are no number
                 flat[f"utility_horizon/{mechanism}/{metric}"] = value
     return {k: v for k, v in flat.items() if v is not None}

@@ -73,18 +73,23 @@ class DPUtilityConfig(Config):
 
     mechanisms: list = param(MECHANISMS, doc="mechanisms whose releases (and matched nulls) are evaluated: a "
                                              "subset of dp_release.mechanisms")
-    baseline_mlp_seeds: int = param(count(1, "seeds"), doc="MLP seeds on the non-private features and the "
-                                                           "permuted-label control")
-    nested_seeds: int = param(count(0), doc="seeds of each cell that also run the nested protocol")
+    baseline_mlp_seeds: int = param(count(1, "seeds"), doc="MLP seeds on the non-private features and on the "
+                                                           "noise-free scaled and clipped table (arm clipped)")
+    nested_seeds: int = param(count(0), doc="seeds of each cell that also run the nested protocol (fewer than 2: "
+                                            "no balanced-accuracy horizon is tested)")
     n_jobs: int = param(PROCESSES, doc="processes over the cells (results do not depend on it)")
     figure_epsilon: float = param(EPSILON, doc="ε at which the confusion matrices are drawn")
     nested_inner_folds: int | str = param(AnyOf((count(2), options(("loso",))), text="loso or a whole number of "
                                                 "inner folds, at least 2"), default="loso",
                                           doc="inner split of the nested protocol: loso or k folds")
-    bootstrap: int = param(count(100, "resamples"), default=2000,
-                           doc="patient-level (cluster) bootstrap resamples of every interval")
+    permutations: int = param(count(1, "permutations"), default=40,
+                              doc="label permutations of the permuted-label control, each its own seed (its "
+                                  "permutation and its MLP initialisation)")
+    bootstrap: int = param(count(100, "resamples"), default=10000,
+                           doc="patient-level (cluster) bootstrap resamples of every interval and p-value")
     confidence: float = param(FRACTION_OPEN, default=0.95, doc="interval level; 1 - confidence is the α of the "
-                                                               "Holm-corrected keeps-utility decisions")
+                                                               "table, split over its mechanisms (α/m), at which "
+                                                               "each mechanism's fixed-sequence horizon test runs")
 
 
 @dataclass(frozen=True)
@@ -136,6 +141,43 @@ class DPScalingConfig(Config):
     total_epsilons: list = param(EPSILONS, doc="ε of the whole pipeline (scaling + release)")
     scaling_fraction: float = param(FRACTION_OPEN, doc="share of the total ε spent on the quantile queries")
     noise_seeds: int = param(count(1, "seeds"))
+    n_jobs: int = param(PROCESSES, default=1, doc="processes over the cells (results do not depend on it)")
+
+
+# Study A's end-to-end private releases (dp_end_to_end); eegprivacy.studies.release.end_to_end.DESIGNS holds each.
+END_TO_END_NAMES = ("paper_public_scaling", "public_pca", "public_pls", "dp_pca", "marginal_synthesis")
+PROJECTION_NAMES = ("public_pca", "public_pls", "dp_pca")
+RELEASE_NOISES = options(("gaussian_analytic", "laplace_formal"), "a formally calibrated release mechanism")
+
+
+@dataclass(frozen=True)
+class ComponentSweep(Config):
+    """Utility against k: the projection designs at a few total ε, each k a release and its matched null."""
+
+    mechanisms: list = param(subset_of(PROJECTION_NAMES, "projection designs"), doc="designs whose k is swept")
+    n_components: list = param(counts(1, "dimensions"), doc="k values")
+    total_epsilons: list = param(EPSILONS, doc="total ε per patient of the swept cells")
+    noise_seeds: int = param(count(1, "seeds"), doc="noise (and MLP) seeds per cell")
+
+
+@dataclass(frozen=True)
+class DPEndToEndConfig(Config):
+    """``dp_end_to_end``: release designs whose every data-dependent step is public or paid for in ε."""
+
+    datasets: list = param(TEXTS, doc="datasets the stage runs on (one per invocation)")
+    mechanisms: list = param(subset_of(END_TO_END_NAMES, "end-to-end release designs"),
+                             doc="the designs of the headline table (one fixed-sequence horizon test each)")
+    release_noise: str = param(RELEASE_NOISES, doc="noise of the projected releases (and the reference row)")
+    total_epsilons: list = param(EPSILONS, doc="ε per patient of the whole pipeline")
+    noise_seeds: int = param(count(2, "seeds"), doc="noise (and MLP) seeds per (design, ε); at least 2")
+    pca_components: int = param(count(1), doc="k of public_pca")
+    pls_components: int = param(count(1), doc="k of public_pls")
+    dp_pca_components: int = param(count(1), doc="k of dp_pca")
+    dp_pca_fraction: float = param(FRACTION_OPEN, doc="share of the total ε that dp_pca's covariance spends")
+    synthesis_components: int = param(count(1), doc="public PLS dimensions the synthesiser discretises")
+    synthesis_bins: int = param(count(3), doc="bins per dimension (public quantiles)")
+    synthesis_pairs: str = param(options(("label", "all")), doc="marginals measured: label pairs, or all pairs")
+    component_sweep: ComponentSweep = param(doc="utility against k")
     n_jobs: int = param(PROCESSES, default=1, doc="processes over the cells (results do not depend on it)")
 
 

@@ -7,9 +7,10 @@ set of patient resamples for every row, so differences are paired by patient res
 
 - ``baseline`` — the private cohort's original features, no DP;
 - ``release`` and ``matched_null`` per (mechanism, scaling source, total ε);
-- ``release_minus_null`` — the release above its matched null, its one-sided bootstrap p-value, the Holm-adjusted
-  p-value over every (mechanism, source, ε) cell of the table and ``keeps_utility`` (adjusted p < 1 − confidence);
-- ``horizon`` — per (mechanism, source), the smallest total ε that keeps utility (NaN when none does);
+- ``release_minus_null`` — the release above its matched null, its one-sided bootstrap p-value with its Monte-Carlo
+  error, and ``keeps_utility`` from dp_utility's horizon test: a fixed sequence per (mechanism, source) from the
+  largest total ε down, each at α/m (m = the table's (mechanism, source) sequences; ``alpha_tested``);
+- ``horizon`` — per (mechanism, source), the smallest total ε of that unbroken run (NaN when the largest fails);
 - ``cost_vs_private`` — the design's cost: the paper's private-scaling release minus each end-to-end source's
   release at the same (mechanism, total ε), positive = utility lost by making the scaling step private; its
   one-sided p-value (cost > 0), Holm over every (mechanism, honest source, ε) cell, and ``costs_utility``.
@@ -36,7 +37,8 @@ from eegprivacy.evaluation.cluster_bootstrap import (
     holm,
     percentile_interval,
     seed_indices,
-    utility_horizon,
+    fixed_sequence_horizon,
+    p_value_mc_error,
 )
 from eegprivacy.pipeline.sweep import Cell
 from eegprivacy.reporting.format import epsilon_key
@@ -109,23 +111,35 @@ def summarise(plan: list, folder: str | Path, y: np.ndarray, *, n_resamples: int
                                      for key in keys if key[1] in HONEST_SOURCES])):
             found = [(key, paired(stats[(*a, metric)], stats[(*b, metric)], arm)) for key, a, b in pairs
                      if (*a, metric) in stats and (*b, metric) in stats]
-            adjusted = holm([d[2] for _, d in found])
-            decision = "keeps_utility" if arm == "release_minus_null" else "costs_utility"
-            correction = f"holm over {len(found)} (mechanism, scaling source, ε) cells"
-            for (key, (value, interval, p, n_seeds)), p_adj in zip(found, adjusted):
-                add(arm, key, protocol, metric, value, interval, n_seeds, p_value=p, p_holm=float(p_adj),
-                    **{decision: bool(p_adj < alpha)}, correction=correction)
-            if arm == "release_minus_null":
-                for mechanism, source in sorted({k[:2] for k, _ in found}):
-                    mine = [(k[2], p_adj < alpha) for (k, _), p_adj in zip(found, adjusted)
-                            if k[:2] == (mechanism, source)]
-                    horizon = utility_horizon([e for e, _ in mine], [ok for _, ok in mine])
-                    budgets.setdefault((mechanism, source, math.inf), dict.fromkeys(BUDGET, math.nan))
-                    add("horizon", (mechanism, source, math.inf), protocol, f"{metric}_horizon_epsilon",
-                        math.nan if horizon is None else horizon, (math.nan, math.nan), 0, ci_over="",
-                        correction=correction)
+            if arm == "cost_vs_private":  # a family of independent claims, no ordering: Holm
+                adjusted = holm([d[2] for _, d in found])
+                correction = f"holm over {len(found)} (mechanism, scaling source, ε) cells"
+                for (key, (value, interval, p, n_seeds)), p_adj in zip(found, adjusted):
+                    add(arm, key, protocol, metric, value, interval, n_seeds, p_value=p, p_holm=float(p_adj),
+                        costs_utility=bool(p_adj < alpha), correction=correction)
+                continue
+            # release − null: dp_utility's horizon test, one fixed sequence per (mechanism, source) from the largest
+            # total ε down, α split over the table's (mechanism, source) sequences
+            sequences = sorted({k[:2] for k, _ in found})
+            alpha_each = alpha / max(len(sequences), 1)
+            correction = (f"fixed sequence from the largest ε, α/m per (mechanism, scaling source) "
+                          f"(m = {len(sequences)}, α = {alpha:g})")
+            for mechanism, source in sequences:
+                mine = [(k, d) for k, d in found if k[:2] == (mechanism, source)]
+                horizon, decisions = fixed_sequence_horizon([k[2] for k, _ in mine], [d[2] for _, d in mine],
+                                                            alpha_each)
+                for ((key, (value, interval, p, n_seeds)), keeps) in zip(mine, decisions):
+                    error = p_value_mc_error(p, n_resamples)
+                    add(arm, key, protocol, metric, value, interval, n_seeds, p_value=p, p_mc_error=error,
+                        alpha_tested=alpha_each, keeps_utility=bool(keeps),
+                        decision_stable=bool(abs(p - alpha_each) > 3 * error), correction=correction)
+                budgets.setdefault((mechanism, source, math.inf), dict.fromkeys(BUDGET, math.nan))
+                add("horizon", (mechanism, source, math.inf), protocol, f"{metric}_horizon_epsilon",
+                    math.nan if horizon is None else horizon, (math.nan, math.nan), 0, ci_over="",
+                    correction=correction)
     frame = pd.DataFrame(rows)
-    for column in ("p_value", "p_holm", "keeps_utility", "costs_utility", "correction"):
+    for column in ("p_value", "p_holm", "p_mc_error", "alpha_tested", "keeps_utility", "costs_utility",
+                   "decision_stable", "correction"):
         if column not in frame:
             frame[column] = np.nan
     return frame
@@ -154,8 +168,9 @@ def _true(value) -> bool:
 
 def _entry(rows: pd.DataFrame, arm: str, metric: str, mechanism: str, epsilon: float, n_seeds: int) -> dict | None:
     """One summary row as the JSON writes it: the value and its interval (what intervals are over is said once per
-    dataset; ``n_seeds`` only where it differs from the dataset's), and for a difference its Holm-adjusted p-value
-    and decision."""
+    dataset; ``n_seeds`` only where it differs from the dataset's), and for a difference its test: release − null
+    its p-value, the level it was tested at and its Monte-Carlo error (fixed sequence), the cost its Holm-adjusted
+    p-value; and the decision."""
     hit = rows[(rows.arm == arm) & (rows.metric == metric) & (rows.mechanism == mechanism)
                & np.isclose(rows.epsilon.astype(float), float(epsilon))]
     if hit.empty:
@@ -164,7 +179,10 @@ def _entry(rows: pd.DataFrame, arm: str, metric: str, mechanism: str, epsilon: f
     out = {"value": rounded(row.value), "ci_low": rounded(row.ci_low), "ci_high": rounded(row.ci_high)}
     if int(row.n_seeds) != n_seeds:
         out["n_seeds"] = int(row.n_seeds)
-    if arm in DECISIONS:
+    if arm == "release_minus_null":  # the fixed-sequence test: the p-value, its level and its Monte-Carlo error
+        out.update({"p_value": rounded(row.p_value), "alpha_tested": rounded(row.alpha_tested),
+                    "p_mc_error": rounded(row.p_mc_error), DECISIONS[arm]: _true(row[DECISIONS[arm]])})
+    elif arm in DECISIONS:
         out.update({"p_holm": rounded(row.p_holm), DECISIONS[arm]: _true(row[DECISIONS[arm]])})
     return out
 
