@@ -66,6 +66,7 @@ FULL_PROFILE := \
 	-S 'params/deployment.yaml:deployment.noise_seeds=10' \
 	-S 'params/federated_mia.yaml:federated_mia.per_dataset={}' \
 	-S 'params/federated_transfer.yaml:federated_transfer.models=[simplenet,eegnet]' \
+	-S 'params/federated_control.yaml:federated_control.per_model={}' \
 	-S 'params/embedding_audit.yaml:embedding_audit.profile=full' \
 	-S 'params/optuna.yaml:optuna_study_a.n_trials=80' \
 	-S 'params/optuna.yaml:optuna_study_b.n_trials=120'

@@ -1,6 +1,8 @@
 """Stage ``federated_lira`` (study B): LiRA with shadow federations and RLA with LR/RF/MLP attackers against the
-federated model (:mod:`eegprivacy.studies.federated.lira`), written as tidy rows, a markdown report, a headline
-JSON and a log-log ROC figure (:mod:`eegprivacy.reporting.lira`)."""
+federated model, LiRA against its preprocessing-only control (fold federations that never saw the attacked client,
+scored through its own CSP) as a paired, Holm-corrected difference (:mod:`eegprivacy.studies.federated.lira`),
+written as tidy rows, a markdown report, a headline JSON and a log-log ROC figure (:mod:`eegprivacy.reporting.lira`);
+the pooled numbers, the differences, their p-values and Holm p-values go to each ε's MLflow parent run."""
 
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ from eegprivacy.reporting.format import epsilon_key
 from eegprivacy.reporting.lira import cumulative_label, headline, report_md, roc_figure
 from eegprivacy.studies.federated.config import FederatedMIAConfig
 from eegprivacy.studies.federated.cumulative import Cumulative
-from eegprivacy.studies.federated.lira import LiRAStudy, summarise
+from eegprivacy.studies.federated.lira import DIFF_METRIC, LiRAStudy, summarise
 from eegprivacy.tracking.runs import log_to_named_run
 
 
@@ -52,6 +54,10 @@ def run(args) -> int:
         print(f"{label}{args.dataset}: eps={epsilon_key(plan.epsilon)} done")
     tidy = study.tidy(frames, pooled)
     summary, meta = summarise(tidy), study.meta()
+    for r in summary[summary["metric"] == DIFF_METRIC].to_dict("records"):  # LiRA − preprocessing-only control
+        print(f"{label}{args.dataset}: eps={epsilon_key(r['epsilon'])} {r['attack']} - control: AUROC "
+              f"{r['attack_auroc']:.3f} - {r['control_auroc']:.3f} = {r['value']:+.3f} "
+              f"[{r['ci_low']:+.3f}, {r['ci_high']:+.3f}], p_holm {r['p_holm']:.3g}")
     write_outputs(args, tidy, summary, meta, study, start)
     print(f"{label}{args.dataset}: {len(tidy)} rows -> {args.out}; {args.report}; {args.figure} "
           f"({meta['wall_time_s']} s)")

@@ -119,7 +119,8 @@ def test_huge_per_step_epsilon_neither_hangs_nor_overflows():
         assert math.isfinite(bound.epsilon) and bound.epsilon <= 410.0 * 400 * (1 + 1e-6)
     pld = make_accountant("pld")
     assert pld.interval_for(laplace(410.0, 400)) == pytest.approx(2 * 410.0 / pld.max_step_points)
-    assert time.perf_counter() - started < 10
+    # a hang guard, not a speed target (those live in benchmarks/): generous enough for a loaded 2-core machine
+    assert time.perf_counter() - started < 120
 
 
 def test_pld_is_skipped_with_a_reason_where_dp_accounting_degenerates():

@@ -1,12 +1,15 @@
 """Stage federated-lira end to end on a tiny SYNTHETIC motor-imagery cohort (4 subjects, 2 rounds, 1 local
-epoch, 4 shadows, ε ∈ {∞, 1}): the shadow design, tidy rows for LiRA and RLA with chance levels, the pooled and
-shadow-as-target scopes, the outputs, MLflow runs with the required tags, and identical numbers on a rerun."""
+epoch, 4 shadows, ε ∈ {∞, 1}): the balanced shadow design, tidy rows for LiRA and RLA with chance levels, the pooled
+and shadow-as-target scopes, TPRs only where resolvable (no number in the rows, JSON or MLflow elsewhere),
+the preprocessing-only control (fold federations without the attacked client, LiRA − control with its paired
+interval, p-value and Holm), the outputs, MLflow runs with the required tags, and identical numbers on a rerun."""
 
 from __future__ import annotations
 
 import json
 import math
 from pathlib import Path
+from types import SimpleNamespace
 
 import mlflow
 import numpy as np
@@ -14,13 +17,20 @@ import pandas as pd
 import pytest
 import yaml
 
+from eegprivacy.attacks.metrics import auroc
 from eegprivacy.cli import main
 from eegprivacy.params import ParamsError
+from eegprivacy.studies.federated import lira as lira_module
 from eegprivacy.studies.federated.lira import (
+    DIFF_METRIC,
     METRICS,
     POOLED_METRICS,
+    control_models,
+    loo_feasible,
+    loo_group_size,
     pooled_rows,
     resolvable_fpr,
+    shadow_in_count,
     shadow_loo,
     shadow_membership,
 )
@@ -59,7 +69,7 @@ def test_shadow_membership_is_balanced_per_trial_and_per_class():
     subjects = np.tile(["a", "b", "c"], 8)
     mask = shadow_membership(y, subjects, 6, seed=3)
     assert mask.shape == (6, 24) and (mask.sum(0) == 3).all()  # every trial IN in exactly half
-    assert (mask[0::2] ^ mask[1::2]).all()  # complementary pairs
+    assert (mask[0::2] ^ mask[1::2]).all()  # complementary pairs: the balanced leave-out groups at 0.5
     for s in "abc":
         for c in (0, 1):
             rows = (subjects == s) & (y == c)
@@ -76,10 +86,48 @@ def test_shadows_can_train_on_the_targets_member_share():
         for c in (0, 1):
             rows = (subjects == s) & (y == c)
             assert set(mask[:, rows].sum(1)) == {8}  # every shadow keeps 80 % of every group, like the target
-    assert set((~mask).sum(0)) == {2}  # blocks taken in turn: every trial OUT in exactly 2 of 10 shadows
+    assert set((~mask).sum(0)) == {2}  # balanced: every trial OUT in exactly 2 of 10 shadows
     np.testing.assert_array_equal(mask, shadow_membership(y, subjects, 10, seed=1, in_fraction=0.8))
     with pytest.raises(ValueError, match="in_fraction"):
         shadow_membership(y, subjects, 10, seed=1, in_fraction=1.0)
+
+
+@pytest.mark.parametrize("n_shadows", [60, 20])
+def test_balanced_masks_leave_the_in_count_nothing_to_say(n_shadows):
+    """At the params' 0.8: every trial IN in exactly n·0.8 shadows, each shadow holding 80 % of every (subject,
+    label) group to within one trial (groups of uneven sizes), and the IN count predicting a held-out shadow's
+    membership with AUROC exactly 0.5 (it is constant); the shadows left once a balanced group leaves hold every
+    trial IN equally often too."""
+    sizes = {("a", 0): 7, ("a", 1): 11, ("b", 0): 22, ("b", 1): 23, ("c", 0): 3, ("c", 1): 40}
+    subjects = np.concatenate([[s] * m for (s, _), m in sizes.items()])
+    y = np.concatenate([[c] * m for (_, c), m in sizes.items()])
+    mask = shadow_membership(y, subjects, n_shadows, seed=7, in_fraction=0.8)
+    k = shadow_in_count(n_shadows, 0.8)
+    assert k == 0.8 * n_shadows and set(mask.sum(0)) == {k}  # the per-trial IN count is constant
+    for (s, c), m in sizes.items():
+        share = mask[:, (subjects == s) & (y == c)].sum(1)
+        assert (np.abs(share - 0.8 * m) < 1).all(), (s, c, share)  # within one trial of in_fraction
+    count = mask.sum(0)
+    for j in range(n_shadows):  # the IN count says nothing about a held-out shadow's membership
+        assert auroc(mask[j].astype(int), count) == 0.5
+    g = loo_group_size(n_shadows, k)
+    assert g == 5 and loo_feasible(n_shadows, k)
+    for group in range(n_shadows // g):
+        rest = np.array([j for j in range(n_shadows) if j // g != group])
+        assert len(set(mask[rest].sum(0))) == 1  # constant once the held-out group leaves, too
+        for j in range(group * g, (group + 1) * g):
+            assert auroc(mask[j].astype(int), mask[rest].sum(0)) == 0.5
+    np.testing.assert_array_equal(mask, shadow_membership(y, subjects, n_shadows, seed=7, in_fraction=0.8))
+    assert not np.array_equal(mask, shadow_membership(y, subjects, n_shadows, seed=8, in_fraction=0.8))
+
+
+def test_sixty_four_shadows_at_eighty_percent_cannot_leave_a_balanced_group_out(tmp_path):
+    assert shadow_in_count(64, 0.8) == 51 and loo_group_size(64, 51) == 64 and not loo_feasible(64, 51)
+    bad = {"federated_lira": {**LIRA["federated_lira"], "n_shadows": 64, "shadow_in_fraction": 0.8}}
+    with pytest.raises(ParamsError, match="federated_lira.n_shadows = 64 is invalid; it must be .* e.g. 60"):
+        _run(_args(tmp_path, bad))
+    with pytest.raises(ValueError, match="balanced masks"):  # unbalanced masks are refused, not scored
+        shadow_loo({"inf": np.zeros((6, 3))}, np.array([[1, 1, 0]] * 3 + [[0, 1, 1]] * 3), "inf", "global")
 
 
 def test_shadow_as_target_scores_every_shadow_with_its_pair_left_out():
@@ -96,9 +144,9 @@ def test_shadow_as_target_scores_every_shadow_with_its_pair_left_out():
     phis["inf"] = rng.normal(size=(8, 400))  # no leak
     rows, _ = pooled_rows(shadow_loo(phis, mask, "inf", "global"), 0, 0, "x")
     assert all(abs(r["value"] - 0.5) < 0.05 for r in rows if r["metric"] == "auroc")
-    assert not any(r["metric"] == "tpr_at_fpr_0.001" for r in rows)  # 400 < 1000: not resolvable
+    assert all(not r["resolvable"] and np.isnan(r["value"]) for r in rows if r["metric"] == "tpr_at_fpr_0.001")
     low = [r for r in rows if r["metric"] == "tpr_at_resolvable_fpr"]
-    assert all(r["fpr"] == 0.005 and r["value"] < 0.05 for r in low)  # near its chance of 0.005
+    assert all(r["fpr"] == 0.05 and r["value"] < 0.12 for r in low)  # 400 x 0.05 = 20 beyond; chance 0.05
 
 
 def test_federated_lira_stage_end_to_end(tmp_path):
@@ -110,7 +158,7 @@ def test_federated_lira_stage_end_to_end(tmp_path):
     per_seed = scored[scored["scope"] == "target_seed"]
     assert set(zip(per_seed["attack"], per_seed["attacker"].fillna(""))) == {
         ("lira_online", ""), ("lira_offline", ""), ("lira_online_untrained_control", ""),
-        ("rla", "lr"), ("rla", "rf"), ("rla", "mlp")}
+        ("lira_online_control", ""), ("lira_offline_control", ""), ("rla", "lr"), ("rla", "rf"), ("rla", "mlp")}
     assert set(per_seed["seed"]) == {0, 1} and scored["chance"].notna().all()
     auc = scored[scored["metric"] == "auroc"]["value"]
     assert auc.between(0, 1).all()
@@ -123,14 +171,35 @@ def test_federated_lira_stage_end_to_end(tmp_path):
     # 4 shadows leave one pair (one IN, one OUT value per trial) once a pair is the target: no shadow-as-target.
     assert set(rows["scope"].dropna()) == {"target_seed", "target_pooled"}
     pooled = rows[(rows["scope"] == "target_pooled") & rows["metric"].isin(POOLED_METRICS)]
-    assert (pooled["n_nonmembers"] == 32).all() and len(pooled) == 2 * 6 * len(POOLED_METRICS)
+    assert (pooled["n_nonmembers"] == 32).all() and len(pooled) == 2 * 8 * len(POOLED_METRICS)
     # Each target on its own split: more distinct non-members than one target's 16, and the TPR only at the FPR
     # they resolve (named), never at 0.1 %.
     n_independent = pooled["n_independent_nonmembers"].iloc[0]
     assert 16 < n_independent <= 32 and (pooled["n_independent_nonmembers"] == n_independent).all()
     low = pooled[pooled["metric"] == "tpr_at_resolvable_fpr"]
-    assert (low["fpr"] == resolvable_fpr(0.001, int(n_independent))).all() and (low["fpr"] > 0.001).all()
-    assert set(pooled["ci_over"]) == {"subjects+seeds"}
+    supported = resolvable_fpr(0.001, int(n_independent))  # 10 beyond: 0.5 from 20 independent non-members on
+    assert (low["fpr"].fillna(-1) == (supported if np.isfinite(supported) else -1)).all()
+    assert (low["resolvable"] == bool(np.isfinite(supported))).all()
+    unresolvable = pooled[pooled["metric"].isin(["tpr_at_fpr_0.001", "tpr_at_zero_fpr"])]
+    assert (~unresolvable["resolvable"].astype(bool)).all() and unresolvable["value"].isna().all()
+    assert unresolvable["note"].str.startswith("not resolvable").all()
+    assert set(pooled["ci_over"]) == {"subjects+seeds"} and (pooled["n_clusters"] == 4).all()
+    assert set(pooled.loc[pooled["metric"] == "auroc", "ci_method"]) == {"two_way_bootstrap"}
+    # The preprocessing-only control: per ε, LiRA online and offline minus their control, paired, with the
+    # subjects+seeds interval, a one-sided p-value and Holm over the 4 cells; the controls are never tested.
+    diff = rows[rows["metric"] == DIFF_METRIC]
+    assert len(diff) == 4 and set(diff["attack"]) == {"lira_online", "lira_offline"}
+    assert set(diff["scope"]) == {"target_pooled"} and set(diff["ci_over"]) == {"subjects+seeds"}
+    assert (diff["n_clusters"] == 4).all() and set(diff["ci_method"]) == {"paired_two_way_bootstrap"}
+    assert diff["p_value"].between(0, 1).all() and (diff["p_holm"] >= diff["p_value"]).all()
+    assert diff["family"].str.contains("Holm over 4 cells").all()
+    auc_pooled = pooled[pooled["metric"] == "auroc"].set_index(["epsilon", "attack"])["value"]
+    for r in diff.to_dict("records"):
+        attack, control = auc_pooled[(r["epsilon"], r["attack"])], auc_pooled[(r["epsilon"], r["attack"] + "_control")]
+        assert r["value"] == pytest.approx(attack - control) and r["attack_auroc"] == pytest.approx(attack)
+        assert r["ci_low"] <= r["value"] <= r["ci_high"]
+    assert rows.loc[rows["metric"] != DIFF_METRIC, "p_holm"].isna().all()  # controls are not hypotheses
+    assert rows[rows["metric"] == "utility_accuracy_nonmembers_control"]["value"].between(0, 1).all()
 
     summary = json.loads(Path(args["json"]).read_text())
     assert summary["synthetic"] is True and summary["n_members"] == 64 and summary["n_nonmembers"] == 16
@@ -142,6 +211,11 @@ def test_federated_lira_stage_end_to_end(tmp_path):
     assert "SYNTHETIC synthetic_mi" in report and "64 members and 16 non-members" in report
     assert "| chance |" in report and f"{int(n_independent)} independent non-members" in report
     assert "Shadows: 4 federations" in report
+    assert "## LiRA − preprocessing-only control" in report and "of LiRA online's AUROC excess over 0.5" in report
+    assert "Holm over 4 cells" in report and "untrained model (shown, not tested)" in report
+    entry = summary["synthetic_mi/simplenet/eps_inf/target_pooled/lira_online/auroc_minus_control"]
+    assert entry["ci_over"] == "subjects+seeds" and entry["p_holm"] is not None and entry["n_clusters"] == 4
+    assert "p_holm" not in summary["synthetic_mi/simplenet/eps_inf/target_pooled/lira_online_control/auroc"]
     assert Path(args["figure"]).stat().st_size > 0
 
     client = mlflow.MlflowClient(tracking_uri())
@@ -156,6 +230,15 @@ def test_federated_lira_stage_end_to_end(tmp_path):
             assert key in tags, key
         assert tags["synthetic"] == "true" and tags["stage"] == "federated_lira"
     assert any(k.startswith("target_pooled/") for p in parents for k in p.data.metrics)
+    logged = [k for p in parents for k in p.data.metrics if k.startswith("target_pooled/")]
+    assert not any(k.endswith(("tpr_at_fpr_0.001", "tpr_at_zero_fpr")) for k in logged)  # no number if unresolvable
+    assert any(k.endswith("tpr_at_resolvable_fpr") for k in logged) == bool(np.isfinite(supported))
+    for p in parents:  # each ε's attack − control cells, their p-value and Holm p-value
+        for attack in ("lira_online", "lira_offline"):
+            for suffix in ("", "_p_value", "_p_holm"):
+                assert f"target_pooled/{attack}/auroc_minus_control{suffix}" in p.data.metrics
+    entry = summary["synthetic_mi/simplenet/eps_inf/target_pooled/lira_online/tpr_at_fpr_0.001"]
+    assert entry["mean"] is None and entry["resolvable"] is False and entry["note"].startswith("not resolvable")
 
     # Rerun from the caches (shadows, cells, per-trial scores): the same numbers.
     assert _run(args) == 0
@@ -182,3 +265,25 @@ def test_federated_lira_rows_do_not_depend_on_the_number_of_workers(tmp_path):
         tables[workers] = pd.read_csv(args["out"])
     assert set(tables[1]["seed"].dropna()) == {0, 1}
     pd.testing.assert_frame_equal(tables[1], tables[2])
+
+
+def test_control_federations_leave_the_attacked_clients_fold_out(monkeypatch):
+    """Each fold federation trains on every client but its fold's, with their preprocessing unchanged (the very
+    arrays the target trains on), under the target's seed and ε; client k is scored by the one that left k out."""
+    calls = []
+
+    def fake_federate(model, eps, seed, fed, training):
+        calls.append((model, eps, seed, [id(c) for c in fed.clients]))
+        return None, SimpleNamespace(weights=len(calls) - 1, initial_local=None)
+
+    monkeypatch.setattr(lira_module, "_federate", fake_federate)
+    clients = [(np.zeros((3, 2)), None, np.zeros((1, 2)), None) for _ in range(7)]
+    fed = SimpleNamespace(clients=clients)
+    weights, locals_, folds = control_models(None, fed, "simplenet", 5.0, 3, None, 3)
+    assert len(calls) == 3 and all(c[:3] == ("simplenet", 5.0, 3) for c in calls)
+    assert sorted(np.concatenate(folds).tolist()) == list(range(7))  # every client in exactly one fold
+    for j, fold in enumerate(folds):
+        kept = calls[j][3]
+        assert kept == [id(clients[k]) for k in range(7) if k not in fold]  # the others, same arrays
+        for k in fold:
+            assert weights[k] == j and id(clients[k]) not in kept and locals_[k] is None

@@ -49,12 +49,13 @@ def test_federated_mia_stage_end_to_end(tmp_path, tiny_params):
     argv = ["federated-mia", "--dataset", "synthetic_mi", "--params", str(tiny_params), "--out", str(out),
             "--cells", str(tmp_path / "cells"), "--no-progress",
             "--jobs", "2",  # two worker processes: the stage's default on 2 cores
-            "--arrays", str(tmp_path / "arrays")]
+            "--arrays", str(tmp_path / "arrays" / "synthetic_mi")]
     assert main(argv) == 0
-    saved = sorted(p.name for p in (tmp_path / "arrays").glob("*.npz"))
+    saved = sorted(p.name for p in (tmp_path / "arrays" / "synthetic_mi").glob("*.npz"))
     assert saved == ["simplenet-eps1-seed0.npz", "simplenet-epsinf-seed0.npz"]
-    with np.load(tmp_path / "arrays" / "simplenet-eps1-seed0.npz") as arrays:
+    with np.load(tmp_path / "arrays" / "synthetic_mi" / "simplenet-eps1-seed0.npz") as arrays:
         assert set(arrays["rounds"]) == {1, 2} and len(arrays["clients"]) == len(arrays["updates"])
+        assert arrays["replicates"].shape == (len(arrays["replicate_keys"]), 200)  # B = the default 200
         assert arrays["updates"].ndim == 2 and np.isfinite(arrays["updates"]).all()
         assert arrays["grad_norm_member"].shape[0] == 2 and (arrays["grad_norm_nonmember"] >= 0).all()
     rows = pd.read_csv(out)
@@ -100,8 +101,17 @@ def test_federated_mia_stage_end_to_end(tmp_path, tiny_params):
     tables_md = tmp_path / "tables.md"
     assert main(["federated-mia-report", "--inputs", str(out), "--json", str(report),
                  "--summary", str(tmp_path / "federated_mia.csv"), "--tables", str(tables_md),
-                 "--figures", str(tmp_path / "figures"),
+                 "--figures", str(tmp_path / "figures"), "--arrays", str(tmp_path / "arrays"),
                  "--accounting", str(tmp_path / "no_accounting.csv")]) == 0  # no cumulative ε: "n/a"
+    summary = pd.read_csv(tmp_path / "federated_mia.csv", keep_default_na=False, na_values=[""])
+    scored = summary[summary["attack"].isin(["rla", "fla", "gla_sound", "gla_sound_pooled"])
+                     & summary["metric"].isin(["accuracy", "auroc"])]
+    assert len(scored) and (scored["ci_over"] == "subjects+seeds").all()  # issue 33: over the privacy unit
+    assert scored["ci_method"].eq("cluster bootstrap (200 resamples)").all()
+    assert (summary.loc[summary["metric"] == "utility_accuracy", "ci_over"] == "subjects+seeds").all()
+    assert (summary.loc[summary["attack"].isin(["cla", "gla_paper"]), "ci_over"] == "seeds").all()  # labelled
+    controls = summary[summary["attack"].str.endswith("_control")]
+    assert len(controls) and controls["p_value"].isna().all() and controls["p_holm"].isna().all()
     headline = json.loads(report.read_text())
     assert "not a cumulative guarantee" in headline["epsilon_scope"]
     for attack in ("rla", "fla", "gla_paper", "gla_sound", "cla"):
@@ -195,3 +205,49 @@ def test_three_seed_intervals_are_marked_t2_and_clipped():
     assert 0.0 <= row["ci_low"] and row["ci_high"] <= 1.0
     text = _cell(summary, "d", "simplenet", 1.0, "auroc", "rla", "lr")
     assert "t(2), 3 seeds" in text and "clipped" in text
+
+
+def test_a_cell_saves_its_client_bootstrap_replicates(tiny_config, tmp_path, monkeypatch):
+    """Issue 33: a cell's npz holds one replicate vector per summary key, its mean over rounds. With a design of
+    identity resamples (every client once) every replicate equals the cell's mean over rounds of that key's rows;
+    a resample of client 0 alone gives client 0's own accuracy. CLA and GLA (paper) keep none (SYNTHETIC cohort)."""
+    from eegprivacy.evaluation import client_bootstrap
+    from eegprivacy.studies.federated.replicates import replicate_key
+
+    n_clients = 4
+
+    def design(n, b, seed=0):
+        counts = np.ones((b, n), dtype=int)
+        counts[-1] = 0
+        counts[-1, 0] = n  # the last resample: client 0, n times
+        return counts
+
+    monkeypatch.setattr(client_bootstrap, "client_resample_counts", design)
+    _, trials = mia.load_trials("synthetic_mi", tiny_config.datasets["synthetic_mi"])
+    rows = pd.DataFrame(mia.cell_rows({"model": "simplenet", "epsilon": 1.0}, 0, trials,
+                                      tiny_config.replace(subject_bootstrap=5), arrays_dir=tmp_path))
+    (path,) = tmp_path.glob("*.npz")
+    with np.load(path) as arrays:
+        reps = dict(zip((str(k) for k in arrays["replicate_keys"]), arrays["replicates"]))
+    assert all(v.shape == (5,) for v in reps.values())
+    rows[["attack", "attacker"]] = rows[["attack", "attacker"]].fillna("")
+    means = rows.groupby(["attack", "attacker", "metric"])["value"].mean()
+    kept = 0
+    for (attack, attacker, metric), mean in means.items():
+        key = replicate_key(attack, attacker, metric)
+        if attack in ("cla", "gla_paper") or not attack and metric in ("noise_scale", "n_clients",
+                                                                          "unnoised_channels"):
+            assert key not in reps
+            continue
+        if key not in reps:
+            assert metric in ("min_detectable_auroc", "gla_sound_pooled_n_rounds"), key  # counts, not data
+            continue
+        # replicates are stored as float32
+        np.testing.assert_allclose(reps[key][:-1], mean, rtol=1e-6, atol=1e-7, equal_nan=True, err_msg=key)
+        kept += 1
+    assert kept > 100
+    assert {replicate_key(a, w, "auroc") for a in ("rla", "fla", "gla_sound", "gla_sound_pooled",
+                                                   "rla_untrained_control") for w in ("lr", "rf")} <= set(reps)
+    own = rows[(rows["metric"] == "client_accuracy") & (rows["client"] == 0)]["value"].mean()
+    assert reps[replicate_key("", "", "utility_accuracy")][-1] == pytest.approx(own)
+    assert n_clients == len(set(rows.loc[rows["metric"] == "client_accuracy", "client"]))

@@ -279,7 +279,8 @@ STAGES: tuple[Stage, ...] = (
     Stage("federated_mia_report", "Study B: the per-round attack rows summarised (intervals over seeds, "
           "cumulative ε beside each per-step ε), the paper-shaped tables and figures.",
           entry="experiments.federated_mia_report", code=FEDERATED, support=(*MACHINERY, *REPORTING),
-          inputs=(*(f"metrics/federated_mia_{d}.csv" for d in STUDY_B), "metrics/federated_accounting.csv"),
+          inputs=(*(f"metrics/federated_mia_{d}.csv" for d in STUDY_B), *(f"data/federated_mia/{d}" for d in STUDY_B),
+                  "metrics/federated_accounting.csv"),
           outs=("metrics/federated_mia.csv", "reports/federated_mia_tables.md", "metrics/federated_mia.json",
                 *(f"reports/figures/federated_mia_{f}.png" for f in ("rla_rounds", "grad_norms", "client_accuracy",
                                                                       "loss_gap")))),
@@ -318,6 +319,20 @@ STAGES: tuple[Stage, ...] = (
           reads=tuple(f"params/federated_mia.yaml:federated_mia.{k}" for k in (
               "datasets.eegmmidb", "test_size", "split_seed", "csp_components", "clients_per_round", "num_rounds",
               "local_epochs", "learning_rate", "batch_size", "clip_norm", "per_dataset", "batchnorm_stats")),
+          flags=("progress", "cells")),
+    Stage("federated_control", "Study B's controlled membership table: every attack on the trained federation "
+          "beside a preprocessing-only control (the federation trained without the attacked client's fold), for "
+          "member-fitted, calibration-fitted and DP CSP and (EEGNet) no CSP, at every per-step ε.",
+          entry="experiments.federated_control", section="federated_control",
+          params_file="params/federated_control.yaml",
+          config="eegprivacy.studies.federated.control:FederatedControlConfig",
+          code=(*FEDERATED, f"{SRC}/privacy/mechanisms.py", f"{SRC}/privacy/accounting.py"),
+          support=(*MACHINERY, *REPORTING), inputs=EEGMMIDB_VERSION,
+          outs=("metrics/federated_control.csv", "reports/federated_control.md",
+                "reports/figures/federated_control.png"),
+          reads=tuple(f"params/federated_mia.yaml:federated_mia.{k}" for k in (
+              "datasets.eegmmidb", "test_size", "split_seed", "csp_components", "clients_per_round",
+              "learning_rate", "batch_size", "clip_norm", "batchnorm_stats", "rf_estimators")),
           flags=("progress", "cells")),
     Stage("optuna_study_b", "Study B: multi-objective Optuna search (per-step ε, C, local epochs) of the DP "
           "federation: non-member AUROC vs record-level attack TPR at 1% FPR.",

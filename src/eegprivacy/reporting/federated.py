@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 
 import matplotlib
@@ -22,7 +23,7 @@ from eegprivacy.reporting.figures import titled  # noqa: E402
 from eegprivacy.reporting.format import DASH, epsilon_key  # noqa: E402
 from eegprivacy.reporting.paper_b import PAPER_MI2, WHY, verdict  # noqa: E402
 from eegprivacy.studies.federated.cumulative import Cumulative  # noqa: E402
-from eegprivacy.studies.federated.report import EPSILON_SCOPE, REGRESSIONS  # noqa: E402
+from eegprivacy.studies.federated.report import EPSILON_SCOPE, REGRESSIONS, family, tested  # noqa: E402
 
 CALIBRATIONS = ("nominal", "certified")
 PAPER_DATASET = "eegmmidb"  # the paper's MI2: its Tables 7-9 are quoted beside our numbers on this cohort
@@ -93,12 +94,21 @@ def write_headline(path, payload: dict) -> None:
 SMALL_SEEDS = 3  # at or below this many seeds a t-interval is marked with its degrees of freedom
 
 
+def p_holm_text(p_holm: float) -> str:
+    """How both study B reports print a tested cell's verdict: ``(p_Holm 0.012 *)``, ``*`` below α."""
+    return f"(p_Holm {p_holm:.3f}{' *' if p_holm < ALPHA else ''})"
+
+
 def _interval_mark(row) -> str:
-    """What an across-seed interval rests on, where a reader should know: its t quantile when few seeds stand
-    behind it ("t(2), 3 seeds") and whether it was clipped to the metric's range [0, 1]."""
+    """What an interval rests on, where a reader should know: ``seeds`` where it is the t-interval over seeds
+    (no per-client reading), with its t quantile when few seeds stand behind it ("t(2), 3 seeds"), and whether
+    it was clipped to the metric's range [0, 1]."""
     marks = []
     n = int(row["n_seeds"]) if "n_seeds" in row and np.isfinite(row["n_seeds"]) else 0
-    if 1 < n <= SMALL_SEEDS:
+    over_seeds = row.get("ci_over", "seeds") == "seeds"
+    if over_seeds and n > SMALL_SEEDS:
+        marks.append("seeds")
+    if over_seeds and 1 < n <= SMALL_SEEDS:
         marks.append(f"{row.get('ci_method', f't({n - 1})')}, {n} seeds")
     if bool(row.get("ci_clipped", False)):
         marks.append("clipped")
@@ -119,7 +129,7 @@ def _cell(summary, dataset, model, eps, metric, attack="", attacker="", pct=True
     text += f" [{k * lo:.{digits}f}, {k * hi:.{digits}f}]{_interval_mark(hit.iloc[0])}" if np.isfinite(lo) else ""
     p_holm = float(hit["p_holm"].iloc[0]) if "p_holm" in hit else float("nan")
     if np.isfinite(p_holm):
-        return text + (" *" if p_holm < ALPHA else "")
+        return f"{text} {p_holm_text(p_holm)}"
     chance = float(hit["chance"].iloc[0])
     same_every_seed = np.isfinite(lo) and lo == hi == m and int(hit["n_seeds"].iloc[0]) > 1
     return text + (" †" if same_every_seed and np.isfinite(chance) and m > chance else "")
@@ -153,14 +163,28 @@ GLA_SOUND_COLUMNS = [("gla_sound", "auroc"), ("gla_sound_control", "auroc"), ("g
 PREAMBLE = [
     "# Study B: federated membership inference — tables", "",
     ("Each cell: mean ± std across federated rounds (the paper's ±: how a score moves during one run, averaged over "
-     "seeds) [95 % t-interval across seeds of each seed's mean over rounds: the uncertainty; clipped to the score's "
-     f"range]. Scores in %, losses as they are. {EPSILON_SCOPE} Chance levels in the last row of each attack table "
-     "(accuracy chance is the majority share of the attacker-test half: members are 80 % of the trials, so RLA/FLA "
-     "accuracy near 80 % is no leakage; read AUROC and TPR at low FPR)."), "",
-    ("`*`: above chance after Holm's correction over every cell of its table (α = 0.05): a one-sided one-sample "
-     "t-test of the per-seed means against the chance level (3-5 seeds, so only large, consistent effects pass). "
-     "Every cell is printed, significant or not; no attacker is picked after the fact. `†`: the same score in "
-     "every seed and above chance (no spread, so no t-test; not in the Holm family)."), "",
+     "seeds) [95 % interval of the mean over seeds of each seed's mean over rounds: the uncertainty]. CI over = "
+     "subjects+seeds: the subject (one client each) is the privacy unit, so the interval is a cluster bootstrap "
+     "that resamples whole clients (the same B resamples in every cell) crossed with a resample of the seeds "
+     "(percentile interval). Cells marked `seeds` (CLA, whose label is the client; GLA (paper), real updates vs "
+     "Gaussian vectors; and wherever a cell kept no replicates) carry the t-interval across seeds instead, `t(n−1)` "
+     "with few seeds, clipped to the score's range where marked. Scores in %, losses as they are. "
+     f"{EPSILON_SCOPE} Chance levels in the last row of each attack table (accuracy chance is the majority share of "
+     "the attacker-test half: members are 80 % of the trials, so RLA/FLA accuracy near 80 % is no leakage; read "
+     "AUROC and TPR at low FPR)."), "",
+    ("`(p_Holm …)`: the one-sided test of score − chance (the bootstrap p-value on subjects+seeds cells, a "
+     "one-sample t-test of the per-seed means on `seeds` cells), Holm-adjusted over its family: one family per "
+     "printed table group, every tested cell of one attacker's attack tables of a dataset, or the dataset's "
+     "classification table (the family and its size m are named above each); `*`: p_Holm < 0.05. "
+     "reports/study-b.md prints the same p_Holm for the same cell. Controls (untrained model, sound-GLA control) "
+     "are shown, never tested, never starred. Every cell is printed, significant or not; no attacker is picked "
+     "after the fact. `†`: the same score in every seed and above chance (no spread, so no t-test; not in the "
+     "Holm family). Only AUROC cells (and utility) are tested: an attack's accuracy moves with the member share "
+     "and its TPR at 1 % FPR rests on a few non-members, so both are estimates with intervals, untested."), "",
+    ("What these tests can and cannot say: each client's CSP and scaling are fitted on its members, so an attack "
+     "AUROC above 0.5 here measures that preprocessing and federated training together. The test of training "
+     "alone is attack − preprocessing-only control (a federation that never saw the client, scored through the "
+     "client's own CSP): stage `federated_control`, the table reports/study-b.md opens with."), "",
     ("GLA (paper) classifies real client updates against Gaussian vectors matched to their mean and variance. It can "
      "score near 100 % with no membership signal at all: it detects that an update is a real update rather than "
      "noise (structure, correlations, tails the matching leaves out), which holds for updates computed on "
@@ -187,8 +211,26 @@ def _score_cell(part, dataset, model, eps, metric, attack, attacker) -> str:
     return _cell(part, dataset, model, eps, metric, attack, attacker)
 
 
+def family_caption(part: pd.DataFrame, name: str) -> str:
+    """The caption line naming a table's Holm family, its size and what its intervals are over."""
+    mask = tested(part)
+    m = int((part[mask].apply(family, axis=1) == name).sum()) if mask.any() else 0
+    over = ", ".join(sorted(set(part["ci_over"].dropna()))) if "ci_over" in part else "seeds"
+    b = sorted({str(c) for c in part.get("ci_method", pd.Series(dtype=str)).dropna() if "bootstrap" in str(c)})
+    text = (f"*Holm family `{name}`: m = {m} tested cells (controls shown, never tested). CI over = "
+            f"{'subjects+seeds' if 'subjects+seeds' in over else over}"
+            f"{' (' + '; '.join(b) + ')' if b else ''}; cells marked `seeds` are over seeds only.*")
+    counts = [int(c) for method in b for c in re.findall(r"\((\d+) resamples\)", method)]
+    if counts and m and m / (min(counts) + 1) >= ALPHA:  # the conventions' p-value floor, checked where printed
+        text += (f" **With B = {min(counts)} resamples the smallest bootstrap p-value is 1/(B+1), so no p_Holm of "
+                 f"this family can fall below {m}/(B+1) = {m / (min(counts) + 1):.3f} ≥ α = {ALPHA}: a missing `*` "
+                 "here is the resample count's, not the data's (raise federated_mia.subject_bootstrap).**")
+    return text
+
+
 def _classification_table(part, dataset, title, order, cum) -> list[str]:
     lines = [f"## {title}: classification (shape of Tables 4/7)", "",
+             family_caption(part, f"{dataset}/utility"), "",
              EPS_HEADER + "Acc | Precision | Recall | F1 | AUROC | Avg training loss | Avg testing loss |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for m, e in order:
@@ -201,6 +243,8 @@ def _classification_table(part, dataset, title, order, cum) -> list[str]:
 
 def _attack_tables(part, dataset, title, order, cum, attacker) -> list[str]:
     lines = [f"## {title}: attacks, {attacker.upper()} attacker (shape of Tables 5/6, 8/9)", "",
+             family_caption(part, f"{dataset}/attacks/{attacker}") + " The family covers this attacker's "
+             "tables below (attacks, GLA (sound), TPR at low FPR).", "",
              EPS_HEADER + "RLA Acc | RLA AUROC | FLA Acc | FLA AUROC | GLA (paper) Acc | GLA (paper) AUROC | "
              "GLA (paper) TPR@1%FPR | GLA (sound) Acc | GLA (sound) AUROC | GLA (sound) TPR@1%FPR | "
              "CLA Acc | CLA AUROC |",
@@ -341,10 +385,10 @@ def _paper_table(part, dataset, order) -> list[str]:
     difference is expected."""
     lines = [f"## {dataset} beside the paper's MI2 (Tables 7-9)", "",
              ("The paper's values are quoted from its tables (mean ± SD across rounds; no interval). Ours: mean "
-              "[95 % t-interval across seeds]. Verdict: *agrees* when the paper's value lies in our interval. The "
-              "paper's ε is per round of its mechanism; ours is per local step (20 × 20 steps and more per round), "
-              "so at equal ε our noise per update is the same and the composed ε far larger (see the ε columns "
-              "above)."), "",
+              "[95 % interval over subjects+seeds, or over seeds where marked]. Verdict: *agrees* when the "
+              "paper's value lies in our interval. The paper's ε is per round of its mechanism; ours is per local "
+              "step (20 × 20 steps and more per round), so at equal ε our noise per update is the same and the "
+              "composed ε far larger (see the ε columns above)."), "",
              "| model | ε | what | ours | paper | verdict | why they can differ |",
              "| --- | --- | --- | --- | --- | --- | --- |"]
     for m, e in order:

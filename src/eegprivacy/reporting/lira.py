@@ -14,15 +14,33 @@ import pandas as pd
 
 from eegprivacy.atomic import atomic_path
 from eegprivacy.reporting.format import epsilon_key, estimate
-from eegprivacy.studies.federated.lira import LOWEST_FPR, NOTE, resolvable_fpr
+from eegprivacy.studies.federated.lira import (
+    ALPHA,
+    CONTROLLED,
+    DIFF_COLUMNS,
+    DIFF_METRIC,
+    LOWEST_FPR,
+    LOWEST_TPR,
+    MIN_BEYOND,
+    NOTE,
+    needed_nonmembers,
+    resolvable_fpr,
+)
 
 LABELS = {("lira_online", ""): "LiRA online", ("lira_offline", ""): "LiRA offline", ("rla", "lr"): "RLA LR",
           ("rla", "rf"): "RLA RF", ("rla", "mlp"): "RLA MLP",
-          ("lira_online_untrained_control", ""): "LiRA online, untrained control"}
-TABLE_HEAD = [("| ε per step | ε per round | Σε nominal | Σε certified | attack | AUROC | TPR@1 %FPR | TPR@0 FP | "
-               "AUROC (pooled) | TPR (pooled) | at FPR | independent non-members | CI over (pooled) |"),
-              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
-CHANCE_ROW = "| | | | | chance | 50.0 | 1.0 | 0.0 | 50.0 | = FPR | | | |"
+          ("lira_online_control", ""): "LiRA online, preprocessing-only control",
+          ("lira_offline_control", ""): "LiRA offline, preprocessing-only control",
+          ("lira_online_untrained_control", ""): "LiRA online, untrained model (shown, not tested)"}
+CONTROL_HEAD = ["| ε per step | attack | LiRA − control (AUROC points) | p (one-sided) | p (Holm) | "
+                f"Holm < {ALPHA:g} | LiRA AUROC | control AUROC | untrained AUROC | control's share of the excess | "
+                "subject clusters | CI over |",
+                "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+TABLE_HEAD = [("| ε per step | ε per round | Σε nominal | Σε certified | attack | AUROC | TPR@1 %FPR | "
+               f"AUROC (pooled) | TPR@{100 * LOWEST_FPR:g} %FPR (pooled) | TPR (pooled) | at FPR | CI method (TPR) | "
+               "subject clusters | independent non-members | CI over (pooled) |"),
+              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+CHANCE_ROW = f"| | | | | chance | 50.0 | 1.0 | 50.0 | {100 * LOWEST_FPR:g} | = FPR | | | | | |"
 
 
 def _roc_panel(ax, curves: dict, scope: str, name: str, eps_label) -> None:
@@ -41,7 +59,8 @@ def _roc_panel(ax, curves: dict, scope: str, name: str, eps_label) -> None:
                 label=f"{LABELS.get((attack, attacker), attack)}, {eps_label(eps)}")
     ax.set_title(name, fontsize=10)
     if lowest >= 1.0:
-        ax.text(0.5, 0.5, "not run (needs 6 or more shadows)", ha="center", transform=ax.transAxes)
+        ax.text(0.5, 0.5, "not run (too few shadows to leave a balanced group out)", ha="center",
+                transform=ax.transAxes)
         return
     grid = np.logspace(np.log10(lowest), 0, 50)
     ax.plot(grid, grid, color="grey", lw=0.8, label="chance (TPR = FPR)")
@@ -78,6 +97,8 @@ def cumulative_label(cum, dataset: str, model: str):
 
 def _intro(meta: dict, cum) -> list[str]:
     synthetic = "SYNTHETIC " if meta["synthetic"] else ""
+    beyond = meta.get("min_beyond", MIN_BEYOND)
+    n_in = meta.get("shadow_in_count", round(meta["n_shadows"] * meta["shadow_in_fraction"]))
     return [f"# Study B: LiRA and RLA against {synthetic}{meta['dataset']} ({meta['model']})", "",
             f"{NOTE}. {cum.note()}", "",
             ("Targets: federations built as `federated_mia`'s, each target seed on its own per-subject 80/20 "
@@ -87,30 +108,69 @@ def _intro(meta: dict, cum) -> list[str]:
             f"{meta['n_independent_nonmembers']} of the {meta['n_trials']} trials were a non-member at least "
             f"once (the independent non-members). Shadows: {meta['n_shadows']} federations through the same "
             f"code and knobs ({meta['training']}), each on {100 * meta['shadow_in_fraction']:.0f} % of every "
-            "client's trials of each class (the target's member share); every shadow client's "
-            "CSP is fitted on its IN trials as the target's is on its members. LiRA variance: "
-            f"{meta['lira_variance']}. RLA: [p0, p1, loss], {meta['attack_folds']}-fold cross-fitted on the "
-            "target's own member labels (a stronger attacker knowledge than LiRA's, which uses none)."), "",
+            "client's trials of each class (the target's member share, to within one trial per subject and class); "
+            f"the masks are balanced: every trial is IN in exactly {n_in} of the {meta['n_shadows']} shadows, so "
+            "a trial's IN/OUT count says nothing about any membership, and the masks are drawn independently of "
+            "the targets' splits. Every shadow client's CSP is fitted on its IN trials as the target's is on its "
+            f"members. LiRA variance: {meta['lira_variance']}. RLA: [p0, p1, loss], {meta['attack_folds']}-fold "
+            "cross-fitted on the target's own member labels (a stronger attacker knowledge than LiRA's, which "
+            "uses none)."), "",
+            ("**Preprocessing-only control.** Each client's CSP and scaling are fitted on its members, so members "
+            "sit further from the decision boundary in CSP space whatever model is applied afterwards: an attack on "
+            "the trained model detects preprocessing as well as training. The control is a model that never saw "
+            "the attacked client, scored through that client's own preprocessing: per target, "
+            f"{meta.get('control_folds', 4)} federations trained exactly like it (same seed, ε and member split) "
+            "each without one client fold; a client's trials pass through the target's CSP of that client and are "
+            "scored by the fold model that left it out (EEGNet: BatchNorm statistics calibrated on the client's "
+            "members), and LiRA reads them against the same shadows as the target. The untrained model is shown "
+            "beside, not tested: an untrained network's outputs are nearly constant, so it cannot show a "
+            "preprocessing leak."), "",
+            (f"**Which TPRs are reported.** A TPR at FPR f is a number only where at least {beyond} independent "
+            f"non-members lie beyond its threshold (f × independent non-members ≥ {beyond}; independent "
+            "non-members: distinct trials, each counted once however many models held it out). Elsewhere the "
+            f"cell reads \"not resolvable (needs ≥ N independent non-members, has M; supports F % FPR)\", F the "
+            "lowest FPR on the 1-2-5 grid the pool resolves, and no number for it is logged. TPR at zero false "
+            "positives is never reported: a threshold above every non-member has no non-member beyond it. "
+            f"With {meta['n_independent_nonmembers']} independent non-members the pooled targets resolve "
+            f"{_fpr_text(resolvable_fpr(LOWEST_FPR, meta['n_independent_nonmembers'], beyond))} "
+            f"({100 * LOWEST_FPR:g} % FPR needs {needed_nonmembers(LOWEST_FPR, beyond):,}); one target's "
+            f"{meta['n_nonmembers']} non-members resolve "
+            f"{_fpr_text(resolvable_fpr(LOWEST_FPR, meta['n_nonmembers'], beyond))} "
+            f"(1 % FPR needs {needed_nonmembers(0.01, beyond):,})."), "",
             ("Per-seed columns: mean [95 % t-interval over target seeds]. Pooled columns: the scores of all "
-            f"{meta['target_seeds']} targets pooled, with a 95 % two-way bootstrap interval that resamples target "
-            f"models and {meta['bootstrap_unit']} (`CI over`). A TPR at FPR f is printed only where the independent "
-            "non-members (distinct trials, each counted once however many targets held it out) number at least "
-            "1/f; the pooled TPR is at the lowest such FPR on a 1-2-5 grid, down to 0.1 %, named in `at FPR`. "
-            f"With {meta['n_independent_nonmembers']} independent non-members the targets resolve "
-            f"{_fpr_text(resolvable_fpr(LOWEST_FPR, meta['n_independent_nonmembers']))} "
-            f"(one target's {meta['n_nonmembers']} non-members: "
-            f"{_fpr_text(resolvable_fpr(LOWEST_FPR, meta['n_nonmembers']))}). TPR@0 FP is the share of members "
-            "above every non-member. Chance: AUROC 50, TPR at x % FPR = x, TPR@0 FP = 0. All values in %."), ""]
+            f"{meta['target_seeds']} targets pooled. AUROC: 95 % two-way percentile bootstrap resampling target "
+            f"models and {meta['bootstrap_unit']} (`two_way_bootstrap`). TPR (at the lowest resolvable FPR, "
+            "named in `at FPR`): the blocked threshold bootstrap (`blocked_threshold_bootstrap`): the same "
+            "resamples, the threshold re-estimated at that FPR on each resample's non-members and the TPR read off "
+            "its members, so the interval carries the threshold's own error and the clustering of trials within "
+            "subjects; `subject clusters` says how many subjects the pool spans, `CI over` what is resampled. "
+            "Chance: AUROC 50, TPR at x % FPR = x. All values in %."), ""]
 
 
 def _fpr_text(fpr: float) -> str:
-    return f"{100 * fpr:g} % FPR"
+    return f"{100 * fpr:g} % FPR" if np.isfinite(fpr) else "no FPR below 100 %"
 
 
 def _summary_row(frame: pd.DataFrame, eps: float, key: tuple, metric: str):
     hit = frame[(frame["epsilon"] == eps) & (frame["attack"] == key[0]) & (frame["attacker"] == key[1])
                 & (frame["metric"] == metric)]
     return hit.iloc[0] if len(hit) else None
+
+
+def _resolved(r) -> bool:
+    value = r.get("resolvable", True)
+    return True if value is None or (isinstance(value, float) and np.isnan(value)) else bool(value)
+
+
+def _cell(r) -> str:
+    """One summary row as a table cell: its estimate [interval], "not resolvable (…)" where the rule says so, or
+    "–" where the row is missing."""
+    if r is None:
+        return "–"
+    if not _resolved(r):
+        note = r.get("note") if isinstance(r.get("note"), str) and r.get("note") else "not resolvable"
+        return "not resolvable (" + note.removeprefix("not resolvable").lstrip(": ") + ")"
+    return estimate(r["value"], r["ci_low"], r["ci_high"], pct=True)
 
 
 def _scope_rows(summary: pd.DataFrame, meta: dict, cum, per_scope: str, pooled_scope: str) -> list[str]:
@@ -123,14 +183,18 @@ def _scope_rows(summary: pd.DataFrame, meta: dict, cum, per_scope: str, pooled_s
             a = _summary_row(per, eps, key, "auroc")
             if a is None:
                 continue
-            t1, t0 = _summary_row(per, eps, key, "tpr_at_fpr_0.01"), _summary_row(per, eps, key, "tpr_at_zero_fpr")
-            pa, p = _summary_row(pooled, eps, key, "auroc"), _summary_row(pooled, eps, key, "tpr_at_resolvable_fpr")
-            cells = [estimate(r["value"], r["ci_low"], r["ci_high"], pct=True) if r is not None else "–"
-                     for r in (a, t1, t0, pa, p)]
+            t1 = _summary_row(per, eps, key, "tpr_at_fpr_0.01")
+            pa, low = _summary_row(pooled, eps, key, "auroc"), _summary_row(pooled, eps, key, LOWEST_TPR)
+            p = _summary_row(pooled, eps, key, "tpr_at_resolvable_fpr")
+            cells = [_cell(r) for r in (a, t1, pa, low, p)]
             if p is not None:
-                cells += [f"{100 * float(p['fpr']):g} %", f"{int(p['n_independent_nonmembers'])}", str(p["ci_over"])]
+                ok = _resolved(p)
+                clusters = p.get("n_clusters")
+                cells += [f"{100 * float(p['fpr']):g} %" if ok else "–", str(p.get("ci_method")) if ok else "–",
+                          f"{int(clusters)}" if clusters is not None and np.isfinite(clusters) else "–",
+                          f"{int(p['n_independent_nonmembers'])}", str(p["ci_over"])]
             else:
-                cells += ["–", "–", "–"]
+                cells += ["–"] * 5
             where = (meta["dataset"], meta["model"], eps)
             sums = " | ".join([cum.text(*where, "nominal", "epsilon_per_round"),
                                *(cum.text(*where, c) for c in ("nominal", "certified"))])
@@ -138,18 +202,74 @@ def _scope_rows(summary: pd.DataFrame, meta: dict, cum, per_scope: str, pooled_s
     return lines
 
 
+def _p_text(value) -> str:
+    return "–" if value is None or not np.isfinite(float(value)) else f"{float(value):.3g}"
+
+
+def _share_text(value) -> str:
+    return "– (no excess)" if value is None or not np.isfinite(float(value)) else f"{100 * float(value):.0f} %"
+
+
+def _control_rows(summary: pd.DataFrame, meta: dict) -> tuple[list[str], list[str]]:
+    """The LiRA − control table's rows (per ε, online and offline) and one sentence per row on how much of LiRA's
+    AUROC excess over 0.5 the control reaches."""
+    pooled = summary[(summary["scope"] == "target_pooled") & (summary["metric"] == DIFF_METRIC)]
+    lines, sentences = [], []
+    for eps in meta["epsilons"]:
+        for attack in CONTROLLED:
+            r = _summary_row(pooled, eps, (attack, ""), DIFF_METRIC)
+            if r is None:
+                continue
+            significant = r.get("significant")
+            mark = ("–" if significant is None or pd.isna(significant) else "yes" if bool(significant) else "no")
+            clusters = r.get("n_clusters")
+            cells = [estimate(r["value"], r["ci_low"], r["ci_high"], pct=True), _p_text(r.get("p_value")),
+                     _p_text(r.get("p_holm")), mark,
+                     *(estimate(r.get(c), pct=True) for c in ("attack_auroc", "control_auroc", "untrained_auroc")),
+                     _share_text(r.get("control_share")),
+                     f"{int(clusters)}" if clusters is not None and np.isfinite(clusters) else "–", str(r["ci_over"])]
+            label = LABELS[(attack, "")]
+            lines.append(f"| {epsilon_key(eps)} | {label} | " + " | ".join(cells) + " |")
+            share = r.get("control_share")
+            if share is not None and np.isfinite(float(share)):
+                sentences.append(
+                    f"At ε = {epsilon_key(eps)}, the preprocessing-only control reaches {100 * float(share):.0f} % "
+                    f"of {label}'s AUROC excess over 0.5 ((control − 0.5) / (attack − 0.5) = "
+                    f"({100 * float(r['control_auroc']):.1f} − 50) / ({100 * float(r['attack_auroc']):.1f} − 50)).")
+            else:
+                sentences.append(f"At ε = {epsilon_key(eps)}, {label} has no AUROC excess over 0.5 "
+                                 f"({estimate(r.get('attack_auroc'), pct=True)} %): no share to state.")
+    return lines, sentences
+
+
 def report_md(summary: pd.DataFrame, meta: dict, cum) -> str:
     """The markdown report: what was attacked and how, then the targets' and the shadow-as-target tables."""
     lines = _intro(meta, cum)
+    group = int(meta.get("loo_group", 2))
     lines += ["## Targets (80/20, a split per target)", "", *TABLE_HEAD,
               *_scope_rows(summary, meta, cum, "target_seed", "target_pooled"), CHANCE_ROW, ""]
+    control_lines, sentences = _control_rows(summary, meta)
+    if control_lines:
+        family = summary.loc[summary["metric"] == DIFF_METRIC, "family"].dropna()
+        family = next((f for f in family if isinstance(f, str) and f), "no cell tested (no bootstrap)")
+        lines += ["## LiRA − preprocessing-only control", "",
+                  ("The claim is the paired difference: the pooled AUROC of LiRA on the trained target minus that of "
+                  "LiRA on the preprocessing-only control (the fold model that never saw the client, through the "
+                  f"client's own CSP), pooled over the {meta['target_seeds']} targets. Interval: 95 % percentile "
+                  f"two-way bootstrap, the same resamples of target models and {meta['bootstrap_unit']} for attack "
+                  "and control (`paired_two_way_bootstrap`); p: one-sided bootstrap p-value of \"difference ≤ 0\"; "
+                  f"Holm over the table's attack − control cells ({family}). The controls and the untrained model are "
+                  "not hypotheses of the family (no p-value). The untrained model's AUROC is shown, not tested: its "
+                  "near-constant outputs cannot show a preprocessing leak. Control's share of the excess: (control − "
+                  "0.5) / (attack − 0.5). All AUROCs in %."), "", *CONTROL_HEAD, *control_lines, "", *sentences, ""]
     lines += ["## Shadow-as-target", "",
               (f"Each of the {meta['n_shadows']} shadows in turn is the target of LiRA fitted on the other "
-              f"{meta['n_shadows'] - 2} (its pair partner left out too), a membership game with IN share "
+              f"{meta['n_shadows'] - group} (the {group} shadows of its balanced group left out together, so every "
+              "trial keeps the same number of IN and OUT fitting shadows), a membership game with IN share "
               f"{100 * meta['shadow_in_fraction']:.0f} %. Per-model columns: mean "
-              "[t-interval over shadow targets]; pooled: two-way bootstrap over shadow targets and "
+              "[t-interval over shadow targets]; pooled: as for the targets, over shadow targets and "
               f"{meta['bootstrap_unit']}, the TPR at the FPR the shadows' independent non-members (distinct trials "
-              "OUT of at least one shadow) resolve."), "", *TABLE_HEAD,
+              "OUT of at least one shadow) resolve under the same rule."), "", *TABLE_HEAD,
               *_scope_rows(summary, meta, cum, "shadow_loo", "shadow_loo_pooled"), CHANCE_ROW, ""]
     lines += ["Figure: `reports/figures/federated_lira_roc.png` (log-log ROC, diagonal = chance).", ""]
     return "\n".join(lines)
@@ -157,7 +277,7 @@ def report_md(summary: pd.DataFrame, meta: dict, cum) -> str:
 
 def _clean(v):
     """A JSON number: None for a missing or non-finite value."""
-    return None if v is None or not np.isfinite(v) else float(v)
+    return None if v is None or v is pd.NA or not np.isfinite(v) else float(v)
 
 
 def headline(summary: pd.DataFrame, meta: dict) -> dict:
@@ -166,6 +286,7 @@ def headline(summary: pd.DataFrame, meta: dict) -> dict:
            "synthetic": meta["synthetic"], "n_members": meta["n_members"], "n_nonmembers": meta["n_nonmembers"],
            "n_independent_nonmembers": meta["n_independent_nonmembers"], "bootstrap_unit": meta["bootstrap_unit"],
            "n_shadows": meta["n_shadows"], "target_seeds": meta["target_seeds"],
+           "shadow_in_count": meta.get("shadow_in_count"), "min_beyond": meta.get("min_beyond", MIN_BEYOND),
            "wall_time_s": meta.get("wall_time_s")}
     for r in summary.to_dict("records"):
         attack = r["attack"] + (f"_{r['attacker']}" if r["attacker"] else "")
@@ -173,5 +294,16 @@ def headline(summary: pd.DataFrame, meta: dict) -> dict:
                         r["metric"]])
         out[key] = {"mean": _clean(r["value"]), "ci_low": _clean(r["ci_low"]), "ci_high": _clean(r["ci_high"]),
                     "chance": _clean(r["chance"]), "n": _clean(r["n"]), "ci_over": r.get("ci_over"),
-                    "fpr": _clean(r.get("fpr")), "n_independent_nonmembers": _clean(r.get("n_independent_nonmembers"))}
+                    "fpr": _clean(r.get("fpr")), "n_independent_nonmembers": _clean(r.get("n_independent_nonmembers")),
+                    "ci_method": r.get("ci_method"), "n_clusters": _clean(r.get("n_clusters")),
+                    "resolvable": _resolved(r),
+                    "note": r["note"] if isinstance(r.get("note"), str) else ""}
+        if r["metric"] == DIFF_METRIC:  # the attack − control cell: its test and the AUROCs beside
+            for column in DIFF_COLUMNS:
+                value = r.get(column)
+                out[key][column] = (value if column == "family" and isinstance(value, str) else
+                                    None if column == "family" or value is None or pd.isna(value) else
+                                    bool(value) if column == "significant" else _clean(value))
+        if not out[key]["resolvable"]:  # an unresolvable cell carries no number, only what it needs and has
+            out[key].update(mean=None, ci_low=None, ci_high=None)
     return out

@@ -56,7 +56,9 @@ WHY = {
                       "on a held-out half of the attack data, while an RF scored on the trials it was fitted on "
                       "reaches ~100 % AUROC with no signal (one reading of the paper's RF ≈ 88–90 % beside LR ≈ 50 %)",
     ("fla", "accuracy"): "as RLA accuracy: chance is the 80 % member share",
-    ("fla", "auroc"): "as RLA AUROC",
+    ("fla", "auroc"): "as RLA AUROC; and both read the member-fitted CSP as much as training: against a model that "
+                      "never saw the client, through the client's own CSP, most of this AUROC remains (the "
+                      "attack − preprocessing-only control table, reports/study-b.md)",
     ("gla_paper", "accuracy"): "this GLA tells real updates from matched Gaussian vectors (structure, not "
                                "membership); a balanced held-out score below 50 % (the paper under DP) is "
                                "anti-learning, not protection",

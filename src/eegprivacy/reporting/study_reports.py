@@ -29,7 +29,9 @@ STUDIES = ("a", "b", "c")
 TITLES = {"a": "Study A — DP feature release", "b": "Study B — federated membership inference",
           "c": "Study C — embedding audit"}
 # The stage whose parent runs hold each study's headline aggregates.
-HEADLINE_STAGE = {"a": "dp_utility", "b": "federated_mia", "c": "embedding_audit"}
+# Study B's are the report stage's per-dataset runs: they log the summary's cells with the p_holm of their family,
+# so reports/study-b.md and reports/federated_mia_tables.md print one computation.
+HEADLINE_STAGE = {"a": "dp_utility", "b": "federated_mia_report", "c": "embedding_audit"}
 # Parents carry seed 'none' (children one seed each): the filter keeps the store from sending thousands of children.
 SEARCH_FILTER = {s: f"tags.stage = '{stage}' and tags.seed = 'none' and attributes.status = 'FINISHED'"
                  for s, stage in HEADLINE_STAGE.items()}
@@ -123,7 +125,10 @@ def _extract(runs: pd.DataFrame, pattern: str) -> pd.DataFrame:
                          "run_attack": _tag(run, "attack"), **groups, "mean": run[column],
                          "ci_low": run.get(f"{base}_ci_low", np.nan), "ci_high": run.get(f"{base}_ci_high", np.nan),
                          "n": run.get(f"{base}_n", np.nan), "cells": run.get("metrics.cells", np.nan),
-                         "logged_ci_over": _logged_ci_over(run, base)})
+                         "logged_ci_over": _logged_ci_over(run, base),
+                         "logged_p_value": run.get(f"{base}_p_value", np.nan),
+                         "logged_p_holm": run.get(f"{base}_p_holm", np.nan),
+                         "holm_family": run.get(f"tags.{base.removeprefix('metrics.')}_holm_family")})
     return pd.DataFrame(rows)
 
 
@@ -254,37 +259,29 @@ def tested_text(row) -> str:
     return text
 
 
-# The key columns after ``round`` in a study B aggregate's name: ``client`` (nan on these rows), then any the
-# stage's rows have grown since (``sent_to_server``, ``detail``: nan here too), so a new row column does not hide
-# the run from its report.
-B_ROW_KEYS = r"client_nan(?:/[a-z_]+_nan)*"
-
-
 def tidy_b(runs: pd.DataFrame) -> pd.DataFrame:
-    """Per federated run (dataset, model, ε): utility accuracy at the last round and, per attack, the AUROC of
-    every attacker at the last round the attack is scored (``*_untrained_control`` attacks are the controls).
+    """Per dataset's ``federated_mia_report`` run and (model, ε): utility accuracy and, per attack, the AUROC of
+    every attacker, each the mean over rounds and seeds of the summary ``metrics/federated_mia.csv`` holds, with
+    its logged interval, ``ci_over`` (subjects+seeds, or seeds where logged so), p-value and ``p_holm``.
 
-    No attacker is picked after seeing the scores (the maximum over attackers is biased upward). Intervals are the
-    sweep's t-intervals over seeds (``ci_over`` as logged, else ``seeds``; n = the run's ``<metric>_n`` or its
-    ``cells``, one per seed). Every AUROC is tested against chance 0.5 and Holm-adjusted over the table
-    (:func:`with_holm`)."""
-    utility = _extract(runs, rf"attack_nan/attacker_nan/round_(?P<round>[^/]+)/{B_ROW_KEYS}/utility_accuracy")
-    attacks = _extract(runs, r"attack_(?P<attack>(?!nan/)[^/]+)/attacker_(?P<attacker>[^/]+)/round_(?P<round>[^/]+)"
-                             rf"/{B_ROW_KEYS}/auroc")
-    if utility.empty and attacks.empty:
+    No attacker is picked after seeing the scores (the maximum over attackers is biased upward). Nothing is
+    re-tested here: ``p_holm`` is the report stage's (:func:`eegprivacy.studies.federated.report.with_holm`, Holm
+    over the family of one printed table, named in ``holm_family``), the same number reports/federated_mia_tables.md
+    prints; controls (``*_control``) carry none. A cell the run logs without a p_holm is untested."""
+    rows = _extract(runs, r"summary/(?P<model>[^/]+)/eps_(?P<epsilon>[^/]+)/(?P<attack>[^/]+)/(?P<attacker>[^/]+)/"
+                          r"(?P<metric>utility_accuracy|auroc)")
+    if rows.empty:
         return pd.DataFrame()
-    utility = utility.assign(attack="utility", attacker="", metric="utility_accuracy")
-    rows = pd.concat([utility, attacks.assign(metric="auroc")], ignore_index=True)
-    rows["round_number"] = pd.to_numeric(rows["round"], errors="coerce").fillna(-1)
-    last = rows.groupby(["run_id", "attack", "attacker"])["round_number"].transform("max")
-    rows = rows[rows["round_number"] == last].reset_index(drop=True)
-    rows["epsilon"] = rows["run_epsilon"]
-    rows["n_seeds"] = pd.to_numeric(rows["n"], errors="coerce").fillna(pd.to_numeric(rows["cells"], errors="coerce"))
+    rows["attacker"] = rows["attacker"].where(rows["attack"] != "utility", "")
+    rows["n_seeds"] = pd.to_numeric(rows["n"], errors="coerce")
     rows["ci_over"] = rows["logged_ci_over"].fillna("seeds")
-    rows["t_interval"] = rows["ci_over"] == "seeds"  # the sweep's aggregate: mean_ci over the seeds
-    rows["chance"] = np.where(rows["metric"] == "auroc", 0.5, np.nan)
+    rows["t_interval"] = rows["ci_over"] == "seeds"
+    rows["chance"] = 0.5
+    rows["p_value"] = pd.to_numeric(rows["logged_p_value"], errors="coerce")
+    rows["p_holm"] = pd.to_numeric(rows["logged_p_holm"], errors="coerce")
+    rows["significant"] = rows["p_holm"] < ALPHA
     rows["range_low"], rows["range_high"] = UNIT_RANGE
-    return with_holm(rows)
+    return rows.reset_index(drop=True)
 
 
 C_METRICS = {  # label -> metric pattern (first match wins), from the embedding_audit parents' aggregates
@@ -482,7 +479,7 @@ def draw_b(rows: pd.DataFrame, fig) -> None:
         epsilons = sorted(part["epsilon"].unique(), key=lambda e: _epsilon_order(e) if e != "inf" else np.inf)
         position = {e: i for i, e in enumerate(epsilons)}
         base = part["attack"].str.removesuffix("_untrained_control")
-        panel_rows = [("utility", part["attack"] == "utility", "utility accuracy (last round)")]
+        panel_rows = [("utility", part["attack"] == "utility", "utility accuracy (mean over rounds)")]
         panel_rows += [(a, base == a, f"AUROC {a} (every attacker)") for a in attacks]
         for ax, (attack, mask, what) in zip(panels, panel_rows):
             for (model, attacker, name), line in part[mask].groupby(["model", "attacker", "attack"]):
@@ -541,10 +538,14 @@ INTRO = {
          "mechanism's utility horizon is a fixed-sequence test from the largest ε down, each ε at α/m (α = 0.05), "
          "stopping at the first ε that does not keep utility (p_adj < 0.05 at every ε from the largest to the "
          "horizon); what its ε covers is printed beside it.",
-    "b": "Per-subject FedAvg: utility accuracy of the global model at the last round, and for each attack the AUROC "
-         "of every attacker (named in brackets; none is picked after seeing the scores) at the last round it is "
-         "scored. The `*_untrained_control` columns are the same attacks on an untrained model: the level an AUROC "
-         "must beat.",
+    "b": "Per-subject FedAvg: utility accuracy of the global model and, for each attack, the AUROC of every "
+         "attacker (named in brackets; none is picked after seeing the scores), each the mean over rounds and "
+         "seeds as `federated_mia_report` summarises it (metrics/federated_mia.csv; the same cells as "
+         "reports/federated_mia_tables.md). The `*_control` columns are the same attacks on an untrained model "
+         "(and the sound GLA's control), shown, never tested: an untrained network's outputs are nearly constant, "
+         "so they cannot show what the member-fitted CSP leaks. Each AUROC here is tested against chance 0.5 and so "
+         "measures the member-fitted preprocessing and training together; the lead table above (attack − "
+         "preprocessing-only control) is the test of training.",
     "c": "Frozen-encoder embedding audit per encoder and weight setting: attribute leakage L_A (with its "
          "permuted-label control), the AEDS decision score, identification BPID@1, and membership AUC against the "
          "head (LiRA) and the encoder, one row per cohort (`dataset`), encoder and weights; on a cohort whose task "
@@ -579,6 +580,8 @@ def caption(study: str, rows: pd.DataFrame) -> str:
     comparison correction with the number of cells it runs over (study A's intro names its own Holm)."""
     if study == "a" or "p_value" not in rows:
         return ""
+    if study == "b":
+        return caption_b(rows)
     tested = rows["p_value"].notna()
     where = {"b": "each AUROC cell against chance 0.5",
              "c": "each membership AUC and diagnosis BA against chance 0.5"}[study]
@@ -597,6 +600,25 @@ def caption(study: str, rows: pd.DataFrame) -> str:
             f"untested.*")
 
 
+def caption_b(rows: pd.DataFrame) -> str:
+    """Study B's caption: intervals over subjects+seeds, and the p_Holm of the report stage with its families."""
+    families = rows.loc[rows["p_holm"].notna(), "holm_family"].dropna()
+    named = ", ".join(f"`{f}`" for f in sorted(set(families))) or "none"
+    clipped = sum(displayed_interval(r)[2] for _, r in rows.iterrows())
+    return ("*Table: each cell's 95 % interval as `federated_mia_report` logs it (uncorrected). `CI over` = "
+            "subjects+seeds: a cluster bootstrap resampling whole clients (one per subject, the privacy unit) "
+            "crossed with a resample of the seeds (percentile interval); `seeds`, `t(n−1)`: a Student-t interval "
+            "over n seeds, kept where a number has no per-client reading (CLA, GLA (paper)). Intervals reaching "
+            f"outside [0, 1] are clipped to it for display and marked `clipped` ({clipped} here). Tests: each score "
+            "against its chance (the bootstrap p-value of score − chance; the one-sample t-test on `seeds` cells); "
+            f"p_Holm is the report stage's, {CORRECTION}-adjusted over its family, one per printed table of "
+            "reports/federated_mia_tables.md: a dataset's attack tables for one attacker, or its utility table "
+            "(families here: " + named + "; each family holds every tested cell of that table, more than this "
+            f"table shows; multiple-comparison correction: {CORRECTION}). The two reports print the same p_Holm "
+            f"for the same cell. `*` marks p_Holm < {ALPHA}. Controls (`*_control`) are shown, never tested; cells "
+            "without p_Holm are untested.*")
+
+
 def render(study: str, rows: pd.DataFrame, uri: str, figure: str | None, lead: list[str] | None = None) -> str:
     """The report's Markdown: provenance, the lead section (study A: the end-to-end private releases,
     :mod:`eegprivacy.reporting.end_to_end`), figure, headline table, the cited runs and the dataset versions."""
@@ -612,7 +634,7 @@ def render(study: str, rows: pd.DataFrame, uri: str, figure: str | None, lead: l
         return "\n".join([*lines, "**No runs.** " + no_runs_message(study, uri), ""])
     table = headline_table(study, rows)
     if lead:
-        lines += [f"## The paper's mechanisms (`{HEADLINE_STAGE[study]}`)", ""]
+        lines += [f"## The paper's {'mechanisms' if study == 'a' else 'tables'} (`{HEADLINE_STAGE[study]}`)", ""]
     lines += [INTRO[study], ""]
     if figure:
         lines += [f"![{TITLES[study]}]({figure})", ""]
@@ -647,7 +669,7 @@ def write_report(study: str, out_dir: str | Path, uri: str | None = None) -> tup
         DRAW[study](rows, fig)
         with atomic_path(png) as tmp:
             fig.savefig(tmp, dpi=120)
-    lead = end_to_end_lead(study, rows, uri, out_dir)
+    lead = end_to_end_lead(study, rows, uri, out_dir) + control_lead(study, uri, out_dir)
     text = render(study, rows, uri, None if rows.empty else png.name, lead)
     report = write_text_atomic(out_dir / f"study-{study}.md", text)
     return report, not rows.empty
@@ -674,3 +696,40 @@ def end_to_end_lead(study: str, rows: pd.DataFrame, uri: str, out_dir: Path) -> 
         found = rows[(rows["arm"] == "release_minus_null") & (rows["metric"] == "auroc") & (rows["horizon"] != "")]
         paper = {(r["dataset"], r["mechanism"]): str(r["horizon"]) for _, r in found.iterrows()}
     return [*end_to_end.lead_lines(runs, paper), f"![end-to-end private releases]({png.name})", ""]
+
+
+def control_lead(study: str, uri: str, out_dir: Path) -> list[str]:
+    """Study B's lead section, the controlled membership table (attack − preprocessing-only control,
+    :mod:`eegprivacy.reporting.federated_control`), and its figure ``study-b-control.png``, from the newest
+    ``federated_control`` summary run; nothing for the other studies or a store without one (an old figure is
+    then removed)."""
+    from matplotlib.figure import Figure
+
+    from eegprivacy.reporting import federated_control
+
+    png = Path(out_dir) / f"study-{study}-control.png"
+    runs = federated_control.summary_runs(uri, EXPERIMENTS[study]) if study == "b" else pd.DataFrame()
+    summary = federated_control.tidy_run(runs.iloc[0]) if not runs.empty else pd.DataFrame()
+    if summary.empty:
+        png.unlink(missing_ok=True)
+        return []
+    fig = Figure(figsize=(11, 4.5))
+    federated_control.draw(summary, fig)
+    with atomic_path(png) as tmp:
+        fig.savefig(tmp, dpi=120, bbox_inches="tight")
+    run = runs.iloc[0]
+    meta = {"protocols": _control_protocols(run)}
+    return [*federated_control.lead_lines(summary, meta), f"![attack − preprocessing-only control]({png.name})",
+            "", f"*From MLflow run `{run['tags.mlflow.runName']}` (`runs:/{run['run_id']}`); every arm's AUROC in "
+                "`reports/federated_control.md`.*", ""]
+
+
+def _control_protocols(run: pd.Series) -> dict:
+    """The per-model protocol (seeds, rounds, local epochs) the summary run logged as a param."""
+    import ast
+
+    text = run.get("params.federated_control.per_model") or run.get("params.per_model")
+    try:
+        return ast.literal_eval(text) if isinstance(text, str) else {}
+    except (ValueError, SyntaxError):
+        return {}

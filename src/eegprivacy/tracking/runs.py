@@ -35,7 +35,8 @@ EXPERIMENTS = {
 
 REQUIRED_TAGS = ("study", "stage", "dataset", "dataset_version", "synthetic", "seed", "git_commit", "dvc_stage")
 OPTIONAL_TAGS = ("epsilon", "delta", "mechanism", "model", "attack", "attacker", "split", "encoder", "defense",
-                 "cohort")  # cohort: study C's audited cohort (issue 21), beside dataset for cross-cohort queries
+                 "cohort", "preprocessing")  # cohort: study C's audited cohort (issue 21), beside dataset for
+# cross-cohort queries; preprocessing: study B's client preprocessing option (federated_control)
 
 # Names that must never reach MLflow (params, tags, metric keys): identifiers, pseudonyms, linkage secrets.
 _FORBIDDEN = re.compile(r"(patient_?id|pseudonym|global_?id|linkage_?key|hmac_?key|secret|subject_?name)", re.I)

@@ -108,6 +108,9 @@ class FederatedMIAConfig(Config):
     rf_estimators: int = param(count(1, "trees"), doc="trees of the random-forest attacker")
     attack_test_size: float = param(FRACTION_OPEN, doc="attacker-test share of the attack data")
     cla_components: int = param(count(1, "components"), doc="PCA components of the client-level attack")
+    subject_bootstrap: int = param(count(1, "resamples"), default=200,
+                                   doc="B: client (subject) resamples of the cluster bootstrap every cell's "
+                                       "replicates are computed on (intervals over subjects+seeds)")
     batchnorm_stats: str = param(options(("local", "shared"), "local or shared"), default="local",
                                  doc="EEGNet's BatchNorm running statistics: local (FedBN: each client keeps its "
                                      "own, never sent; the server averages trainable parameters only) or shared "

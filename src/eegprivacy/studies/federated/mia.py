@@ -40,6 +40,7 @@ from eegprivacy.attacks.metrics import auroc
 from eegprivacy.evaluation.metrics import classification_metrics, confusion_counts
 from eegprivacy.pipeline.sweep import config_key
 from eegprivacy.studies.federated.config import DatasetSpec, FederatedMIAConfig
+from eegprivacy.studies.federated.replicates import Replicates
 
 UTILITY = ("accuracy", "precision", "recall", "f1", "auroc", "loss")
 ATTACK_KEEP = ("accuracy", "balanced_accuracy", "auroc", "tpr_at_fpr_0.01", "tpr_at_fpr_0.001")
@@ -49,7 +50,7 @@ NOTE = ("epsilon is per mechanism application (one local optimiser step on one b
 # The knobs every cell records (its cache key, its tidy rows' columns, its MLflow params).
 CELL_KNOBS = ("clip_norm", "test_size", "split_seed", "csp_components", "clients_per_round", "num_rounds",
               "local_epochs", "learning_rate", "batch_size", "rf_estimators", "attack_test_size", "cla_components",
-              "batchnorm_stats")
+              "batchnorm_stats", "subject_bootstrap")
 
 
 def load_trials(name: str, spec: DatasetSpec):
@@ -163,9 +164,10 @@ def _attack_rows(scores: dict, attack: str, attacker: str, rnd) -> list[dict]:
     return rows
 
 
-def utility_rows(task, weights, fed: Federation, rnd: int, locals_: list | None = None) -> list[dict]:
+def utility_rows(task, weights, fed: Federation, rnd: int, locals_: list | None = None,
+                 replicates: Replicates | None = None) -> list[dict]:
     """Global model on every client's non-members (each with its own local state in ``locals_``): pooled metrics,
-    client means, per-client accuracy."""
+    client means, per-client accuracy; with ``replicates``, also each client mean's client-bootstrap replicates."""
     rows, per_client = [], []
     locals_ = locals_ or [None] * len(fed.clients)
     for k, (_, _, Xn, yn) in enumerate(fed.clients):
@@ -181,6 +183,8 @@ def utility_rows(task, weights, fed: Federation, rnd: int, locals_: list | None 
         values = np.array([c[metric] for c in per_client], dtype=float)
         rows.append({"metric": f"utility_{metric}", "value": float(np.nanmean(values)), "round": rnd,
                      "chance": 0.5 if metric != "loss" else float("nan"), "n": len(values)})
+    if replicates is not None:
+        replicates.utility(per_client, UTILITY)
     return rows
 
 
@@ -190,8 +194,25 @@ class Scoring:
     def __init__(self, task, fed: Federation, config: FederatedMIAConfig, seed: int, result=None):
         self.task, self.fed, self.config, self.seed, self.result = task, fed, config, seed, result
         self.sound_rounds: list = []  # every attacked round's sound-GLA updates, pooled per cell
-        self.Xm, self.ym, _ = fed.pooled(True)
-        self.Xn, self.yn, _ = fed.pooled(False)
+        self.Xm, self.ym, self.cm = fed.pooled(True)
+        self.Xn, self.yn, self.cn = fed.pooled(False)
+        # The client of every record- and feature-level attack row (members stacked over non-members).
+        self.record_clients = np.concatenate([self.cm, self.cn])
+        # Client-bootstrap replicates of every number that has a per-client reading (None: not collected).
+        self.replicates: Replicates | None = None
+
+    def _evaluate(self, attack, X, y, clients, name: str, attacker: str, **evaluate) -> dict:
+        """``attack.evaluate(X, y, ...)``; with :attr:`replicates`, also the client-bootstrap replicates of its
+        scores (the attacker-test rows resampled by ``clients``, one per row of ``X``; None: no per-client
+        reading, no replicates). The rows and scores are what ``evaluate`` alone gives."""
+        scores = attack.evaluate(X, y, test_size=self.config.attack_test_size, **evaluate)
+        if self.replicates is not None and clients is not None:
+            self.replicates.attack(attack, X, y, clients, scores, name, attacker, ATTACK_KEEP)
+        return scores
+
+    def _scored(self, attack, X, y, clients, name: str, attacker: str, rnd, **evaluate) -> list[dict]:
+        """:meth:`_evaluate` as tidy rows."""
+        return _attack_rows(self._evaluate(attack, X, y, clients, name, attacker, **evaluate), name, attacker, rnd)
 
     def client_locals(self, rnd: int | None = None) -> list:
         """Each client's local state after round ``rnd`` (0: the untrained model's), see :func:`client_locals`."""
@@ -240,11 +261,10 @@ class Scoring:
 
     def record_and_feature_rows(self, record, embeddings, rnd: int, attacker: str, kw: dict,
                                 suffix: str = "") -> list[dict]:
-        half = self.config.attack_test_size
         rla, fla = RecordLevelAttack(**kw), FeatureLevelAttack(**kw)
-        return (_attack_rows(rla.evaluate(*rla.attack_data(*record), test_size=half), "rla" + suffix, attacker, rnd)
-                + _attack_rows(fla.evaluate(*fla.attack_data(*embeddings), test_size=half), "fla" + suffix,
-                               attacker, rnd))
+        return (self._scored(rla, *rla.attack_data(*record), self.record_clients, "rla" + suffix, attacker, rnd)
+                + self._scored(fla, *fla.attack_data(*embeddings), self.record_clients, "fla" + suffix, attacker,
+                               rnd))
 
     def untrained_control_rows(self, initial) -> list[dict]:
         """Negative control (round 0): the record- and feature-level attacks on the untrained initial model,
@@ -293,19 +313,18 @@ class Scoring:
         self.sound_rounds.append(gs.SoundRound(rnd, np.asarray(clients), np.stack(member), np.stack(nonmember),
                                                np.stack(control_m) if has_control else None,
                                                np.stack(control_n) if has_control else None))
-        half, rows = self.config.attack_test_size, []
+        rows = []
         for attacker, kw in self.attackers(rnd, 11):
             rows += self.record_and_feature_rows(record, embeddings, rnd, attacker, kw)
-            gla = SyntheticGradientAttack(**kw)
-            rows += _attack_rows(gla.evaluate(*gla.attack_data(updates), test_size=half), "gla_paper", attacker, rnd)
+            gla = SyntheticGradientAttack(**kw)  # real vs Gaussian vectors: no per-client reading
+            rows += self._scored(gla, *gla.attack_data(updates), None, "gla_paper", attacker, rnd)
             if len(clients) >= 2:
                 groups = np.concatenate([clients, clients])
                 pairs = [(gs.ATTACK, member, nonmember)] + ([(gs.CONTROL, control_m, control_n)] if has_control else [])
                 for attack, m_, n_ in pairs:  # the same attacker seed: the same client split for both
                     gla_sound = GradientLevelAttack(**kw)
                     X_, y_ = gla_sound.attack_data(np.stack(m_), np.stack(n_))
-                    scores = gla_sound.evaluate(X_, y_, test_size=half, groups=groups)
-                    rows += _attack_rows(scores, attack, attacker, rnd)
+                    rows += self._scored(gla_sound, X_, y_, groups, attack, attacker, rnd, groups=groups)
         return rows
 
     def pooled_gla_rows(self) -> list[dict]:
@@ -320,10 +339,13 @@ class Scoring:
         with_control = all(r.control_member is not None for r in rounds)
         for attacker, kw in self.attackers(19):
             for attack, control in [(gs.POOLED, False)] + ([(gs.POOLED_CONTROL, True)] if with_control else []):
-                scores = gs.pooled_scores(rounds, kw, self.config.attack_test_size, control)
-                if scores:
-                    rows += _attack_rows(scores, attack, attacker, float("nan"))
-                    rows += gs.power_rows(scores, attack, attacker)
+                X, y, groups = gs.pooled_data(rounds, control)
+                if np.unique(groups).size < 2:  # fewer than two clients took part: no client split
+                    continue
+                # What gs.pooled_scores computes, with the fitted attack kept for the replicates.
+                scores = self._evaluate(GradientLevelAttack(**kw), X, y, groups, attack, attacker, groups=groups)
+                rows += _attack_rows(scores, attack, attacker, float("nan"))
+                rows += gs.power_rows(scores, attack, attacker)
         return rows + [gs.rounds_row(rounds)]
 
     def grad_norms(self, weights, record, locals_: list | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -406,14 +428,16 @@ def grad_norm_rows(norms: dict, rnd: int, last: bool) -> list[dict]:
 def cell_rows(cell: dict, seed: int, trials, config: FederatedMIAConfig,
               arrays_dir: str | Path | None = None) -> list[dict]:
     """Everything one (model, ε, seed) federation yields, as tidy rows; with ``arrays_dir``, also the raw
-    per-round arrays (every sampled client's update vector, every trial's gradient norm) as
-    ``<arrays_dir>/<cell key>.npz``."""
+    per-round arrays (every sampled client's update vector, every trial's gradient norm) and the cell's
+    client-bootstrap replicates (``replicate_keys``, ``replicates``: one (B,) vector per summary key, averaged over
+    rounds; :mod:`~eegprivacy.studies.federated.replicates`) as ``<arrays_dir>/<cell key>.npz``."""
     from eegprivacy.models.gradients import update_vector
     from eegprivacy.signal.csp import MODEL_INPUT
 
     fed = Federation(trials, seed_split(trials, config, seed), MODEL_INPUT[cell["model"]], config.csp_components)
     task, result = federate(cell, seed, fed, config)
     scoring = Scoring(task, fed, config, seed, result=result)
+    replicates = scoring.replicates = Replicates(len(fed.clients), config.subject_bootstrap)
     rounds = sorted(result.sent)
     history = {h["round"]: h for h in result.history}
     rows, cla_X, cla_y, norms_m, norms_n = [], [], [], [], []
@@ -422,9 +446,13 @@ def cell_rows(cell: dict, seed: int, trials, config: FederatedMIAConfig,
         after = result.sent[rounds[i + 1]] if i + 1 < len(rounds) else result.weights
         before = result.sent[rnd]
         locals_ = scoring.client_locals(rnd)
-        rows += utility_rows(task, after, fed, rnd, locals_)
+        rows += utility_rows(task, after, fed, rnd, locals_, replicates)
         record = scoring.record(after, locals_)
         rows += loss_rows(record, history, rnd, client_train_loss(result, rnd))
+        replicates.losses(record[4], scoring.cm, record[5], scoring.cn)
+        kept = (result.diagnostics or {}).get(rnd, {})
+        replicates.client_train_loss(client_train_loss(result, rnd),
+                                     {c: kept[c].get("train_loss", np.nan) for c in kept}, result.n_examples)
         embeddings = scoring.embeddings(after, locals_)
         clients = sorted(result.updates[rnd])
         updates = np.stack([update_vector(result.updates[rnd][c], before) for c in clients])
@@ -437,6 +465,8 @@ def cell_rows(cell: dict, seed: int, trials, config: FederatedMIAConfig,
         norms_m.append(gm)
         norms_n.append(gn)
         rows += grad_norm_rows({"member": gm, "nonmember": gn}, rnd, last=i + 1 == len(rounds))
+        replicates.grad_norms({"member": gm, "nonmember": gn}, {"member": scoring.cm, "nonmember": scoring.cn},
+                              QUANTILES if i + 1 == len(rounds) else None)
     X_all, y_all = np.concatenate(cla_X), np.concatenate(cla_y)
     rows += scoring.pooled_gla_rows()
     rows += scoring.client_level_rows(X_all, y_all)
@@ -444,7 +474,7 @@ def cell_rows(cell: dict, seed: int, trials, config: FederatedMIAConfig,
         save_arrays(Path(arrays_dir) / f"{config_key({**cell, 'seed': seed})}.npz",
                     rounds=np.repeat(rounds, [len(c) for c in cla_y]), clients=y_all,
                     updates=X_all.astype(np.float32), grad_norm_member=np.stack(norms_m).astype(np.float32),
-                    grad_norm_nonmember=np.stack(norms_n).astype(np.float32))
+                    grad_norm_nonmember=np.stack(norms_n).astype(np.float32), **replicates.arrays())
     rows.append({"metric": "noise_scale", "value": task.dp.noise_scale if task.dp else 0.0})
     # 1 where something data-dependent travels un-noised beside the DP weights (shared BatchNorm statistics).
     rows.append({"metric": "unnoised_channels", "value": float(len(task.unnoised_channels) if task.private else 0),
