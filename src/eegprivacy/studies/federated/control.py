@@ -52,6 +52,7 @@ from eegprivacy.evaluation.cluster_bootstrap import (
     percentile_interval,
     seed_indices,
 )
+from eegprivacy.federated.preprocessing import PREPROCESSING
 from eegprivacy.params import Config, param
 from eegprivacy.studies.federated.config import MODELS, FederatedMIAConfig, ProtocolOverride
 from eegprivacy.validation import (
@@ -65,7 +66,6 @@ from eegprivacy.validation import (
 )
 
 ARMS = ("attack", "control", "untrained")
-ATTACKS = ("loss", "rla", "fla", "gla")
 TRAINING_KNOBS = ("clip_norm", "test_size", "split_seed", "clients_per_round", "learning_rate", "batch_size",
                   "batchnorm_stats", "csp_components")
 ALPHA = 0.05
@@ -78,7 +78,7 @@ class FederatedControlConfig(Config):
 
     dataset: str = param(TEXT, doc="a key of federated_mia.datasets")
     models: list = param(subset_of(MODELS, "models"), doc="simplenet and/or eegnet")
-    preprocessing: list = param(subset_of(("member_csp", "calibration_csp", "dp_csp", "channels"), "options"),
+    preprocessing: list = param(subset_of(tuple(PREPROCESSING), "options"),
                                 doc="client preprocessing options (channels: EEGNet only)")
     epsilons: list = param(EPSILONS_OR_INF, doc="per-step ε of the Laplace gradient DP (.inf: no DP)")
     seeds: int = param(count(1, "seeds"), doc="seeds 0..n-1 (federated_mia's member split of each seed)")
@@ -107,8 +107,6 @@ class FederatedControlConfig(Config):
 
 def preprocessing_options(config: FederatedControlConfig, model: str) -> list[str]:
     """The options that can feed ``model`` (``channels`` is EEGNet's only)."""
-    from eegprivacy.federated.preprocessing import PREPROCESSING
-
     return [p for p in config.preprocessing if model in PREPROCESSING[p].models]
 
 
@@ -132,7 +130,7 @@ def client_preprocessing(trials, member, calibration, preprocessing: str, model:
                          n_components: int, seed: int) -> ClientSet:
     """Every client's data through its own preprocessing (``fit`` reads only the rows the option names: its
     training members, its calibration trials, or nothing)."""
-    from eegprivacy.federated.preprocessing import PREPROCESSING, make_preprocessor
+    from eegprivacy.federated.preprocessing import make_preprocessor
     from eegprivacy.federated.task import derive_seed
     from eegprivacy.signal.csp import MODEL_INPUT
 
