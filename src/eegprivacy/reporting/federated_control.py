@@ -116,13 +116,16 @@ def explained_sentences(summary: pd.DataFrame, model: str) -> list[str]:
             if "attack" not in rows or "control" not in rows:
                 continue
             a, c = rows["attack"]["value"], rows["control"]["value"]
-            share = rows.get("attack_minus_control", {}).get("control_share", np.nan) if rows.get(
-                "attack_minus_control") is not None else np.nan
-            if a > 0.5 and np.isfinite(share):
-                pieces.append(f"{ATTACK_NAMES.get(attack, attack)} {a:.3f} vs control {c:.3f} "
-                              f"({min(max(share, 0.0), 9.99):.0%} of the excess over 0.5)")
-            else:
-                pieces.append(f"{ATTACK_NAMES.get(attack, attack)} {a:.3f} vs control {c:.3f} (attack at chance)")
+            low = rows["attack"].get("ci_low", np.nan)
+            share = rows["attack_minus_control"].get("control_share", np.nan) if "attack_minus_control" in rows \
+                else np.nan
+            name = f"{ATTACK_NAMES.get(attack, attack)} {a:.3f} vs control {c:.3f}"
+            if not (np.isfinite(low) and low > 0.5):  # a share of an excess the attack's own interval does not show
+                pieces.append(f"{name} (attack not above chance: its interval starts at {low:.3f})")
+            elif c >= a:
+                pieces.append(f"{name} (the control reaches all of it)")
+            elif np.isfinite(share):
+                pieces.append(f"{name} ({max(share, 0.0):.0%} of the excess over 0.5)")
         if pieces:
             out.append(f"- ε = {_eps_text(eps)}: " + "; ".join(pieces) + ".")
     return out
