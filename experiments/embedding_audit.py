@@ -15,6 +15,7 @@ from pathlib import Path
 
 from eegprivacy.atomic import atomic_path, write_text_atomic
 from eegprivacy.reporting.embedding_audit import figures, headline, report_md, write_headline
+from eegprivacy.studies.embedding_audit.claims import claims_for_run
 from eegprivacy.studies.embedding_audit.study import parent_run_name, run_audit
 from eegprivacy.studies.embedding_audit.summaries import bootstrap_ci_metrics, ci_over_tags
 from eegprivacy.tracking.runs import log_to_named_run
@@ -25,6 +26,9 @@ def add_arguments(parser) -> None:
                                                     "metrics/embedding_audit_<dataset>.csv)")
     parser.add_argument("--json", default=None, help="headline per encoder (default: "
                                                      "metrics/embedding_audit_<dataset>.json)")
+    parser.add_argument("--claims", default=None, help="one row per claim and cell: its test, p, Holm family and "
+                                                       "verdict (default: <out stem>_claims.csv beside --out, where "
+                                                       "embedding-audit-cohorts reads it)")
     parser.add_argument("--report", default=None, help="markdown tables (default: "
                                                        "reports/embedding_audit_<dataset>.md)")
     parser.add_argument("--figures", default="reports/figures",
@@ -46,18 +50,25 @@ def run(args) -> int:
     out = Path(args.out or f"metrics/embedding_audit_{name}.csv")
     js = Path(args.json or f"metrics/embedding_audit_{name}.json")
     md = Path(args.report or f"reports/embedding_audit_{name}.md")
-    for path in (out, js, md):
+    claims_csv = Path(args.claims) if args.claims else out.with_name(f"{out.stem}_claims.csv")
+    for path in (out, js, md, claims_csv):
         path.parent.mkdir(parents=True, exist_ok=True)
     with atomic_path(out) as tmp:
         audit.tidy.to_csv(tmp, index=False)
+    with atomic_path(claims_csv) as tmp:
+        audit.claims.to_csv(tmp, index=False)
     paths = figures(audit.summary, audit.cells, Path(args.figures), audit.title, prefix=f"embedding_audit_{name}",
                     meta=audit.meta)
     write_text_atomic(md, report_md(audit.summary, audit.cells, audit.meta, audit.encoders_meta,
-                                    prefix=f"embedding_audit_{name}"))
+                                    prefix=f"embedding_audit_{name}", claims=audit.claims))
     meta = {**audit.meta, "wall_time_s": round(time.perf_counter() - start, 1)}
     write_headline(js, headline(audit.summary, audit.cells, meta))
     for e, w in audit.cells:
-        log_to_named_run("c", parent_run_name(name, e, w), bootstrap_ci_metrics(audit.summary, e, w),
-                         [out, js, md, *paths], tags=ci_over_tags(audit.summary, e, w))
+        claim_metrics, claim_tags = claims_for_run(audit.claims, e, w)
+        log_to_named_run("c", parent_run_name(name, e, w), {**bootstrap_ci_metrics(audit.summary, e, w),
+                                                              **claim_metrics},
+                         [out, js, md, claims_csv, *paths],
+                         tags={**ci_over_tags(audit.summary, e, w), **claim_tags,
+                               "identity_link": audit.meta["cohort"]["identity_link"]})
     print(f"{audit.title}: {len(audit.tidy)} rows -> {out}; {md}; {len(paths)} figures ({meta['wall_time_s']} s)")
     return 0

@@ -76,7 +76,8 @@ def log_run(cohorts: dict, table, artifacts: list[Path]) -> None:
 def run(args) -> int:
     cohorts = load(args.inputs)
     table = answers(cohorts)
-    png = figure(table, Path(args.figures) / FIGURE, synthetic=any(c["synthetic"] for c in cohorts.values()))
+    png = figure(table, Path(args.figures) / FIGURE, synthetic=any(c["synthetic"] for c in cohorts.values()),
+                 links={name: c["design"].get("identity_link", "") for name, c in cohorts.items()})
     report = Path(args.report)
     link = Path(os.path.relpath(png, report.parent)).as_posix()
     write_text_atomic(report, report_md(cohorts, table, link))

@@ -220,3 +220,72 @@ def test_aeds_from_endpoint_results():
     Zn, An, gn, _ = synth(leak=0.0, seed=2)
     null = aeds(attribute_leakage(Zn, An, gn, SPLITS[0], n_permutations=0), mem, 0.0)
     assert null.ci[0] < 0.0
+
+
+def test_draws_for_reproduces_each_parts_own_draws(monkeypatch):
+    """Given the multiplicities a part drew for itself, ``draws_for`` gives its ``draws`` bit for bit; subjects it
+    does not use are ignored, and one it needs but is not given is an error."""
+    import eegprivacy.embeddings.endpoints as ep
+
+    drawn = []
+    real = ep.subject_counts
+
+    def recorded(*args, **kwargs):
+        drawn.append(real(*args, **kwargs))
+        return drawn[-1]
+
+    monkeypatch.setattr(ep, "subject_counts", recorded)
+    Z, A, groups, t = synth(leak=0.5)
+    la = attribute_leakage(Z, A, groups, SPLITS[0], n_permutations=0)
+    np.testing.assert_array_equal(la.draws_for(la.subjects, drawn[-1]), la.draws)
+    assert la.moments.shape == (3, la.n_subjects, 6, A.shape[1])
+    rng = np.random.default_rng(0)
+    loss = rng.normal(size=groups.size) + 0.3 * (groups < 6)
+    drawn.clear()
+    mem = membership_auc(loss[groups < 6], loss[groups >= 6], 300, random_state=4, groups_members=groups[groups < 6],
+                         groups_nonmembers=groups[groups >= 6])  # disjoint sides: stratified, two count matrices
+    np.testing.assert_array_equal(mem.draws_for(np.r_[mem.units_members, mem.units_nonmembers], np.hstack(drawn)),
+                                  mem.draws)
+    drawn.clear()
+    ref = t < 15
+    b = bpid_at_1(Z[ref], groups[ref], Z[~ref], groups[~ref], n_bootstrap=300, random_state=2)
+    np.testing.assert_array_equal(b.draws_for(b.query_units, drawn[-1]), b.draws)
+    # extra subjects (other ids, another id type) in units do not move a part
+    extra = np.r_[np.asarray(b.query_units, dtype=object), np.array(["0", "x"], dtype=object)]
+    counts = np.c_[drawn[-1], rng.integers(0, 5, (300, 2))]
+    np.testing.assert_array_equal(b.draws_for(extra, counts), b.draws)
+    with pytest.raises(ValueError, match="not in units"):
+        b.draws_for(b.query_units[1:], drawn[-1][:, 1:])
+
+
+def test_joint_aeds_on_synthetic_null_is_sensible():
+    """SYNTHETIC no-signal data (no attribute in the embeddings, nothing memorised, no identity): every AEDS draw
+    recomputes L_A, R_M and R_I on one subject resample, and the interval never claims AEDS > 0."""
+    from eegprivacy.embeddings.endpoints import subject_counts
+
+    for seed in range(4):
+        Z, A, groups, t = synth(leak=0.0, seed=seed)
+        la = attribute_leakage(Z, A, groups, SPLITS[0], n_permutations=0, random_state=seed)
+        rng = np.random.default_rng(seed)
+        loss = rng.normal(size=12)[groups] + rng.normal(size=groups.size)  # a subject effect, no membership
+        member = np.isin(groups, rng.permutation(12)[:6])
+        mem = membership_auc(loss[member], loss[~member], 1000, random_state=seed,
+                             groups_members=groups[member], groups_nonmembers=groups[~member])
+        ref = t < 15
+        b = bpid_at_1(Z[ref], groups[ref], Z[~ref], groups[~ref], random_state=seed)
+        res = aeds(la, mem, b, random_state=seed)
+        assert res.joint and res.ci_over == "subjects"
+        assert res.value == pytest.approx(la.gain - max(mem.residual, b.residual))
+        counts = subject_counts(12, 1000, seed)  # the one draw: columns = the 12 subjects all parts share
+        units = np.arange(12)
+        expected = la.draws_for(units, counts) - np.maximum(
+            membership_residual(mem.draws_for(units, counts)),
+            identity_residual(b.draws_for(units, counts), b.n_candidates))
+        np.testing.assert_array_equal(res.draws, expected)
+        assert np.isnan(res.draws).mean() < 0.01  # a resample without member or non-member subjects
+        assert res.ci[0] < 0.0 and res.ci[1] < 0.1
+        independent = aeds((la.gain, la.draws), (mem.residual, membership_residual(mem.draws)),
+                           (b.residual, identity_residual(b.draws, b.n_candidates)), random_state=seed)
+        assert not independent.joint
+        width, width_ind = np.diff(res.ci)[0], np.diff(independent.ci)[0]
+        assert 0.5 < width / width_ind < 2.0  # no signal, little to correlate: about the same width

@@ -182,6 +182,21 @@ def test_stage_end_to_end_on_eegmat(tmp_path, data_root):
     assert set(map(tuple, bridge[["encoder", "weights"]].drop_duplicates().values)) == {("bandpower", "biot"),
                                                                                        ("biot", "bandpower")}
     assert {"gain", "beta", "bound", "rho0"} <= set(bridge["metric"])
+    # the claims beside the rows: one test each, identity labelled by what it links, paired tests on the pretrained
+    # cell only, Holm per (cohort, claim)
+    claims = pd.read_csv(args.out.with_name("audit_claims.csv"), keep_default_na=False, na_values=[""])
+    assert set(claims["claim"]) == {"task", "identity", "pretraining_adds_identity", "attribute",
+                                    "head_membership", "encoder_membership"}
+    head = claims[claims["claim"] == "head_membership"]
+    assert len(head) == 3 and head["test"].str.startswith("LiRA: member-subject permutation").all()
+    paired = claims[claims["claim"].isin(["pretraining_adds_identity", "encoder_membership"])]
+    assert set(paired["weights"]) == {"self_pretrained"} and paired["test"].str.startswith("sign flips").all()
+    identity = claims[claims["claim"] == "identity"]
+    assert (identity["link"] == "across recordings (task 0 -> task 1), same session").all()
+    assert identity["test"].str.startswith("reference-label permutation").all()
+    assert (claims["p_value"].between(0, 1)).all() and (claims["p_holm"] >= claims["p_value"] - 1e-12).all()
+    assert claims["provenance"].str.len().gt(0).all()
+    assert "## Claims (one test each)" in args.report.read_text()
 
     headline = json.loads(Path(args.json).read_text())  # strict JSON: no NaN
     assert set(headline["encoders"]) == {"bandpower/none", "biot/self_pretrained", "biot/random_init"}
@@ -268,7 +283,7 @@ def test_member_subjects_are_redrawn_per_seed_and_aeds_uses_its_seed():
         np.testing.assert_array_equal(half, ctx.head_rows_for(int(np.flatnonzero([h is half for h in halves])[0])))
     assert not all(np.array_equal(halves[0], h) for h in halves[1:])
     rows = {r["metric"]: r for r in core_rows("aeds", 1, ctx)}
-    attacks = {k: m for k, m in ctx.membership(1).items() if k != "encoder_random_init"}
+    attacks = {k: m for k, m in ctx.membership(1).items() if k not in ("encoder_random_init", "tests")}
     assert rows["r_m"]["value"] == pytest.approx(max(m.residual for m in attacks.values()))
     assert ("membership", 1) in ctx.memo and ("membership", 0) not in ctx.memo
     head = ctx.membership(1)["head"]

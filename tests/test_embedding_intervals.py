@@ -159,3 +159,68 @@ def test_parent_runs_are_tagged_with_what_each_interval_is_over():
             "subjects+seeds",
         "unit_identity/endpoint_membership_head/split_s/defense_none/attacker_loss_threshold/bpid_at_1_ci_over":
             "subjects"}
+
+
+def _perfectly_correlated_parts(n_subjects: int = 20, windows: int = 10):
+    """SYNTHETIC: L_A and R_M are the same statistic of the same subjects. Subject s has ``k_s`` of its member
+    windows with a very low loss (they beat every non-member window, the others beat none), so on any subject
+    resample w the encoder-style attack (the same subjects on both sides) reads 2 AUC - 1 = sum w rho / sum w with
+    rho_s = k_s / 5 - 1; the attribute decoder's per-subject moments (unit variances, within-subject covariance
+    rho_s, controls at 0) give L_A = the same weighted mean of rho_s on every resample."""
+    from eegprivacy.embeddings.endpoints import LeakageResult
+
+    rng = np.random.default_rng(0)
+    k = rng.integers(5, windows + 1, n_subjects)
+    rho = k / 5 - 1
+    subjects = np.arange(n_subjects)
+    groups = np.repeat(subjects, windows)
+    member_loss = np.where(np.arange(windows)[None, :] < k[:, None], -100.0, 100.0).ravel()
+    mem = membership_auc(member_loss, np.zeros(groups.size), BOOT, random_state=1, groups_members=groups,
+                         groups_nonmembers=groups)
+    n, zero = np.full(n_subjects, float(windows)), np.zeros(n_subjects)
+    real = np.stack([n, zero, zero, n, n, n * rho], axis=1)[:, :, None]  # n, Sp, St, Spp, Stt, Spt; one dim
+    control = np.stack([n, zero, zero, n, n, zero], axis=1)[:, :, None]
+    la = LeakageResult(score=rho.mean(), control_gaussian=0.0, control_permuted=0.0, gain=rho.mean(),
+                       ci=(np.nan, np.nan), p_value=np.nan, per_dim_r=rho.mean()[None], alphas=np.ones(1),
+                       n_test_windows=int(n.sum()), n_subjects=n_subjects, draws=np.empty(0),
+                       null_scores=np.empty(0), subjects=subjects, moments=np.stack([real, control, control]))
+    la.draws = la.draws_for(subjects, subject_counts(n_subjects, BOOT, 2))  # its own, separate resamples
+    return la, mem
+
+
+def test_joint_aeds_resamples_subjects_once_for_all_parts():
+    """With L_A and R_M the same subjects' statistic, L_A - R_M is 0 on every subject resample: the joint interval
+    collapses to 0, while combining each part's own (separately drawn) draws reports a wide interval."""
+    from eegprivacy.embeddings.endpoints import membership_residual
+
+    la, mem = _perfectly_correlated_parts()
+    assert mem.joint and la.gain == pytest.approx(mem.residual) and 0.2 < la.gain < 0.8
+    joint = aeds(la, mem, 0.0, n_bootstrap=BOOT, random_state=5)
+    assert joint.joint and joint.ci_over == "subjects" and joint.draws.shape == (BOOT,)
+    assert joint.value == pytest.approx(0.0, abs=1e-12)
+    np.testing.assert_allclose(joint.draws, 0.0, atol=1e-12)
+    assert joint.ci == pytest.approx((0.0, 0.0), abs=1e-12)
+    independent = aeds((la.gain, la.draws), (mem.residual, membership_residual(mem.draws)), 0.0, n_bootstrap=BOOT,
+                       random_state=5)
+    assert not independent.joint and independent.value == pytest.approx(joint.value)
+    assert independent.ci[1] - independent.ci[0] > 0.1
+
+
+def test_joint_aeds_drops_resamples_that_lose_a_class():
+    """Head attack with one member and one non-member subject: resampled with the other parts' subjects, a draw
+    without the member (or the non-member) subject has no AUC -> NaN, kept in ``draws``, left out of ``ci``."""
+    loss, groups, member = _null_membership(6)
+    mem = membership_auc(loss[groups == 0], loss[groups == 1], BOOT, groups_members=groups[groups == 0],
+                         groups_nonmembers=groups[groups == 1])
+    assert not mem.joint and np.isfinite(mem.draws).all()  # stratified on its own: never loses a class
+    rng = np.random.default_rng(3)
+    Z = rng.normal(size=(2 * groups.size, 4))
+    bpid = bpid_at_1(Z[: groups.size], groups, Z[groups.size:], groups, n_bootstrap=BOOT)
+    res = aeds(0.3, mem, bpid, n_bootstrap=BOOT, random_state=0)
+    counts = subject_counts(SUBJECTS, BOOT, 0)
+    lost = (counts[:, 0] == 0) | (counts[:, 1] == 0)
+    assert res.joint and lost.any()
+    np.testing.assert_array_equal(np.isnan(res.draws), lost)
+    assert np.isfinite(res.ci).all()
+    # a window-level membership fallback cannot join: the old, independent combination
+    assert not aeds(0.3, membership_auc(loss[member], loss[~member], BOOT), bpid, n_bootstrap=BOOT).joint

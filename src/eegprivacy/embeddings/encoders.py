@@ -23,16 +23,26 @@ What ``transform`` does, and why it is explicit (protocol, "Encoders"):
    ``embed_num`` summary tokens -- **ours**: EEGPT's own probe flattens over patches, which would tie ``d`` to the
    window length).
 
-Weights: ``weights_source`` is one of ``"checkpoint"`` (an official checkpoint from a local path),
+Weights: ``weights_source`` is one of ``"checkpoint"`` (a state dict of *our* module from a local path),
+``"published"`` (the authors' released file in its own layout, :func:`load_published`),
 ``"self_pretrained"`` (:mod:`eegprivacy.embeddings.pretrain`) or ``"random_init"`` (explicit baseline); the band-power
 reference has no weights (``"none"``). Nothing is ever downloaded: no hub access is possible or attempted.
+
+Published checkpoints (``shared/weights/README.md``): :func:`load_published` reads each authors' file format (BIOT: a
+flat state dict; LaBraM: a training checkpoint with the weights under ``model``; EEGPT: a Lightning checkpoint),
+maps its keys onto braindecode 1.8.1's classes as that README records, and loads them with the same strict key and
+shape check as :func:`load_checkpoint`. The encoder must be built with :func:`published_config` (the published
+architecture), whatever a profile says.
 """
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import logging
 import math
+import pickle
+import re
 import time
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -43,7 +53,7 @@ import numpy as np
 
 log = logging.getLogger(__name__)
 
-WEIGHTS_SOURCES = ("checkpoint", "self_pretrained", "random_init")
+WEIGHTS_SOURCES = ("checkpoint", "self_pretrained", "random_init", "published")
 # Bands of the protocol's centered-PSD attribute (Hz); the band-power reference uses the same ones.
 BANDS: dict[str, tuple[float, float]] = {"delta": (1.0, 4.0), "theta": (4.0, 8.0), "alpha": (8.0, 13.0),
                                          "beta": (13.0, 30.0), "gamma": (30.0, 45.0)}
@@ -51,8 +61,10 @@ BANDS: dict[str, tuple[float, float]] = {"delta": (1.0, 4.0), "theta": (4.0, 8.0
 # Old (T3..T6) and new (T7, T8, P7, P8) names of the same 10-20 electrodes.
 _ALIASES = {"T3": "T7", "T4": "T8", "T5": "P7", "T6": "P8", "T7": "T3", "T8": "T4", "P7": "T5", "P8": "T6"}
 
-# BIOT's 18-channel pretrained model reads the TUH "double banana" bipolar montage (16 derivations) plus Fz-Cz and
-# Cz-Pz, in this order; every derivation is computable from a 10-20 referential recording.
+# Our BIOT montage (self-pretrained and random-init cells): the TUH "double banana" bipolar montage (16
+# derivations) plus Fz-Cz and Cz-Pz, every one computable from a 10-20 referential recording. The *published*
+# 18-channel checkpoints read the same 16 plus SHHS's C3-A2 and C4-A1 instead (shared/weights/README.md; braindecode's
+# BIOT_CHANNEL_ORDER), PREST-16 the 16 only: a published BIOT cell gets that montage through config ``n_chans``.
 BIOT_18_BIPOLAR = ["FP1-F7", "F7-T7", "T7-P7", "P7-O1", "FP2-F8", "F8-T8", "T8-P8", "P8-O2",
                    "FP1-F3", "F3-C3", "C3-P3", "P3-O1", "FP2-F4", "F4-C4", "C4-P4", "P4-O2", "FZ-CZ", "CZ-PZ"]
 
@@ -67,6 +79,11 @@ class CheckpointMismatchError(ValueError):
 
 class ChecksumError(ValueError):
     """A checkpoint file's sha256 is not the one the caller expected."""
+
+
+class UnsafeCheckpointError(ValueError):
+    """A published file holds pickled objects beyond tensors and ``argparse.Namespace``; loading it would run
+    arbitrary code, which is only done for a file whose sha256 the caller pinned."""
 
 
 # ---- channel mapping ------------------------------------------------------------------------------------------
@@ -354,6 +371,19 @@ class BIOTEncoder(FrozenEncoder):
     expected_channels = BIOT_18_BIPOLAR
     default_missing = "zero"
 
+    def __init__(self, ch_names, sfreq, window_s=4.0, **kwargs):
+        # config ``n_chans`` (16 or 18) selects the *published* checkpoints' channel tokens: the 16 TUH bipolar
+        # derivations, plus SHHS's C3-A2 and C4-A1 for the 18-channel ones (braindecode's BIOT_CHANNEL_ORDER).
+        # Without it the montage is ours: the 16 derivations plus Fz-Cz and Cz-Pz (BIOT_18_BIPOLAR).
+        n = (kwargs.get("config") or {}).get("n_chans")
+        if n is not None:
+            from braindecode.models.biot import BIOT_CHANNEL_ORDER
+
+            if int(n) not in (16, 18):
+                raise ValueError(f"BIOT's published checkpoints read 16 or 18 channels, got n_chans={n!r}")
+            self.expected_channels = [c.upper() for c in BIOT_CHANNEL_ORDER[:int(n)]]
+        super().__init__(ch_names, sfreq, window_s, **kwargs)
+
     def _config(self, overrides):
         return {"embed_dim": 256, "num_heads": 8, "num_layers": 4, "hop_length": 100, **overrides}
 
@@ -362,10 +392,11 @@ class BIOTEncoder(FrozenEncoder):
 
         from braindecode.models import BIOT
 
+        config = {k: v for k, v in self.config.items() if k != "n_chans"}  # the montage, not a BIOT argument
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*(200 Hz|less than 1 second).*")
             return BIOT(n_chans=len(self.mapping.output), n_times=self.n_times, sfreq=self.expected_sfreq,
-                        n_outputs=2, **self.config)
+                        n_outputs=2, **config)
 
     def _scale(self, x):
         import torch
@@ -385,7 +416,8 @@ class LaBraMEncoder(FrozenEncoder):
 
     Input in units of 0.1 mV (LaBraM divides µV by 100). Default config = LaBraM-Base (embed 200, 12 layers, 10
     heads); the embedding is ``fc_norm`` of the mean patch token (``use_mean_pooling=True``, LaBraM's fine-tuning
-    default).
+    default). The published config keeps the pretrained final ``norm`` instead (``use_mean_pooling=False``: the
+    released file has ``norm`` and no ``fc_norm``) and the embedding is the mean of the normed patch tokens.
     """
 
     name = "labram"
@@ -432,6 +464,9 @@ class LaBraMEncoder(FrozenEncoder):
         return x * 1e4  # volts -> 0.1 mV
 
     def _embed(self, x):
+        if self.model.fc_norm is None:  # use_mean_pooling=False (published): mean of the normed patch tokens
+            return self.model.forward_features(x, input_chans=self._input_chans(x.device),
+                                               return_patch_tokens=True).mean(dim=1)
         return self.model.forward_features(x, input_chans=self._input_chans(x.device))
 
 
@@ -459,7 +494,8 @@ class EEGPTEncoder(FrozenEncoder):
     channel embedding) rather than through braindecode's default learned 1x1 projection to 19 channels: that
     projection is a fine-tuning layer no pretrained checkpoint contains, so it would stay random. The 19 EEGPT
     linear-probe channels are the expected montage; missing ones are dropped with a flag. Input in mV.
-    Default config = the published "large" encoder (embed 512, depth 8, 8 heads, 4 summary tokens).
+    Default config = the published "large" encoder (embed 512, depth 8, 8 heads, 4 summary tokens) but with
+    braindecode's overlapping patches (stride 32); :data:`PUBLISHED_CONFIGS` has the pretraining's stride 64.
     """
 
     name = "eegpt"
@@ -621,8 +657,14 @@ def load_checkpoint(encoder: FrozenEncoder, path: str | Path | None, sha256: str
     digest = file_sha256(path)
     if sha256 is not None and digest != sha256.lower():
         raise ChecksumError(f"{path}: sha256 {digest} != expected {sha256}")
-    state = {k: v for k, v in _unwrap(torch.load(path, map_location="cpu", weights_only=True)).items()
-             if not _skipped_key(k)}
+    state = _unwrap(torch.load(path, map_location="cpu", weights_only=True))
+    return _load_state(encoder, state, path, digest, source)
+
+
+def _load_state(encoder: FrozenEncoder, state: dict, path: Path, digest: str, source: str) -> FrozenEncoder:
+    """Strict key and shape check of ``state`` against ``encoder`` (head and montage buffers ignored), load,
+    freeze, record ``source`` and ``digest``."""
+    state = {k: v for k, v in state.items() if not _skipped_key(k)}
     own = encoder.encoder_state_dict()
     missing, unexpected = sorted(set(own) - set(state)), sorted(set(state) - set(own))
     shapes = sorted(f"{k}: file {tuple(state[k].shape)} vs model {tuple(own[k].shape)}"
@@ -642,6 +684,198 @@ def load_checkpoint(encoder: FrozenEncoder, path: str | Path | None, sha256: str
     encoder.weights_source, encoder.checkpoint_sha256 = source, digest
     log.info("%s: loaded %s weights from a local checkpoint (sha256 %s)", encoder.name, source, digest)
     return encoder
+
+
+# ---- published checkpoints (shared/weights/README.md) ---------------------------------------------------------
+
+# The published architectures, as constructor overrides of our wrappers (braindecode's defaults fill the rest; the
+# README's "Constructor" section of each model). BIOT's channel count is that of the file (16: PREST-16; 18: the
+# SHHS+PREST and six-datasets ones); :func:`published_config` reads it from the file's channel tokens.
+PUBLISHED_CONFIGS: dict[str, dict] = {
+    "biot": {"embed_dim": 256, "num_heads": 8, "num_layers": 4, "hop_length": 100, "n_chans": 18},
+    "labram": {"patch_size": 200, "embed_dim": 200, "num_layers": 12, "num_heads": 10, "use_mean_pooling": False},
+    "eegpt": {"patch_size": 64, "patch_stride": 64, "embed_num": 4, "embed_dim": 512, "depth": 8, "num_heads": 8},
+}
+
+# Where each published file comes from (shared/weights/README.md): (place it at shared/weights/<file>, source,
+# sha256 reported by third parties or None). Nothing here is downloaded.
+PUBLISHED_FILES: dict[str, list[tuple[str, str, str | None]]] = {
+    "biot": [
+        ("biot/EEG-PREST-16-channels.ckpt",
+         "github.com/ycq091044/BIOT, pretrained-models/EEG-PREST-16-channels.ckpt (git blob dd9a5b39)",
+         "40f55f5d23e83796495616c8145c8336fcff2b901c42e8ba5115223081c2ad70"),
+        ("biot/EEG-SHHS+PREST-18-channels.ckpt",
+         "github.com/ycq091044/BIOT, pretrained-models/EEG-SHHS+PREST-18-channels.ckpt (git blob 5e4d1ee6)",
+         "391b53f77d5060e43746f3ffd5aae8107785f4fd122bf2f87221a1b5b2854a84"),
+        ("biot/EEG-six-datasets-18-channels.ckpt",
+         "github.com/ycq091044/BIOT, pretrained-models/EEG-six-datasets-18-channels.ckpt (git blob 04dfe806)",
+         "78ff15a1782f194286a97b1abe68b2bf100a39803325e2917337d0a77a228542")],
+    "labram": [
+        ("labram/labram-base.pth", "github.com/935963004/LaBraM, checkpoints/labram-base.pth (git blob 221148b5)",
+         "7c50583826afac76c4ab18f43d958df40496c8229accc09ed6a227c9bb57c37c")],
+    "eegpt": [
+        ("eegpt/eegpt_mcae_58chs_4s_large4E.ckpt",
+         "Figshare figshare.com/s/e37df4f8a907a866df4b, Files/EEGPT/checkpoint/eegpt_mcae_58chs_4s_large4E.ckpt "
+         "(the link the EEGPT README gives; not in git)", None)],
+}
+# The published pretraining data that are also in this project's shared data (README, "Note for the audit").
+PUBLISHED_PRETRAINING_OVERLAP: dict[str, tuple[str, ...]] = {"biot": (), "labram": ("eegmmidb",),
+                                                            "eegpt": ("eegmmidb",)}
+README = "shared/weights/README.md"
+
+
+def _where_to_get(name: str) -> str:
+    files = PUBLISHED_FILES.get(name, [])
+    return "; ".join(f"{src}, to be placed at shared/weights/{dest}" + (f" (sha256 {sha})" if sha else "")
+                     for dest, src, sha in files) + f" (see {README})"
+
+
+def _published_file(name: str, path) -> Path:
+    if path is None or not Path(path).is_file():
+        what = "no path was given" if path is None else f"{path} does not exist"
+        raise CheckpointRequiredError(
+            f"{name}: weights 'published' need the authors' checkpoint file, and {what}. This code never downloads "
+            f"it: get it on a machine with internet access from {_where_to_get(name)}, check its sha256, and point "
+            f"embedding_audit.published_weights.{name}.path (and .sha256) at it.")
+    return Path(path)
+
+
+def published_sha256(name: str, path, sha256: str | None = None) -> str:
+    """sha256 of encoder ``name``'s published file at ``path``: :class:`CheckpointRequiredError` (naming where the
+    file comes from) when it is missing, :class:`ChecksumError` when ``sha256`` is given and differs; a warning when
+    no hash was pinned and the file matches none the README lists."""
+    path = _published_file(name, path)
+    digest = file_sha256(path)
+    if sha256 is not None and digest != str(sha256).lower():
+        raise ChecksumError(f"{path}: sha256 {digest} != expected {sha256} (embedding_audit.published_weights."
+                            f"{name}.sha256; the published values are in {README})")
+    known = {sha for _, _, sha in PUBLISHED_FILES.get(name, []) if sha}
+    if sha256 is None and known and digest not in known:
+        log.warning("%s: %s has sha256 %s, which is none of the published %s files' (%s)", name, path, digest, name,
+                    README)
+    return digest
+
+
+def _torch_load_published(path: Path, sha256: str | None):
+    """``torch.load`` with ``weights_only=True`` (``argparse.Namespace`` allow-listed: LaBraM stores its run
+    arguments); a file that needs more is unpickled fully only when the caller pinned its sha256 (already checked
+    to match), since that runs whatever code the pickle names."""
+    import torch
+
+    try:
+        with torch.serialization.safe_globals([argparse.Namespace]):
+            return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as err:
+        lines = [ln.strip() for ln in str(err).splitlines() if ln.strip()]
+        reason = next((ln.split("WeightsUnpickler error:")[-1].split(". Please use")[0].strip() for ln in lines
+                       if "WeightsUnpickler error" in ln), lines[0] if lines else type(err).__name__)
+        if sha256 is None:
+            raise UnsafeCheckpointError(
+                f"{path}: torch.load(weights_only=True) refused the file even with argparse.Namespace allowed "
+                f"({reason}). Loading it with weights_only=False would run the code its pickle names, which is only "
+                f"done for a file whose sha256 you pin: check the file against {README} and pass its sha256 "
+                f"(embedding_audit.published_weights.<encoder>.sha256).") from err
+        log.warning("%s: weights_only=True refused the file (%s); its sha256 matches the pinned %s, so it is "
+                    "loaded with weights_only=False", path, reason, sha256)
+        return torch.load(path, map_location="cpu", weights_only=False)
+
+
+def read_published(name: str, path, sha256: str | None = None) -> tuple[dict, str]:
+    """The published file of encoder ``name`` at ``path``, mapped to our module's keys (README, "Key mapping"),
+    and the file's sha256 (checked against ``sha256`` when given). LaBraM's ``time_embed`` is returned whole (the
+    loader cuts it to the encoder's window)."""
+    path = Path(path) if path is not None else None
+    digest = published_sha256(name, path, sha256)
+    obj = _torch_load_published(path, sha256)
+    mappers = {"biot": _biot_published, "labram": _labram_published, "eegpt": _eegpt_published}
+    if name not in mappers:
+        raise KeyError(f"no published checkpoint layout for encoder {name!r}; known: {', '.join(mappers)}")
+    return mappers[name](obj, path), digest
+
+
+def _tensors(obj) -> bool:
+    return isinstance(obj, dict) and bool(obj) and all(hasattr(v, "shape") for v in obj.values())
+
+
+def _biot_published(obj, path) -> dict:
+    """BIOT: a flat state dict of the original ``BIOTEncoder`` -> prefix ``encoder.``, drop ``index``."""
+    if not _tensors(obj):
+        raise CheckpointMismatchError(f"{path} is not a published BIOT file: expected a flat state dict of tensors "
+                                      f"(patch_embedding.*, transformer.*, channel_tokens.weight, index)")
+    return {(k if k.startswith("encoder.") else f"encoder.{k}"): v for k, v in obj.items()
+            if k not in ("index", "encoder.index")}
+
+
+_LABRAM_DROP_KEYS = ("student.mask_token", "logit_scale")
+_LABRAM_DROP_PREFIXES = ("student.lm_head.", "lm_head.", "projection_head.")
+_LABRAM_RENAMES = ((re.compile(r"^pos_embed$"), "position_embedding"),
+                   (re.compile(r"^time_embed$"), "temporal_embedding"),
+                   (re.compile(r"^patch_embed\.((conv|norm)[123]\.)"), r"patch_embed.temporal_conv.\1"),
+                   (re.compile(r"^(blocks\.\d+\.mlp\.)fc1\."), r"\g<1>0."),
+                   (re.compile(r"^(blocks\.\d+\.mlp\.)fc2\."), r"\g<1>2."))
+
+
+def _labram_published(obj, path) -> dict:
+    """LaBraM: ``ckpt["model"]``; ``student.*`` renamed (README table), the heads dropped."""
+    if not (isinstance(obj, dict) and _tensors(obj.get("model"))):
+        raise CheckpointMismatchError(f"{path} is not a published LaBraM file: expected a training checkpoint with "
+                                      f"the weights under 'model' (student.*, lm_head.*, ...)")
+    out = {}
+    for key, value in obj["model"].items():
+        if key in _LABRAM_DROP_KEYS or key.startswith(_LABRAM_DROP_PREFIXES):
+            continue
+        if key.startswith("student."):
+            key = key[len("student."):]
+            for pattern, repl in _LABRAM_RENAMES:
+                key = pattern.sub(repl, key)
+        out[key] = value  # anything else stays under its own name: the strict check reports it
+    return out
+
+
+_EEGPT_DROP_PREFIXES = ("encoder.", "predictor.", "reconstructor.")
+
+
+def _eegpt_published(obj, path) -> dict:
+    """EEGPT: the Lightning ``state_dict``; ``target_encoder.*`` kept under its name (braindecode's EEGPT holds
+    the encoder as ``target_encoder`` too), the online encoder, predictor and reconstructor dropped."""
+    state = obj.get("state_dict") if isinstance(obj, dict) else None
+    if not _tensors(state):
+        raise CheckpointMismatchError(f"{path} is not a published EEGPT file: expected a Lightning checkpoint with "
+                                      f"'state_dict' (target_encoder.*, encoder.*, predictor.*, reconstructor.*)")
+    return {k: v for k, v in state.items() if not k.startswith(_EEGPT_DROP_PREFIXES)}
+
+
+def published_config(name: str, path=None, sha256: str | None = None) -> dict:
+    """Constructor overrides of the published architecture of ``name`` (:data:`PUBLISHED_CONFIGS`); for BIOT with a
+    ``path``, ``n_chans`` is the file's number of channel tokens (16 or 18)."""
+    if name not in PUBLISHED_CONFIGS:
+        raise KeyError(f"encoder {name!r} has no published checkpoint; published: {', '.join(PUBLISHED_CONFIGS)}")
+    config = dict(PUBLISHED_CONFIGS[name])
+    if name == "biot" and path is not None:
+        tokens = read_published(name, path, sha256)[0].get("encoder.channel_tokens.weight")
+        if tokens is not None:
+            config["n_chans"] = int(tokens.shape[0])
+    return config
+
+
+def load_published(encoder: FrozenEncoder, path, sha256: str | None = None) -> FrozenEncoder:
+    """Load the authors' released checkpoint at ``path`` (its own file layout, shared/weights/README.md) into
+    ``encoder``, which must be built with :func:`published_config`: the README's key mapping, then the strict key
+    and shape check of :func:`load_checkpoint` (a file for another config raises
+    :class:`CheckpointMismatchError`), freeze, ``weights_source = "published"`` and the file's sha256.
+
+    A missing file raises :class:`CheckpointRequiredError` naming where the file comes from; ``sha256``, when given,
+    must match (:class:`ChecksumError`) and is what allows a full unpickle when ``weights_only=True`` refuses the
+    file (:class:`UnsafeCheckpointError` otherwise)."""
+    if isinstance(encoder, BandPowerEncoder):
+        raise TypeError("the band-power encoder has no weights to load")
+    state, digest = read_published(encoder.name, path, sha256)
+    own = encoder.model.state_dict()
+    if encoder.name == "labram" and "temporal_embedding" in state and "temporal_embedding" in own:
+        rows = own["temporal_embedding"].shape[1]  # p + 1 for a window of p patches
+        if state["temporal_embedding"].ndim == 3 and state["temporal_embedding"].shape[1] > rows:
+            state["temporal_embedding"] = state["temporal_embedding"][:, :rows].clone()
+    return _load_state(encoder, state, Path(path), digest, "published")
 
 
 def save_checkpoint(encoder: FrozenEncoder, path: str | Path) -> str:
@@ -670,6 +904,8 @@ def resolve_weights(encoder: FrozenEncoder, weights_source: str, path: str | Pat
     if weights_source == "self_pretrained" and path is None:
         raise CheckpointRequiredError(f"{encoder.name}: weights_source='self_pretrained' needs the checkpoint written "
                                       f"by eegprivacy.embeddings.pretrain.pretrain (its record names path and sha256)")
+    if weights_source == "published":
+        return load_published(encoder, path, sha256)
     return load_checkpoint(encoder, path, sha256, source=weights_source)
 
 
@@ -680,7 +916,9 @@ def time_embedding(encoder: FrozenEncoder, X: np.ndarray) -> dict[str, float]:
     return {"seconds": time.perf_counter() - t0, "n_windows": len(X), "embedding_dim": int(Z.shape[1])}
 
 
-__all__ = ["BANDS", "BIOT_18_BIPOLAR", "ENCODERS", "TINY_CONFIGS", "WEIGHTS_SOURCES", "BIOTEncoder",
-           "BandPowerEncoder", "ChannelMapping", "CheckpointMismatchError", "CheckpointRequiredError",
-           "ChecksumError", "EEGPTEncoder", "FrozenEncoder", "LaBraMEncoder", "file_sha256", "load_checkpoint",
-           "make_encoder", "map_channels", "resample", "resolve_weights", "save_checkpoint", "time_embedding"]
+__all__ = ["BANDS", "BIOT_18_BIPOLAR", "ENCODERS", "PUBLISHED_CONFIGS", "PUBLISHED_FILES",
+           "PUBLISHED_PRETRAINING_OVERLAP", "TINY_CONFIGS", "WEIGHTS_SOURCES", "BIOTEncoder", "BandPowerEncoder",
+           "ChannelMapping", "CheckpointMismatchError", "CheckpointRequiredError", "ChecksumError", "EEGPTEncoder",
+           "FrozenEncoder", "LaBraMEncoder", "UnsafeCheckpointError", "file_sha256", "load_checkpoint",
+           "load_published", "make_encoder", "map_channels", "published_config", "published_sha256",
+           "read_published", "resample", "resolve_weights", "save_checkpoint", "time_embedding"]

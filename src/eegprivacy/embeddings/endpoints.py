@@ -180,6 +180,43 @@ def _codes(groups, n: int, name: str) -> tuple[np.ndarray, np.ndarray]:
     return np.unique(groups, return_inverse=True)
 
 
+def _unit_keys(units) -> list:
+    """Subject ids as plain Python values: ``0`` and ``"0"`` stay two subjects (no dtype coercion), while
+    ``np.int64(3)`` and ``3`` are one."""
+    return [u.item() if isinstance(u, np.generic) else u for u in np.asarray(units, dtype=object).ravel().tolist()]
+
+
+def _union_units(*unit_arrays) -> np.ndarray:
+    """The union of several parts' subject ids (an object array, sorted by type name then value), the columns
+    of a joint subject bootstrap."""
+    keys = dict.fromkeys(k for units in unit_arrays for k in _unit_keys(units))
+    out = np.empty(len(keys), dtype=object)
+    out[:] = sorted(keys, key=lambda k: (type(k).__name__, k))
+    return out
+
+
+def _unit_columns(units, own, name: str) -> np.ndarray:
+    """Column of each of ``own``'s subjects in ``units`` (the columns of a multiplicity matrix)."""
+    keys = _unit_keys(units)
+    column = {k: i for i, k in enumerate(keys)}
+    if len(column) != len(keys):
+        raise ValueError("units must name each subject once")
+    own = _unit_keys(own)
+    missing = [k for k in own if k not in column]
+    if missing:
+        raise ValueError(f"{len(missing)} subject(s) of {name} are not in units (e.g. {missing[0]!r}): their "
+                         "multiplicities are unknown")
+    return np.array([column[k] for k in own], dtype=int)
+
+
+def _unit_weights(units, counts, own, name: str) -> np.ndarray:
+    """Multiplicities (B, len(own)) of ``own``'s subjects taken from ``counts`` (B, len(units))."""
+    counts = np.asarray(counts)
+    if counts.ndim != 2 or counts.shape[1] != len(_unit_keys(units)):
+        raise ValueError(f"counts must be (n_bootstrap, len(units)), got {counts.shape} for {len(units)} units")
+    return counts[:, _unit_columns(units, own, name)].astype(float)
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # attribute leakage with negative controls
 
@@ -244,6 +281,14 @@ def _per_dim_r(pred: np.ndarray, true: np.ndarray) -> np.ndarray:
     return out
 
 
+def _leakage_draws(W: np.ndarray, moments: np.ndarray) -> np.ndarray:
+    """L_A = r(real) - max(r(Gaussian), r(permuted)) of every resample: subjects weighted by ``W`` (B, n_subjects),
+    ``moments`` (3, n_subjects, 6, n_dims)."""
+    with np.errstate(invalid="ignore", divide="ignore"):  # a resample without these subjects: NaN
+        boot = _pearson_from_moments(np.einsum("bs,msij->bmij", W, moments))  # (B, 3)
+    return boot[:, 0] - np.maximum(boot[:, 1], boot[:, 2])
+
+
 def _permuted_scores(decoder, Z_fit, Z, A, groups, folds, rng):
     """Split-local permutation: train rows shuffled among train rows, test rows among test rows, per fold."""
     rows, preds = [], []
@@ -260,7 +305,9 @@ class LeakageResult:
     """Attribute leakage of one (embedding, split) cell with its negative controls.
 
     ``gain`` is L_A = score - max(control_gaussian, control_permuted); ``ci`` its subject-level bootstrap
-    interval; ``draws`` the bootstrap draws of L_A (kept so AEDS can combine them).
+    interval; ``draws`` the bootstrap draws of L_A. ``subjects`` (the test subjects) and ``moments`` (their
+    per-subject Pearson moments, (3 models: real / Gaussian / permuted, n_subjects, 6, n_dims)) recompute L_A
+    under any subject multiplicities (:meth:`draws_for`), so AEDS can resample subjects once for all its parts.
     """
 
     score: float
@@ -276,6 +323,17 @@ class LeakageResult:
     draws: np.ndarray = field(repr=False)
     null_scores: np.ndarray = field(repr=False)
     ci_over: str = "subjects"
+    subjects: np.ndarray = field(default=None, repr=False, compare=False)
+    moments: np.ndarray = field(default=None, repr=False, compare=False)
+
+    def draws_for(self, units, counts) -> np.ndarray:
+        """L_A of each subject resample: ``counts`` (B, len(units)) are multiplicities of the subjects ``units``;
+        this result's test subjects take theirs (each must be in ``units``), the others are ignored. With
+        :func:`attribute_leakage`'s own multiplicities it reproduces ``draws`` exactly. A resample without any of
+        its test subjects is NaN."""
+        if self.moments is None or self.subjects is None:
+            raise ValueError("this leakage result carries no per-subject moments (computed by older code?)")
+        return _leakage_draws(_unit_weights(units, counts, self.subjects, "the leakage result"), self.moments)
 
     def as_dict(self) -> dict:
         return {"score": self.score, "control_gaussian": self.control_gaussian,
@@ -325,8 +383,7 @@ def attribute_leakage(Z, A, groups, splitter, decoder=None, Z_fit=None, n_bootst
     gain = real - max(ctrl_g, ctrl_p)
 
     counts = subject_counts(subjects.size, n_bootstrap, rng)
-    boot = _pearson_from_moments(np.einsum("bs,msij->bmij", counts.astype(float), moments))  # (B, 3)
-    draws = boot[:, 0] - np.maximum(boot[:, 1], boot[:, 2])
+    draws = _leakage_draws(counts.astype(float), moments)
     a = 1.0 - confidence
     finite = draws[np.isfinite(draws)]
     ci = tuple(float(q) for q in np.quantile(finite, [a / 2, 1 - a / 2])) if finite.size else (np.nan, np.nan)
@@ -342,7 +399,7 @@ def attribute_leakage(Z, A, groups, splitter, decoder=None, Z_fit=None, n_bootst
     return LeakageResult(score=float(real), control_gaussian=float(ctrl_g), control_permuted=float(ctrl_p),
                          gain=float(gain), ci=ci, p_value=p_value, per_dim_r=per_dim,
                          alphas=alphas, n_test_windows=int(rows.size), n_subjects=int(subjects.size),
-                         draws=draws, null_scores=null)
+                         draws=draws, null_scores=null, subjects=subjects, moments=moments)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -478,6 +535,63 @@ def _permuted_fit_labels(subject_code: np.ndarray, s_index: np.ndarray, folds, r
     return out
 
 
+def _batched_head_C(estimator, subject_code: np.ndarray, s_index: np.ndarray, folds, n_classes: int) -> float | None:
+    """``C`` when every fit of :func:`subject_label_leakage` can go to the batched solver: the head is a
+    standardised L2 logistic regression (:func:`eegprivacy.batched.logistic.logistic_C`, e.g. the default head),
+    the label has two classes and every fold trains on both (a permutation keeps a fold's class balance, so then
+    every permuted fit does too). None otherwise: the head is refitted one fit at a time, as it always was."""
+    from eegprivacy.batched.logistic import logistic_C
+
+    if n_classes != 2 or any(np.unique(subject_code[s_index[train]]).size != 2 for train, _ in folds):
+        return None  # a fold that trains on one class: the one-at-a-time path raises as scikit-learn does
+    return logistic_C(estimator)
+
+
+def _batched_subject_probabilities(estimator, C: float, Z, fit_labels, folds, s_index, n_subjects: int,
+                                   n_classes: int, prior_corrected: bool, window_predictions: bool = False):
+    """:func:`_oof_subject_probabilities` for P label sets at once: ``fit_labels[k]`` is (P, fold k's training
+    rows) of class codes; returns (P, n_subjects, n_classes) score sums and, if asked, the pooled test rows with
+    (P, rows) window predictions.
+
+    Why: the default head refitted per fold and permutation costs up to ~0.3 s at 512 dimensions on MSU, so the
+    1,000-permutation null took hours per encoder cell; within a fold only the labels change, which
+    :func:`eegprivacy.batched.logistic.logistic_proba` exploits. Each fit is the exact optimum of the head's
+    objective (scikit-learn's L-BFGS, at its tol 1e-4, stops short of it by up to 0.15 in probability at 512
+    dimensions), so the real fit, the Gaussian control and the null all go through here together: the p-value
+    then compares one estimator with itself. Scores and predictions are formed exactly as the one-at-a-time path
+    forms them. A fit the solver does not converge is refitted with ``estimator`` itself, with a warning (a
+    safety net; not seen on synthetic or real-like cohorts)."""
+    from eegprivacy.batched.logistic import logistic_proba
+
+    P = fit_labels[0].shape[0]
+    score_sum = np.zeros((P, n_subjects, n_classes))
+    rows, pred, refits = [], [], 0
+    for (train, test), labels in zip(folds, fit_labels):
+        fits = logistic_proba(Z[train], labels, Z[test], C=C)
+        proba, decision = fits.proba, fits.decision
+        for p in np.flatnonzero(~fits.converged):
+            model = clone(estimator).fit(Z[train], labels[p])
+            proba[p], decision[p] = model.predict_proba(Z[test])[:, 1], model.decision_function(Z[test])
+            refits += 1
+        score = np.stack([1 - proba, proba], axis=2)  # (P, test rows, classes), as predict_proba
+        if prior_corrected:
+            count1 = labels.sum(axis=1, dtype=int)
+            prior = np.stack([train.size - count1, count1], axis=1) / train.size  # bincount / size, per label set
+            score /= np.where(prior > 0, prior, 1.0)[:, None, :]
+        np.add.at(score_sum, (slice(None), s_index[test]), score)
+        if window_predictions:
+            rows.append(test)
+            pred.append(np.argmax(score, axis=2) if prior_corrected else (decision > 0).astype(int))  # as predict
+    if refits:
+        import warnings
+
+        warnings.warn(f"{refits} logistic fit(s) did not converge in the batched solver and were refitted with "
+                      f"{type(estimator).__name__}", RuntimeWarning, stacklevel=3)
+    if window_predictions:
+        return score_sum, np.concatenate(rows), np.concatenate(pred, axis=1)
+    return score_sum
+
+
 def subject_label_leakage(Z, y, groups, splitter, estimator=None, n_bootstrap: int = 1000,
                           n_permutations: int = 50, confidence: float = 0.95, random_state=0,
                           prior_corrected: bool = True) -> SubjectLabelResult:
@@ -497,7 +611,14 @@ def subject_label_leakage(Z, y, groups, splitter, estimator=None, n_bootstrap: i
         that tests a subject it trains on, or a subject tested twice, is an error.
     estimator : classifier with ``predict_proba``, optional
         The head, cloned per fold and fitted on integer class codes; default
-        :func:`eegprivacy.embeddings.defenses.default_head` (standardised logistic regression).
+        :func:`eegprivacy.embeddings.defenses.default_head` (standardised logistic regression). A standardised
+        L2 logistic regression on a two-class label (the default head included;
+        :func:`eegprivacy.batched.logistic.logistic_C` says which) is not refitted fit by fit: every fit (real,
+        Gaussian control, each permutation) is the exact optimum of its objective, all permutations of a fold
+        solved at once (:func:`_batched_subject_probabilities`). scikit-learn's L-BFGS at its default ``tol``
+        stops short of that optimum (by up to 0.15 in probability at 512 dimensions), so a held-out subject near
+        the decision rule can read differently than under ``estimator.fit``; real and null fits stay the same
+        estimator either way.
     n_bootstrap, confidence : int, float
         Subject-bootstrap resamples and the percentile interval's level.
     n_permutations : int
@@ -554,9 +675,18 @@ def subject_label_leakage(Z, y, groups, splitter, estimator=None, n_bootstrap: i
     _check_held_out(folds, s_index)
     n_subjects, n_classes = subject_code.size, classes.size
     true_labels = [y_code[train] for train, _ in folds]
+    C = _batched_head_C(estimator, subject_code, s_index, folds, n_classes)  # None: fit one at a time
 
-    prob_sum, rows, window_pred = _oof_subject_probabilities(estimator, Z, true_labels, folds, s_index, n_subjects,
-                                                             n_classes, prior_corrected, window_predictions=True)
+    def oof(Zm, fit_labels, window_predictions=False):
+        """:func:`_oof_subject_probabilities`, or for a logistic head its batched twin (one label set per fold)."""
+        if C is None:
+            return _oof_subject_probabilities(estimator, Zm, fit_labels, folds, s_index, n_subjects, n_classes,
+                                              prior_corrected, window_predictions)
+        out = _batched_subject_probabilities(estimator, C, Zm, [labels[None] for labels in fit_labels], folds,
+                                             s_index, n_subjects, n_classes, prior_corrected, window_predictions)
+        return (out[0][0], out[1], out[2][0]) if window_predictions else out[0]
+
+    prob_sum, rows, window_pred = oof(Z, true_labels, window_predictions=True)
     tested = np.unique(s_index[rows])
     from eegprivacy.embeddings.defenses import weighted_balanced_accuracy
 
@@ -564,8 +694,7 @@ def subject_label_leakage(Z, y, groups, splitter, estimator=None, n_bootstrap: i
     window_value = weighted_balanced_accuracy(y_code[rows], window_pred)
 
     G = rng.standard_normal(Z.shape)
-    control_g = _subject_ba(_oof_subject_probabilities(estimator, G, true_labels, folds, s_index, n_subjects,
-                                                       n_classes, prior_corrected), tested, subject_code)
+    control_g = _subject_ba(oof(G, true_labels), tested, subject_code)
 
     W = subject_counts(tested.size, n_bootstrap, rng).astype(float)  # (B, held-out subjects)
     subject_hit = (np.argmax(prob_sum[tested], axis=1) == subject_code[tested]).astype(float)
@@ -575,12 +704,21 @@ def subject_label_leakage(Z, y, groups, splitter, estimator=None, n_bootstrap: i
     window_tries = np.bincount(position, minlength=tested.size).astype(float)
     window_draws = _ba_draws(subject_code[tested], window_hits, window_tries, W)
 
-    null = np.array([
-        _subject_ba(_oof_subject_probabilities(estimator, Z, _permuted_fit_labels(subject_code, s_index, folds, rng),
-                                               folds, s_index, n_subjects, n_classes, prior_corrected),
-                    tested, subject_code)
-        for _ in range(int(n_permutations))
-    ], float)
+    if C is not None and int(n_permutations) > 0:  # every permutation of a fold in one batched fit
+        fit_labels = [np.empty((int(n_permutations), train.size), np.int8) for train, _ in folds]
+        for p in range(int(n_permutations)):  # the one-at-a-time path's rng draws, in its order
+            for k, labels in enumerate(_permuted_fit_labels(subject_code, s_index, folds, rng)):
+                fit_labels[k][p] = labels
+        null = np.array([_subject_ba(score_sum, tested, subject_code) for score_sum in _batched_subject_probabilities(
+            estimator, C, Z, fit_labels, folds, s_index, n_subjects, n_classes, prior_corrected)], float)
+    else:
+        null = np.array([
+            _subject_ba(_oof_subject_probabilities(estimator, Z,
+                                                   _permuted_fit_labels(subject_code, s_index, folds, rng),
+                                                   folds, s_index, n_subjects, n_classes, prior_corrected),
+                        tested, subject_code)
+            for _ in range(int(n_permutations))
+        ], float)
     if null.size and np.isfinite(value):
         p_value = float((1 + np.sum(null >= value)) / (1 + null.size))
     else:
@@ -652,10 +790,30 @@ class BPIDResult:
     draws: np.ndarray = field(default=None, repr=False)
     n_query_subjects: int = 0
     ci_over: str = "subjects"
+    # per query subject (sorted ids): correct queries and queries, so any subject resample can be rescored
+    query_units: np.ndarray = field(default=None, repr=False, compare=False)
+    query_hits: np.ndarray = field(default=None, repr=False, compare=False)
+    query_tries: np.ndarray = field(default=None, repr=False, compare=False)
+    # per query: the candidate chosen and the true subject, and the K candidates (sorted), so the identity
+    # permutation tests of eegprivacy.evaluation.permutation can be run on the result
+    guess: np.ndarray = field(default=None, repr=False)
+    query_subjects: np.ndarray = field(default=None, repr=False)
+    candidates: np.ndarray = field(default=None, repr=False)
 
     @property
     def residual(self) -> float:
         return identity_residual(self.accuracy, self.n_candidates)
+
+    def draws_for(self, units, counts) -> np.ndarray:
+        """BPID@1 of each subject resample: ``counts`` (B, len(units)) are multiplicities of the subjects
+        ``units``; the query subjects take theirs (each must be in ``units``), the others are ignored and the
+        candidates stay fixed. With :func:`bpid_at_1`'s own multiplicities it reproduces ``draws`` exactly. A
+        resample without any query subject is NaN."""
+        if self.query_units is None:
+            raise ValueError("this BPID@1 result carries no per-subject hits (computed by older code?)")
+        W = _unit_weights(units, counts, self.query_units, "the BPID@1 queries")
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return (W @ self.query_hits) / (W @ self.query_tries)
 
 
 def _unit(Z: np.ndarray) -> np.ndarray:
@@ -699,7 +857,8 @@ def bpid_at_1(Z_ref, subj_ref, Z_query, subj_query, center: bool = False, confid
     draws = (counts @ hits) / (counts @ tries)
     return BPIDResult(accuracy=float(correct.mean()), chance=1.0 / k, ci=_percentile_ci(draws, confidence),
                       n_queries=int(correct.size), n_candidates=int(k), correct=correct, draws=draws,
-                      n_query_subjects=int(queried.size))
+                      n_query_subjects=int(queried.size), query_units=queried, query_hits=hits,
+                      query_tries=tries, guess=guess, query_subjects=subj_query, candidates=candidates)
 
 
 def identity_residual(bpid, n_candidates: int):
@@ -722,7 +881,10 @@ class MembershipResult:
     ``ci_over`` says what the bootstrap resampled: ``"subjects"`` when the caller named every loss's subject,
     ``"windows"`` for the documented fallback without subjects (each window its own cluster). ``paired_with``
     records what fixes the resamples (the seed and both group arrays), so two attacks on the same windows can be
-    differenced draw by draw (:func:`membership_difference`).
+    differenced draw by draw (:func:`membership_difference`). With subjects, ``pair_counts`` (the (member subject,
+    non-member subject) win counts C), ``sizes_members`` / ``sizes_nonmembers`` (windows per subject on each side)
+    and ``units_members`` / ``units_nonmembers`` (the subjects of each side; one array for both when ``joint``)
+    rescore any subject resample (:meth:`draws_for`); they are None for the window-level fallback.
     """
 
     auc: float
@@ -734,10 +896,30 @@ class MembershipResult:
     n_subjects: int = 0
     joint: bool = False
     paired_with: tuple = field(default=(), repr=False, compare=False)
+    pair_counts: np.ndarray = field(default=None, repr=False, compare=False)
+    sizes_members: np.ndarray = field(default=None, repr=False, compare=False)
+    sizes_nonmembers: np.ndarray = field(default=None, repr=False, compare=False)
+    units_members: np.ndarray = field(default=None, repr=False, compare=False)
+    units_nonmembers: np.ndarray = field(default=None, repr=False, compare=False)
 
     @property
     def residual(self) -> float:
         return membership_residual(self.auc)
+
+    def draws_for(self, units, counts) -> np.ndarray:
+        """AUC of each subject resample: ``counts`` (B, len(units)) are multiplicities of the subjects ``units``;
+        the attack's member and non-member subjects take theirs (each must be in ``units``; a ``joint`` subject
+        carries its windows on both sides), the others are ignored. With :func:`membership_auc`'s own
+        multiplicities (stratified: the members' then the non-members' columns) it reproduces ``draws`` exactly.
+        A resample without a member or without a non-member subject is NaN."""
+        if self.pair_counts is None or self.units_members is None:
+            raise ValueError("this membership result has no per-subject pair counts (a window-level fallback, or "
+                             "computed by older code)")
+        w_m = _unit_weights(units, counts, self.units_members, "the membership members")
+        w_n = w_m if self.joint else _unit_weights(units, counts, self.units_nonmembers, "the membership non-members")
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return (np.einsum("bh,hg,bg->b", w_m, self.pair_counts, w_n)
+                    / ((w_m @ self.sizes_members) * (w_n @ self.sizes_nonmembers)))
 
 
 def _pair_counts(pos: np.ndarray, neg: np.ndarray, ipos: np.ndarray, ineg: np.ndarray, n_upos: int,
@@ -799,6 +981,7 @@ def membership_auc(losses_members, losses_nonmembers, n_bootstrap: int = 1000, c
         im, inn = index[: m.size], index[m.size:]
         w_m = w_n = subject_counts(units.size, n_bootstrap, rng).astype(float)
         n_um = n_un = units.size
+        units_m = units_n = units
     else:
         (units_m, im), (units_n, inn) = np.unique(gm, return_inverse=True), np.unique(gn, return_inverse=True)
         n_um, n_un = units_m.size, units_n.size
@@ -811,10 +994,14 @@ def membership_auc(losses_members, losses_nonmembers, n_bootstrap: int = 1000, c
     with np.errstate(invalid="ignore", divide="ignore"):
         draws = np.einsum("bh,hg,bg->b", w_m, C, w_n) / ((w_m @ size_m) * (w_n @ size_n))
     seed = random_state if isinstance(random_state, (int, np.integer)) else None
+    # what rescores any subject resample (not kept for the window fallback: C would be windows x windows)
+    per_subject = {} if ci_over == "windows" else {
+        "pair_counts": C, "sizes_members": size_m, "sizes_nonmembers": size_n, "units_members": units_m,
+        "units_nonmembers": units_n}
     return MembershipResult(auc=float(auc), ci=_percentile_ci(draws, confidence), n_members=int(m.size),
                             n_nonmembers=int(nm.size), draws=draws, ci_over=ci_over,
                             n_subjects=int(np.unique(units).size), joint=joint,
-                            paired_with=(seed, int(n_bootstrap), gm.tobytes(), gn.tobytes()))
+                            paired_with=(seed, int(n_bootstrap), gm.tobytes(), gn.tobytes()), **per_subject)
 
 
 def membership_difference(attack: MembershipResult, control: MembershipResult,
@@ -885,12 +1072,18 @@ def reconstruction_r2(Z, X_down, groups, splitter, decoder=None, random_state=0)
 
 @dataclass
 class AEDSResult:
-    """AEDS = L_A - max(R_M, R_I) with its bootstrap interval and draws (``ci_over``: what the parts resampled)."""
+    """AEDS = L_A - max(R_M, R_I) with its bootstrap interval and draws (``ci_over``: what the parts resampled).
+
+    ``joint``: True when every draw resampled the subjects once and recomputed every part on that resample (NaN
+    draws, where a resample left a part undefined, are kept in ``draws`` and dropped from ``ci``); False when the
+    parts' own, separately drawn, bootstrap draws were combined as if independent.
+    """
 
     value: float
     ci: tuple[float, float]
     draws: np.ndarray = field(repr=False)
     ci_over: str = "subjects"
+    joint: bool = False
 
 
 def _value_and_draws(part, name: str, residual: bool) -> tuple[float, np.ndarray | None, str | None]:
@@ -911,21 +1104,71 @@ def _value_and_draws(part, name: str, residual: bool) -> tuple[float, np.ndarray
     return value, None, None
 
 
+def _resampled_units(part) -> np.ndarray | None:
+    """The subject ids whose multiplicities a result object's ``draws_for`` reads; None for a float or a
+    ``(value, draws)`` pair, a window-level membership fallback, or a result without per-subject data."""
+    if isinstance(part, LeakageResult):
+        return None if part.moments is None else part.subjects
+    if isinstance(part, MembershipResult):
+        if part.ci_over != "subjects" or part.pair_counts is None or part.units_members is None:
+            return None
+        return part.units_members if part.joint else _union_units(part.units_members, part.units_nonmembers)
+    if isinstance(part, BPIDResult):
+        return part.query_units
+    return None
+
+
+def _joint_draws(part, value: float, units: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """One AEDS part (L_A, R_M or R_I) recomputed on every subject resample ``counts`` over ``units``."""
+    if isinstance(part, LeakageResult):
+        return part.draws_for(units, counts)
+    if isinstance(part, MembershipResult):
+        return membership_residual(part.draws_for(units, counts))
+    if isinstance(part, BPIDResult):
+        return identity_residual(part.draws_for(units, counts), part.n_candidates)
+    return np.full(counts.shape[0], value)  # a constant part
+
+
 def aeds(leakage, membership=0.0, identity=0.0, n_bootstrap: int = 1000, confidence: float = 0.95,
          random_state=0) -> AEDSResult:
-    """AEDS = L_A - max(R_M, R_I) with a bootstrap CI that combines the parts' subject-bootstrap draws.
+    """AEDS = L_A - max(R_M, R_I) with a subject-bootstrap CI: the subjects are resampled once per draw.
 
     Each part is a float, a ``(value, draws)`` pair, or the result object of its endpoint
-    (``LeakageResult``, ``MembershipResult``, ``BPIDResult``), whose subject-level draws are used. Draw i of
-    each part is combined into AEDS draw i; a part without draws enters as a constant. Draw arrays of other
-    lengths are resampled to ``n_bootstrap``. **(ours)** The parts resample the audited subjects independently
-    of one another, so the combination treats them as independent; every part's draws are over subjects, so the
-    result is ``ci_over="subjects"`` (``"windows"`` if any part fell back to a window bootstrap).
+    (``LeakageResult``, ``MembershipResult``, ``BPIDResult``). The point value is always the parts' point values
+    combined.
+
+    Joint resampling (``joint=True``): when every part with draws is a result object that can rescore a subject
+    resample (``draws_for``), one multiplicity matrix (:func:`subject_counts`) is drawn over the union of the
+    parts' subject ids -- L_A's test subjects, the membership attack's member and non-member subjects (for the
+    encoder attack the pretraining subjects, which need not be audited ones; ids are matched as values, so
+    ``0`` and ``"0"`` are different subjects) and BPID@1's query subjects -- and every part is recomputed on
+    each resample and combined into that draw. The parts resample the same audited subjects, so their errors
+    are correlated and only this keeps the correlation. A subject absent from a part does not move it; the head
+    attack's members and non-members, stratified in :func:`membership_auc`, are resampled as part of the one
+    draw, so a resample without a member or without a non-member subject (or without any test or query subject
+    of another part) is NaN and dropped from the percentile interval. Float parts enter as constants.
+
+    Otherwise (a ``(value, draws)`` pair, a window-level membership fallback, or results from older code)
+    **(ours)** the parts' own bootstrap draws are combined as if independent: draw i of each part (finite draws,
+    resampled to ``n_bootstrap`` where their number differs) into AEDS draw i; a part without draws is a
+    constant. The result is ``ci_over="subjects"`` (``"windows"`` if any part fell back to a window bootstrap).
     Use ``identity=0`` where the split has no candidates (subject-disjoint), as the protocol says.
     """
     rng = check_random_state(random_state)
+    given = ((leakage, "L_A", False), (membership, "R_M", True), (identity, "R_I", True))
+    units = [_resampled_units(part) for part, _, _ in given]
+    resampled = [isinstance(part, (LeakageResult, MembershipResult, BPIDResult)) or isinstance(part, tuple)
+                 for part, _, _ in given]
+    if any(resampled) and all(u is not None for u, r in zip(units, resampled) if r):
+        values = [_value_and_draws(part, name, residual)[0] for part, name, residual in given]
+        union = _union_units(*(u for u in units if u is not None))
+        counts = subject_counts(union.size, n_bootstrap, rng)
+        la_d, rm_d, ri_d = (_joint_draws(part, v, union, counts) for (part, _, _), v in zip(given, values))
+        draws = la_d - np.maximum(rm_d, ri_d)
+        return AEDSResult(value=float(values[0] - max(values[1], values[2])), ci=_percentile_ci(draws, confidence),
+                          draws=draws, ci_over="subjects", joint=True)
     parts, over = [], set()
-    for part, name, residual in ((leakage, "L_A", False), (membership, "R_M", True), (identity, "R_I", True)):
+    for part, name, residual in given:
         value, draws, ci_over = _value_and_draws(part, name, residual)
         if ci_over is not None:
             over.add(ci_over)

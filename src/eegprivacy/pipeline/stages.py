@@ -359,9 +359,10 @@ STAGES: tuple[Stage, ...] = (
           entry="experiments.embedding_audit", section="embedding_audit", params_file="params/embedding_audit.yaml",
           config="eegprivacy.studies.embedding_audit.config:EmbeddingAuditConfig",
           code=(f"{SRC}/data", f"{SRC}/signal", f"{SRC}/embeddings", f"{SRC}/attacks", f"{SRC}/evaluation",
-                f"{SRC}/studies/embedding_audit"), support=(*MACHINERY, *REPORTING),
+                f"{SRC}/batched", f"{SRC}/studies/embedding_audit"), support=(*MACHINERY, *REPORTING),
           inputs=("data/versions/{item}.json",),
-          outs=("metrics/embedding_audit_{item}.csv", "reports/embedding_audit_{item}.md",
+          outs=("metrics/embedding_audit_{item}.csv", "metrics/embedding_audit_{item}_claims.csv",
+                "reports/embedding_audit_{item}.md",
                 "data/embedding_audit/{item}", "metrics/embedding_audit_{item}.json",
                 *(f"reports/figures/embedding_audit_{{item}}_{f}.png" for f in ("leakage", "aeds", "bridge",
                                                                                "defenses"))),
@@ -371,7 +372,8 @@ STAGES: tuple[Stage, ...] = (
           "side, one table per cohort and a cross-cohort figure.",
           entry="experiments.embedding_audit_cohorts", code=(f"{SRC}/studies/embedding_audit",),
           support=(*MACHINERY, *REPORTING),
-          inputs=tuple(f"metrics/embedding_audit_{c}.{ext}" for c in STUDY_C for ext in ("csv", "json")),
+          inputs=tuple(f"metrics/embedding_audit_{c}{ext}" for c in STUDY_C
+                       for ext in (".csv", "_claims.csv", ".json")),
           outs=("metrics/embedding_audit_cohorts.json", "reports/embedding_audit_cohorts.md",
                 "reports/figures/embedding_audit_cohorts.png")),
     # ---- Your own cohort (not a DVC stage: it runs on data the repository does not hold) ---------------------

@@ -35,7 +35,8 @@ EEGMAT_DESIGN = {"task": "rest_vs_arithmetic", "task_text": "rest vs mental arit
 LEAKAGE_SPLITS = ("temporal_gap", "subject_disjoint")
 AEDS_NOTE = (
     "AEDS = L_A (subject-disjoint) − max(R_M, R_I); R_M = max(0, 2·AUC − 1) of the stronger membership attack, R_I = "
-    "max(0, (BPID@1 − 1/K)/(1 − 1/K)). AEDS > 0 with its CI above 0: attribute leakage is the deciding risk even "
+    "max(0, (BPID@1 − 1/K)/(1 − 1/K)); its interval draws one subject resample per replicate and computes L_A, R_M "
+    "and R_I on it (the parts are not combined as if independent). AEDS > 0 with its CI above 0: attribute leakage is the deciding risk even "
     "where the other endpoints look safe. Membership: the head's members are the windows of the subjects it was "
     "trained on, its non-members those of the other audited subjects (chance 0.5; a between-subject shift can also "
     "separate them, so read it as an upper bound); the head's member half is redrawn per seed. The encoder's "
@@ -56,6 +57,24 @@ def cohort_design(meta: dict) -> dict:
         design["pretrain_text"] = (f"{n} further subjects pretrain the encoders and are the encoder-membership "
                                    "attack's members" if n else "no separate pretraining subjects")
     return design
+
+
+def provenance_line(meta: dict | None, cells=None) -> str:
+    """What every encoder's weights are, for table and figure titles: "Weights: BIOT = architecture,
+    self-pretrained (120 steps on 58 windows); ..." (``meta["provenance"]``, keyed ``<encoder>/<weights>``;
+    empty for an audit from before provenance was recorded)."""
+    prov = (meta or {}).get("provenance") or {}
+    keys = [f"{e}/{w}" for e, w in cells] if cells is not None else list(prov)
+    parts = [f"{_label(*k.split('/', 1))} = {prov[k]}" for k in keys if k in prov]
+    return ("Weights: " + "; ".join(parts) + ".") if parts else ""
+
+
+def short_provenance(meta: dict | None) -> str:
+    """The weights in a few words for a figure title: the distinct provenance of the neural encoders' primary
+    weights ("architecture, self-pretrained (120 steps on 58 windows)"; several joined by " / ")."""
+    prov = (meta or {}).get("provenance") or {}
+    texts = dict.fromkeys(v for k, v in prov.items() if not k.endswith(("/random_init", "/none")))
+    return " / ".join(texts)
 
 
 def figure_prefix(meta: dict | None) -> str:
@@ -245,6 +264,8 @@ def figures(summary: pd.DataFrame, cells: list[tuple[str, str]], folder: Path, t
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     path = figure_paths(folder, prefix or figure_prefix(meta))
+    if short_provenance(meta):  # every figure title says what the encoders' weights are
+        title = f"{title} [{short_provenance(meta)}]"
     paths = [leakage_figure(summary, cells, path["leakage"], title),
              aeds_figure(summary, cells, path["aeds"], title)]
     bridge = summary[summary["unit"] == "bridge"]
@@ -272,7 +293,8 @@ def _encoder_lines(cells, encoders_meta: dict) -> list[str]:
         flags = d["channel_mapping"].get("flags") or []
         lines.append(f"| {_label(e, 'none')} | {w} | {d['n_params']:,} | {m['dim']} | "
                      f"{json.dumps(d['config']) if d['config'] else 'published'} | {pre_text} | "
-                     f"{(pre.get('checkpoint_sha256') or DASH)[:12]} | {len(d['channels'])}"
+                     f"{(pre.get('checkpoint_sha256') or d.get('checkpoint_sha256') or DASH)[:12]} | "
+                     f"{len(d['channels'])}"
                      f"{' (' + ', '.join(map(str, flags)) + ')' if flags else ''} | {m['ms_per_window']:.1f} |")
     return lines
 
@@ -327,7 +349,8 @@ def _holm_note(tests: dict) -> str:
         return "No permutation p-values were computed for L_A, so no cell is marked significant."
     note = (f"p: split-local permutation p-value of L_A, raw / Holm-adjusted over the m = {m} L_A tests of this "
             f"table (Holm–Bonferroni, family-wise α = {ALPHA:g}); * marks Holm-adjusted p ≤ {ALPHA:g}. The "
-            "intervals are per-cell 95 % intervals, not corrected.")
+            "intervals are per-cell 95 % intervals, not corrected. These p-values describe the permutation null; "
+            "the attribute claim is decided once, by the test in the Claims table above.")
     smallest = float(np.nanmin(raw))
     if smallest > ALPHA / m:
         note += (f" The smallest raw p here is {smallest:.3f} > α/m = {ALPHA / m:.4f}: at this number of "
@@ -539,7 +562,24 @@ def _design_lines(meta: dict) -> list[str]:
             f"| pretraining | {d['pretrain_text']} |", ""]
 
 
-def report_md(summary: pd.DataFrame, cells, meta: dict, encoders_meta: dict, prefix: str | None = None) -> str:
+TABLE_SECTIONS = ("## Headline", "## Deployment", "## Defenses", "## Cross-encoder")
+
+
+def _with_provenance(lines: list[str], text: str) -> list[str]:
+    """``text`` (what the encoders' weights are) under the heading of every table section, the subject-level
+    label's included: no table of study C without the provenance of the embeddings it audits."""
+    if not text:
+        return lines
+    out = []
+    for line in lines:
+        out.append(line)
+        if line.startswith(TABLE_SECTIONS) or (line.startswith("## ") and "(subject-level label)" in line):
+            out += ["", f"*{text}*"]
+    return out
+
+
+def report_md(summary: pd.DataFrame, cells, meta: dict, encoders_meta: dict, prefix: str | None = None,
+              claims: pd.DataFrame | None = None) -> str:
     """The markdown report: the cohort's design, encoders, headline endpoints, the subject-level label's leakage
     (where the cohort has one), deployment check, defenses, bridge, figures. ``prefix``: the figures' and tidy
     table's file stem, by default :func:`figure_prefix` (the one :func:`figures` writes under)."""
@@ -555,12 +595,17 @@ def report_md(summary: pd.DataFrame, cells, meta: dict, encoders_meta: dict, pre
              "repeated over noise seeds are t-intervals across seeds (`seeds`). Every leakage value "
              "sits next to its Gaussian and split-local-permutation controls. Source: MLflow experiment "
              "`study-c-embedding-audit` (parents named `embedding_audit-<dataset>-<encoder>-<weights>`).", ""]
+    if claims is not None:
+        from eegprivacy.reporting.claims import claims_lines
+
+        lines += claims_lines(claims)
     lines += _design_lines(meta) + _encoder_lines(cells, encoders_meta) + [""] + channel_lines(cells, encoders_meta)
     lines += _headline_lines(summary, cells, meta) + subject_label_lines(summary, cells, meta)
     lines += _deployment_lines(summary, cells, meta["deployment_sigma"], meta) + _defense_lines(summary, cells, meta)
     bridge = summary[summary["unit"] == "bridge"]
     if not bridge.empty:
         lines += _bridge_lines(bridge)
+    lines = _with_provenance(lines, provenance_line(meta, cells))
     shown = [name for name in FIGURES if name != "bridge" or not bridge.empty]  # the figures :func:`figures` writes
     lines += ["## Figures", ""]
     for name in shown:

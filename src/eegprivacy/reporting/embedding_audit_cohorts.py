@@ -3,22 +3,11 @@ subject-level label), who the subject is, and the centred-PSD attribute decodabl
 their controls? Read from each cohort's tidy rows (``metrics/embedding_audit_<cohort>.csv``), summarised with
 :func:`eegprivacy.studies.embedding_audit.summaries.summarise`; nothing here recomputes an endpoint.
 
-The answers (:func:`answers`) follow the matched-null convention: a score counts only above its controls, not
-above chance alone, and every decision is corrected over the table's cells (Holm):
-
-- task: the subject-level label's balanced accuracy (``subject_label``) where the cohort has one, else the
-  deployment task's (``deployment/0``); "yes" when its CI lower bound lies above chance 0.5, above its Gaussian
-  and permuted-label controls (and, for a subject-level label, above the 95th percentile of its permutation
-  null), and the one-sided test against the largest of them, recovered from the interval
-  (:func:`eegprivacy.reporting.study_reports.interval_p_value`), survives Holm over the table's task cells;
-- identity: BPID@1's CI lower bound above chance 1/K (its matched null), with the same interval test and Holm
-  over the identity cells; beside it, whether pretraining adds identity (a self-pretrained encoder's BPID@1
-  above the same encoder's at random init, Holm over those cells);
-- PSD attribute: L_A (subject-disjoint) with its CI lower bound above 0 (L_A is a gain over its controls already)
-  and its interval test Holm-adjusted over the table's L_A cells below 0.05 (the permutation p shown raw beside).
-
-Anything else is "no evidence" (not "no": an interval that reaches the control does not show the absence of
-leakage).
+The answers (:func:`answers`) are the cohorts' claims (``metrics/embedding_audit_<cohort>_claims.csv``, built by
+:mod:`eegprivacy.studies.embedding_audit.claims`): each question is one claim decided by one test with Holm over
+the cohort's encoder cells, and this report prints that verdict, p and test unchanged -- the same ones
+``reports/study-c.md`` reads back from MLflow. A score counts only above its controls (matched-null convention);
+a claim with a random-init control is a paired difference against it. Anything else is "no evidence" (not "no").
 """
 
 from __future__ import annotations
@@ -34,10 +23,9 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from eegprivacy.atomic import atomic_path, write_text_atomic  # noqa: E402
-from eegprivacy.evaluation.cluster_bootstrap import holm  # noqa: E402
 from eegprivacy.reporting.embedding_audit import ALPHA, cohort_design  # noqa: E402
 from eegprivacy.reporting.format import DASH, estimate  # noqa: E402
-from eegprivacy.reporting.study_reports import interval_p_value  # noqa: E402
+from eegprivacy.reporting.claims import claims_lines  # noqa: E402
 from eegprivacy.studies.embedding_audit.summaries import summarise  # noqa: E402
 from eegprivacy.studies.embedding_audit.summaries import summary_row as _get  # noqa: E402
 from eegprivacy.studies.embedding_audit.units import encoder_label  # noqa: E402
@@ -94,8 +82,34 @@ def load(paths) -> dict[str, dict]:
             raise ValueError(f"{path}: cohort {cohort!r} is already read from {out[cohort]['path']}")
         synthetic = bool(tidy["synthetic"].astype(str).str.lower().eq("true").any()) if "synthetic" in tidy else False
         out[cohort] = {"summary": summarise(tidy), "cells": _cells(tidy), "design": read_design(path),
-                       "synthetic": synthetic, "path": str(path)}
+                       "synthetic": synthetic, "path": str(path), "claims": read_claims(path),
+                       "provenance": read_provenance(path)}
     return out
+
+
+def claims_path(path) -> Path:
+    """The claims table the stage writes beside a cohort's tidy rows: ``<stem>_claims.csv``."""
+    path = Path(path)
+    return path.with_name(f"{path.stem}_claims.csv")
+
+
+def read_claims(path) -> pd.DataFrame:
+    """The cohort's claims (:mod:`eegprivacy.studies.embedding_audit.claims`): every verdict here is one of
+    them, never re-tested. A missing table is an error naming the stage that writes it."""
+    claims = claims_path(path)
+    if not claims.exists():
+        raise FileNotFoundError(f"{claims}: the claims of cohort {cohort_from_path(path)!r} are missing; run "
+                                f"`dvc repro embedding_audit@{cohort_from_path(path)}` to make them")
+    table = pd.read_csv(claims, keep_default_na=False, na_values=[""])
+    for column in ("link", "ci_over", "reference", "test", "family", "verdict", "provenance", "question"):
+        table[column] = table[column].fillna("").astype(str)
+    return table
+
+
+def read_provenance(path) -> dict:
+    """``<encoder>/<weights>`` -> what its weights are, from the headline JSON beside the tidy rows."""
+    headline = Path(path).with_suffix(".json")
+    return json.loads(headline.read_text()).get("meta", {}).get("provenance", {}) if headline.exists() else {}
 
 
 def _cells(tidy: pd.DataFrame) -> list[tuple[str, str]]:
@@ -164,49 +178,32 @@ def _bar(entry: dict) -> float:
     return max(levels) if levels else np.nan
 
 
-def _interval_test(entry: dict) -> float:
-    """One-sided p of "above the bar" recovered from the interval (normal approximation; NaN without one)."""
-    return interval_p_value(entry["value"], entry["ci_low"], entry["ci_high"], _bar(entry))
+def _claim(claims: pd.DataFrame, e: str, w: str, claim: str) -> dict | None:
+    part = claims[(claims["encoder"] == e) & (claims["weights"] == w) & (claims["claim"] == claim)]
+    return None if part.empty else part.iloc[0].to_dict()
 
 
 def answers(cohorts: dict[str, dict], alpha: float = ALPHA) -> pd.DataFrame:
-    """One row per (cohort, encoder, weights): the task, identity, attribute and AEDS entries and, per question,
-    ``<question>_answer`` ("yes" / "no evidence"), with the Holm-adjusted p-value each decision used. Holm runs over
-    the table's cells of one question (all cohorts and encoders together)."""
+    """One row per (cohort, encoder, weights): the task, identity, attribute and AEDS entries (estimates and
+    controls, for the tables and the figure) and, per question, ``<question>_answer`` ("yes" / "no evidence") with
+    the Holm-adjusted p-value of the claim it is: read from the cohort's claims table, the same test, p and verdict
+    every report of study C prints (``alpha`` is the claims'; kept for the signature)."""
     rows = []
     for cohort, c in cohorts.items():
         for e, w in c["cells"]:
             s = c["summary"]
-            rows.append({"cohort": cohort, "encoder": e, "weights": w, "label": encoder_label(e, w),
-                         "task": _task(s, e, w), "identity": _identity(s, e, w), "attribute": _attribute(s, e, w),
-                         "aeds": _aeds(s, e, w)})
-    table = pd.DataFrame(rows)
-    if table.empty:
-        return table
-    for question in ("task", "identity"):
-        p = [_interval_test(entry) for entry in table[question]]
-        table[f"{question}_p_holm"] = holm(p)
-        table[f"{question}_answer"] = [
-            YES if (np.isfinite(entry["ci_low"]) and entry["ci_low"] > _bar(entry) and adj < alpha) else NO_EVIDENCE
-            for entry, adj in zip(table[question], table[f"{question}_p_holm"])]
-    # Does pretraining add identity? A pretrained encoder's BPID@1 against its random init's, over the cells that
-    # have one (Holm over those); "–" where there is no random-init cell (band power, the random-init cells).
-    reference = [entry["random_init"] for entry in table["identity"]]
-    p = [interval_p_value(e["value"], e["ci_low"], e["ci_high"], ref) if np.isfinite(ref) else np.nan
-         for e, ref in zip(table["identity"], reference)]
-    table["pretraining_adds_identity_p_holm"] = holm(p)
-    table["pretraining_adds_identity"] = [
-        DASH if not np.isfinite(ref) else
-        YES if (np.isfinite(e["ci_low"]) and e["ci_low"] > ref and adj < alpha) else NO_EVIDENCE
-        for e, ref, adj in zip(table["identity"], reference, table["pretraining_adds_identity_p_holm"])]
-    # The attribute is tested like the others, from its subject-bootstrap interval (L_A is already a gain over
-    # its controls, so its bar is 0): at the stage's 50 permutations the permutation p cannot go below 1/51, and
-    # Holm over ~20 cells would then refuse every cell whatever L_A is. The permutation p stays beside it (raw).
-    table["attribute_p_holm"] = holm([interval_p_value(e["value"], e["ci_low"], e["ci_high"], 0.0)
-                                      for e in table["attribute"]])
-    table["attribute_answer"] = [YES if (np.isfinite(entry["ci_low"]) and entry["ci_low"] > 0 and adj < alpha)
-                                 else NO_EVIDENCE for entry, adj in zip(table["attribute"], table["attribute_p_holm"])]
-    return table
+            row = {"cohort": cohort, "encoder": e, "weights": w, "label": encoder_label(e, w),
+                   "provenance": c.get("provenance", {}).get(f"{e}/{w}", ""),
+                   "task": _task(s, e, w), "identity": _identity(s, e, w), "attribute": _attribute(s, e, w),
+                   "aeds": _aeds(s, e, w)}
+            for question in (*QUESTIONS, "pretraining_adds_identity"):
+                claim = _claim(c["claims"], e, w, question)
+                row[f"{question}_p_holm"] = np.nan if claim is None else float(claim["p_holm"])
+                row[f"{question}_test"] = DASH if claim is None else claim["test"]
+                row[f"{question}_answer"] = DASH if claim is None else claim["verdict"]
+            row["pretraining_adds_identity"] = row.pop("pretraining_adds_identity_answer")
+            rows.append(row)
+    return pd.DataFrame(rows)
 
 
 def defense_verdicts(summary: pd.DataFrame) -> dict:
@@ -252,29 +249,34 @@ def _task_name(c: dict, table: pd.DataFrame) -> str:
 
 
 def cohort_lines(cohort: str, c: dict, table: pd.DataFrame) -> list[str]:
-    """One cohort's table: per encoder the task BA, BPID@1, L_A and AEDS with their CIs, controls and answers."""
+    """One cohort's table: per encoder (with what its weights are) the task BA, BPID@1, L_A and AEDS with their CIs
+    and controls, and each claim's verdict with its p_Holm (the claims table's; the tests are named there)."""
     part = table[table["cohort"] == cohort]
     synthetic = " **SYNTHETIC**" if c["synthetic"] else ""
     d = c["design"]
+    link = d.get("identity_link", "")
     lines = [f"## {cohort}{synthetic}", "",
-             f"Task: {_task_name(c, part)}. Identity: {d['identity_text']}. Pretraining: "
-             f"{d.get('pretrain_text') or DASH}. Rows: `{c['path']}`.", "",
-             "| encoder | task BA [CI] | task controls | p (Holm) | task? | BPID@1 [CI] (chance) | p (Holm) | "
-             "identity? | random-init BPID@1 | p (Holm) | pretraining adds identity? | L_A subject-disjoint [CI] | "
-             "p (Holm) | permutation p (raw) | attribute? | AEDS [CI] | ci_over (task / identity / L_A / AEDS) |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             f"Task: {_task_name(c, part)}. Identity ({link or 'link not recorded'}): {d['identity_text']}. "
+             f"Pretraining: {d.get('pretrain_text') or DASH}. Rows: `{c['path']}`; claims: "
+             f"`{claims_path(c['path'])}`.", "",
+             f"*Table: {cohort}, per encoder and weights (provenance in the second column); verdicts and p_Holm are "
+             "the claims' (section Claims).*", "",
+             "| encoder | weights (provenance) | task BA [CI] | task controls | task? (p_Holm) | "
+             f"BPID@1 [CI] (chance), {link or 'link'} | identity? (p_Holm) | pretraining adds identity? (p_Holm) | "
+             "L_A subject-disjoint [CI] | attribute? (p_Holm) | AEDS [CI] | ci_over (task / identity / L_A / AEDS) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in part.itertuples():
         t, i, a, s = r.task, r.identity, r.attribute, r.aeds
         chance = f" ({i['chance']:.3f})" if np.isfinite(i["chance"]) else ""
-        lines.append(f"| {r.label} | {_est(t)} | {_controls_text(t)} | {_p_text(r.task_p_holm)} | "
-                     f"{r.task_answer} | {_est(i)}{chance} | {_p_text(r.identity_p_holm)} | {r.identity_answer} | "
-                     f"{_num(i['random_init'])} | {_p_text(r.pretraining_adds_identity_p_holm)} | "
-                     f"{r.pretraining_adds_identity} | {_est(a)} | {_p_text(r.attribute_p_holm)} | "
-                     f"{_p_text(a['p_value'])} | "
-                     f"{r.attribute_answer} | "
-                     f"{_est(s)} | {t['ci_over']} / {i['ci_over']} / {a['ci_over']} / {s['ci_over']} |")
+        lines.append(f"| {r.label} | {r.provenance or DASH} | {_est(t)} | {_controls_text(t)} | "
+                     f"{_answer(r.task_answer, r.task_p_holm)} | {_est(i)}{chance} | "
+                     f"{_answer(r.identity_answer, r.identity_p_holm)} | "
+                     f"{_answer(r.pretraining_adds_identity, r.pretraining_adds_identity_p_holm)} | {_est(a)} | "
+                     f"{_answer(r.attribute_answer, r.attribute_p_holm)} | {_est(s)} | "
+                     f"{t['ci_over']} / {i['ci_over']} / {a['ci_over']} / {s['ci_over']} |")
     v = defense_verdicts(c["summary"])
-    lines += ["", "| defense verdict | defenses | yes (every seed) | yes on some seeds | no | undecided | closing |",
+    lines += ["", f"*Table: {cohort}, defenses of every encoder (weights as in the table above).*", "",
+              "| defense verdict | defenses | yes (every seed) | yes on some seeds | no | undecided | closing |",
               "|---|---|---|---|---|---|---|"]
     for key, name in (("attribute", "closes the PSD-attribute channel"), ("identity", "closes identity")):
         x = v[key]
@@ -283,14 +285,22 @@ def cohort_lines(cohort: str, c: dict, table: pd.DataFrame) -> list[str]:
     return lines + [""]
 
 
-def answer_lines(table: pd.DataFrame) -> list[str]:
-    """The cross-cohort answer table: per cohort and encoder, yes / no evidence for each question."""
+def _answer(verdict: str, p_holm: float) -> str:
+    return verdict if not np.isfinite(p_holm) else f"{verdict} ({_p_text(p_holm)})"
+
+
+def answer_lines(table: pd.DataFrame, cohorts: dict) -> list[str]:
+    """The cross-cohort answer table: per cohort and encoder, each claim's verdict (identity with what it links)."""
     lines = ["## Decodable above control? (all cohorts)", "",
-             "| cohort | encoder | task / diagnosis | identity | pretraining adds identity | PSD attribute | "
+             "*Table: each claim's verdict per cohort and encoder (the Claims section gives its test, p and Holm "
+             "family); weights: " + "; ".join(dict.fromkeys(v for c in cohorts.values()
+                                                           for v in c.get("provenance", {}).values())) + ".*", "",
+             "| cohort | encoder | task / diagnosis | identity (links) | pretraining adds identity | PSD attribute | "
              "AEDS [CI] |",
              "|---|---|---|---|---|---|---|"]
     for r in table.itertuples():
-        lines.append(f"| {r.cohort} | {r.label} | {r.task_answer} | {r.identity_answer} | "
+        link = cohorts[r.cohort]["design"].get("identity_link", "")
+        lines.append(f"| {r.cohort} | {r.label} | {r.task_answer} | {r.identity_answer} ({link}) | "
                      f"{r.pretraining_adds_identity} | {r.attribute_answer} | {_est(r.aeds)} |")
     counts = {q: int((table[f"{q}_answer"] == YES).sum()) for q in QUESTIONS}
     return lines + ["", f"Yes: task {counts['task']}, identity {counts['identity']}, PSD attribute "
@@ -298,29 +308,19 @@ def answer_lines(table: pd.DataFrame) -> list[str]:
 
 
 def rules_text(table: pd.DataFrame) -> str:
-    m = {q: int(np.isfinite(table[f"{q}_p_holm"].astype(float)).sum()) for q in QUESTIONS}
     return (
-        "How to read: every interval is the cell's own 95 % interval (uncorrected) over the unit its `ci_over` "
-        "names (`subjects`: a cluster bootstrap over subjects; `subjects+seeds`: subject-bootstrap bounds "
-        "averaged over member draws; `seeds`: a t-interval across noise seeds). **task?**: the subject-level "
-        "label's balanced accuracy (one prediction per held-out subject) where the cohort has one, else the "
-        "deployment task's; yes when its CI lower bound is above chance 0.5, above the Gaussian (G) and permuted-"
-        "label (P) controls, and for a subject-level label above the permutation null's 95th percentile (P q95). "
-        "**identity?**: BPID@1's CI lower bound above chance 1/K (the matched null: a reference set whose subject "
-        "labels carry nothing links at 1/K). **pretraining adds identity?**: a self-pretrained encoder's BPID@1 "
-        "above its random init's (same test, Holm over those cells; `–` where there is no random-init cell): the "
-        "random-init encoder is not a null for linkage (random features of the signal still identify), it says "
-        "what the pretraining added. For task and identity, the "
-        "one-sided test of the score against the largest of those levels, recovered from its interval (normal "
-        f"approximation), is {CORRECTION}-adjusted over the table's cells (task: m = {m['task']}, identity: "
-        f"m = {m['identity']}) and must be below {ALPHA:g}. **attribute?**: L_A (subject-disjoint; a gain over "
-        "its Gaussian and permuted controls, so its bar is 0) with its CI lower bound above 0 and the same "
-        f"interval test, {CORRECTION}-adjusted over the table's m = {m['attribute']} L_A cells, below {ALPHA:g}; "
-        "the split-local permutation p-value is shown raw beside it (with the stage's few permutations its floor "
-        "is 1 / (permutations + 1), too coarse for a correction over the table). Multiple-comparison correction: "
-        f"{CORRECTION}. `no evidence` is not `no`: the interval or the test does not clear the control. "
-        "Defense verdicts count defenses (encoder × defense): yes on every seed, on some seeds, no, undecided "
-        "(no utility to keep).")
+        "How to read: every verdict is a claim of the Claims section below, decided by one test, the same test, "
+        "p-value and verdict `reports/study-c.md` and each cohort's report print: the diagnosis by a "
+        "subject-label permutation test, identity by permuting the reference labels, \"pretraining adds "
+        "identity\" and encoder membership as paired differences against the random-init encoder (sign flips "
+        "over subjects), the window-level task and the PSD attribute from their subject-bootstrap intervals "
+        f"(normal approximation). Holm runs over one claim on one cohort (its encoder cells); `yes` = p_Holm < "
+        f"{ALPHA:g}, `no evidence` is not `no`. Every interval is the cell's own 95 % interval (uncorrected) over "
+        "the unit its `ci_over` names (`subjects`: a cluster bootstrap over subjects; `subjects+seeds`: "
+        "subject-bootstrap bounds averaged over member draws; `seeds`: a t-interval across noise seeds): it gives "
+        "the size of an effect, not the verdict. Identity rows say what they link (within one recording, across "
+        "runs, across recordings): never compare them without that label. Defense verdicts count defenses "
+        "(encoder × defense): yes on every seed, on some seeds, no, undecided (no utility to keep).")
 
 
 def report_md(cohorts: dict[str, dict], table: pd.DataFrame, figure: str | None = None) -> str:
@@ -329,7 +329,9 @@ def report_md(cohorts: dict[str, dict], table: pd.DataFrame, figure: str | None 
     lines = [f"# Study C across cohorts{' [SYNTHETIC]' if synthetic else ''}: is the task, the subject's identity "
              "or the PSD attribute decodable from frozen-encoder embeddings above control?", "",
              f"Cohorts: {', '.join(cohorts)}. " + rules_text(table), ""]
-    lines += answer_lines(table)
+    lines += answer_lines(table, cohorts)
+    claims = [c["claims"] for c in cohorts.values() if c.get("claims") is not None]
+    lines += claims_lines(pd.concat(claims, ignore_index=True) if claims else None, list(cohorts))
     for cohort, c in cohorts.items():
         lines += cohort_lines(cohort, c, table)
     if figure:
@@ -380,12 +382,12 @@ PANELS = (("identity", "BPID@1 − chance [95% CI]", "chance"), ("attribute", "L
           ("task", "task / diagnosis BA [95% CI]", None), ("aeds", "AEDS [95% CI]", None))
 
 
-def figure(table: pd.DataFrame, path, synthetic: bool = False) -> Path:
+def figure(table: pd.DataFrame, path, synthetic: bool = False, links: dict | None = None) -> Path:
     """Four panels (BPID@1 − chance, L_A, task BA, AEDS): one row per encoder, cohorts side by side (offset,
     one colour each), 95 % CIs as error bars; the task panel marks each cell's largest control (×)."""
     labels = list(dict.fromkeys(table["label"]))
     cohorts = list(dict.fromkeys(table["cohort"]))
-    fig, axes = plt.subplots(1, len(PANELS), figsize=(4.2 * len(PANELS), 0.5 * len(labels) + 2.2), sharey=True)
+    fig, axes = plt.subplots(1, len(PANELS), figsize=(4.2 * len(PANELS), 0.5 * len(labels) + 3.2), sharey=True)
     for ax, (key, xlabel, shift) in zip(axes, PANELS):
         for k, cohort in enumerate(cohorts):
             part = table[table["cohort"] == cohort]
@@ -398,18 +400,26 @@ def figure(table: pd.DataFrame, path, synthetic: bool = False) -> Path:
                 y = labels.index(r.label) + offset
                 err = [[max(entry["value"] - entry["ci_low"], 0)], [max(entry["ci_high"] - entry["value"], 0)]]
                 err = err if np.isfinite(entry["ci_low"]) and np.isfinite(entry["ci_high"]) else None
+                name = f"{cohort} (identity: {links[cohort]})" if links and links.get(cohort) else cohort
                 ax.errorbar([entry["value"] - base], [y], xerr=err, fmt="o", color=f"C{k}", ms=4, capsize=2,
-                            label=cohort if r.Index == part.index[0] else None)
+                            label=name if r.Index == part.index[0] else None)
                 if key == "task" and np.isfinite(_bar(entry)):
                     ax.plot([_bar(entry)], [y], "x", color=f"C{k}", ms=5)
         ax.axvline(0.5 if key == "task" else 0.0, color="0.4", lw=0.7, ls=":")
         ax.set_xlabel(xlabel)
     axes[0].set_yticks(range(len(labels)), labels)
     axes[0].invert_yaxis()
-    axes[0].legend(fontsize=7)
+    handles, names = axes[0].get_legend_handles_labels()
+    fig.legend(handles, names, loc="lower center", ncol=len(names) or 1, fontsize=8, frameon=False)  # off the data
+    provenance = "\n".join(dict.fromkeys(
+        f"{c}: {p}" for c, p, w in zip(table["cohort"], table.get("provenance", pd.Series(dtype=object)),
+                                       table["weights"])
+        if isinstance(p, str) and p and w not in ("none", "random_init")))
     fig.suptitle(f"{'[SYNTHETIC] ' if synthetic else ''}Study C across cohorts "
-                 "(× = largest control of the task; dotted = chance)")
-    fig.tight_layout()
+                 "(× = largest control of the task; dotted = chance)"
+                 + (f"\nneural encoders (random init beside them):\n{provenance}" if provenance else ""),
+                 fontsize=10)
+    fig.tight_layout(rect=(0, 0.06, 1, 1))
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with atomic_path(path) as tmp:

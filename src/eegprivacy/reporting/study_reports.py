@@ -46,12 +46,13 @@ CONFIDENCE = 0.95  # the level of every interval the sweeps log (``pipeline.swee
 ALPHA = 0.05  # a cell is marked significant when its Holm-adjusted p-value is below this
 CORRECTION = "Holm"
 UNIT_RANGE = (0.0, 1.0)  # AUROC, accuracy, BPID@1: what a displayed interval is clipped to
-# Study C endpoints with a chance level a one-sided test can use (L_A, AEDS and BPID@1 have no null in the run's
-# metrics: their chance depends on the cohort, so they are printed as estimates, untested). The diagnosis (a
-# subject-level label, on cohorts that have one) is a balanced accuracy: chance 0.5, its permuted-label control
-# printed beside it.
+# Study C's headline table shows estimates only: every claim is tested once, by the test the stage logged
+# (``claim_<claim>_*`` on each parent run, :mod:`eegprivacy.studies.embedding_audit.claims`), and printed in the
+# Claims section -- the same rows, tests, p and verdicts as reports/embedding_audit_cohorts.md. Nothing is
+# re-tested here (a normal approximation of a bootstrap interval against 0.5 once starred cells the permutation
+# test does not support).
 DIAGNOSIS = "Diagnosis BA (subject-level)"
-C_CHANCE = {"MIA AUC (head, LiRA)": 0.5, "MIA AUC (encoder)": 0.5, DIAGNOSIS: 0.5}
+C_CHANCE: dict[str, float] = {}
 C_RANGE = {"BPID@1": UNIT_RANGE, "MIA AUC (head, LiRA)": UNIT_RANGE, "MIA AUC (encoder)": UNIT_RANGE,
            DIAGNOSIS: UNIT_RANGE}
 
@@ -330,6 +331,9 @@ def tidy_c(runs: pd.DataFrame) -> pd.DataFrame:
     rows["ci_over"] = rows["logged_ci_over"]
     rows["t_interval"] = (rows["ci_over"] == "seeds") & rows["n_seeds"].notna()
     rows["chance"] = rows["metric"].map(C_CHANCE).astype(float)
+    tags = runs.set_index("run_id")
+    for column, tag in (("provenance", "tags.provenance"), ("identity_link", "tags.identity_link")):
+        rows[column] = rows["run_id"].map(tags[tag] if tag in tags else pd.Series(dtype=object)).fillna("—")
     rows["range_low"] = rows["metric"].map(lambda m: C_RANGE.get(m, (np.nan, np.nan))[0])
     rows["range_high"] = rows["metric"].map(lambda m: C_RANGE.get(m, (np.nan, np.nan))[1])
     return with_holm(rows)
@@ -407,9 +411,10 @@ def headline_table(study: str, rows: pd.DataFrame) -> pd.DataFrame:
         names = {"eps": "ε", "ci_over": "CI over"}
     else:
         rows = rows.assign(ci_over=_run_ci_over(rows)).sort_values(["dataset", "encoder", "weights"])
-        table = _wide(rows, ["dataset", "version", "encoder", "weights", "ci_over", "run"], "metric", tested_text)
+        table = _wide(rows, ["dataset", "version", "encoder", "weights", "provenance", "identity_link", "ci_over",
+                             "run"], "metric", tested_text)
         table = table[[c for c in table.columns if c not in C_METRICS] + [m for m in C_METRICS if m in table]]
-        names = {"ci_over": "CI over"}
+        names = {"ci_over": "CI over", "identity_link": "BPID@1 links"}
     table = table.rename(columns={"version": "dataset version", **names})
     return table[[c for c in table.columns if c != "run"] + ["run"]]
 
@@ -519,6 +524,11 @@ def draw_c(rows: pd.DataFrame, fig) -> None:
         ax.set_xticks(range(len(encoders)), encoders)
         ax.set(title=_title(metric, synthetic), ylabel=metric)
         ax.legend(fontsize=7)
+    provenance = "; ".join(dict.fromkeys(
+        p for p, w in zip(rows.get("provenance", pd.Series(dtype=object)), rows["weights"])
+        if isinstance(p, str) and p != "—" and w not in ("none", "random_init")))
+    if provenance:  # what the encoders' weights are, in the figure's title
+        fig.suptitle(f"Study C; neural encoders: {provenance}; random init beside", fontsize=9)
     fig.tight_layout()
 
 
@@ -550,8 +560,8 @@ INTRO = {
          "permuted-label control), the AEDS decision score, identification BPID@1, and membership AUC against the "
          "head (LiRA) and the encoder, one row per cohort (`dataset`), encoder and weights; on a cohort whose task "
          "is a subject-level label (the diagnosis) its balanced accuracy over held-out subjects, beside its "
-         "permuted-label control. L_A, AEDS and BPID@1 are estimates with their logged intervals, untested "
-         "here (their null is not among the run's metrics).",
+         "permuted-label control. Estimates only, with their logged intervals: the claims are tested in the "
+         "Claims section above, one test each.",
 }
 
 
@@ -582,6 +592,8 @@ def caption(study: str, rows: pd.DataFrame) -> str:
         return ""
     if study == "b":
         return caption_b(rows)
+    if study == "c":
+        return caption_c(rows)
     tested = rows["p_value"].notna()
     where = {"b": "each AUROC cell against chance 0.5",
              "c": "each membership AUC and diagnosis BA against chance 0.5"}[study]
@@ -598,6 +610,20 @@ def caption(study: str, rows: pd.DataFrame) -> str:
             f"p-values {CORRECTION}-adjusted over the {int(tested.sum())} tested cells of this table "
             f"(multiple-comparison correction: {CORRECTION}); `*` marks p_Holm < {ALPHA}. Cells without p_Holm are "
             f"untested.*")
+
+
+def caption_c(rows: pd.DataFrame) -> str:
+    """Study C's caption: estimates with their logged intervals; the tests are the Claims section's."""
+    clipped = sum(displayed_interval(r)[2] for _, r in rows.iterrows())
+    weights = "; ".join(dict.fromkeys(f"{e} {w} = {p}" for e, w, p in zip(rows["encoder"], rows["weights"],
+                                                                          rows["provenance"]) if p != "—"))
+    return ("*Table: estimates per cohort, encoder and weights (" + (weights or "provenance not logged") + "), "
+            "each with its own 95 % interval as the run logs it (uncorrected); `CI over` says what it resamples "
+            "(the run's `ci_over`, else \"as logged\"). `BPID@1 links` says what the identity row links (within "
+            "one recording is not across runs). Intervals reaching outside [0, 1] are clipped for display and "
+            f"marked `clipped` ({clipped} here). No cell is tested in this table: every claim is decided once, by "
+            "the test in the Claims section above, which prints the same test, p, Holm family and verdict as "
+            "reports/embedding_audit_cohorts.md.*")
 
 
 def caption_b(rows: pd.DataFrame) -> str:
@@ -660,7 +686,8 @@ def write_report(study: str, out_dir: str | Path, uri: str | None = None) -> tup
 
     uri = uri or tracking_uri()
     out_dir = Path(out_dir)
-    rows = TIDY[study](parent_runs(study, uri))
+    runs = parent_runs(study, uri)
+    rows = TIDY[study](runs)
     png = out_dir / f"study-{study}.png"
     if rows.empty:
         png.unlink(missing_ok=True)
@@ -669,7 +696,7 @@ def write_report(study: str, out_dir: str | Path, uri: str | None = None) -> tup
         DRAW[study](rows, fig)
         with atomic_path(png) as tmp:
             fig.savefig(tmp, dpi=120)
-    lead = end_to_end_lead(study, rows, uri, out_dir) + control_lead(study, uri, out_dir)
+    lead = end_to_end_lead(study, rows, uri, out_dir) + control_lead(study, uri, out_dir) + claims_lead(study, runs)
     text = render(study, rows, uri, None if rows.empty else png.name, lead)
     report = write_text_atomic(out_dir / f"study-{study}.md", text)
     return report, not rows.empty
@@ -696,6 +723,26 @@ def end_to_end_lead(study: str, rows: pd.DataFrame, uri: str, out_dir: Path) -> 
         found = rows[(rows["arm"] == "release_minus_null") & (rows["metric"] == "auroc") & (rows["horizon"] != "")]
         paper = {(r["dataset"], r["mechanism"]): str(r["horizon"]) for _, r in found.iterrows()}
     return [*end_to_end.lead_lines(runs, paper), f"![end-to-end private releases]({png.name})", ""]
+
+
+def claims_lead(study: str, runs: pd.DataFrame) -> list[str]:
+    """Study C's lead section: every claim with the test, p, Holm family and verdict its embedding_audit parent
+    run logged (:func:`eegprivacy.studies.embedding_audit.claims.claims_from_runs`), rendered by the renderer the
+    cohort reports use; nothing for the other studies or runs without claims."""
+    from eegprivacy.reporting.claims import claims_lines
+    from eegprivacy.studies.embedding_audit.claims import claims_from_runs
+    from eegprivacy.studies.embedding_audit.units import encoder_label
+
+    if study != "c" or runs.empty:
+        return []
+    runs = runs[runs.get("tags.encoder", pd.Series(index=runs.index, dtype=object)) != "all"]
+    runs = runs.assign(weights=[_c_weights(str(n), str(d), str(e)) for n, d, e in
+                                zip(runs["tags.mlflow.runName"], runs["tags.dataset"], runs["tags.encoder"])])
+    claims = claims_from_runs(runs, encoder_label)
+    if claims.empty:
+        return []
+    cohorts = [c for c in ("eegmat", "msu_schizophrenia", "eegmmidb") if c in set(claims["cohort"])]
+    return claims_lines(claims, cohorts + sorted(set(claims["cohort"]) - set(cohorts)))
 
 
 def control_lead(study: str, uri: str, out_dir: Path) -> list[str]:

@@ -11,7 +11,7 @@ import math
 
 import numpy as np
 
-from eegprivacy.studies.embedding_audit.context import Context
+from eegprivacy.studies.embedding_audit.context import TESTS, Context
 
 # Who the members and non-members of each membership attack are.
 MEMBERSHIP_SPLITS = {"head": "head_subjects_vs_release_subjects",
@@ -51,9 +51,10 @@ def membership_rows(results: dict, defense="none") -> list[dict]:
     (its AUC and interval) and ``auc_minus_control`` (the attack's AUC minus it, paired subject-bootstrap CI)."""
     from eegprivacy.embeddings.endpoints import membership_difference, membership_residual
 
+    tests = results.get(TESTS, {})
     rows = []
     for target, res in results.items():
-        if target == "encoder_random_init":
+        if target in ("encoder_random_init", TESTS):
             continue
         attacker = "lira_online" if target.endswith("_lira") else "loss_threshold"
         target = target.removesuffix("_lira")
@@ -62,6 +63,11 @@ def membership_rows(results: dict, defense="none") -> list[dict]:
         rows += [row(f"membership_{target}", split, "auc", res.auc, ci=res.ci, chance=0.5, **common),
                  row(f"membership_{target}", split, "residual", res.residual, ci=membership_residual(res.ci),
                      chance=0.0, **common)]
+        test = tests.get(target if attacker == "loss_threshold" else f"{target}_lira")
+        if test is not None:  # the claim's test: member subjects permuted (exact under the null)
+            rows += [row(f"membership_{target}", split, "p_value", test.p_value, **common),
+                     row(f"membership_{target}", split, "n_permutations", test.n_permutations, **common),
+                     row(f"membership_{target}", split, "exact", float(test.exact), **common)]
         if target == "encoder" and "encoder_random_init" in results:
             control = results["encoder_random_init"]
             diff, ci, _ = membership_difference(res, control)
@@ -87,11 +93,46 @@ def _identity_rows(ctx: Context, b=None, defense: str = "none") -> list[dict]:
     the undefended embeddings, or ``b`` (a defended release's BPID result) under ``defense``."""
     from eegprivacy.embeddings.endpoints import identity_residual
 
+    undefended = b is None
     b = ctx.bpid() if b is None else b
     common = {"attacker": "centroid_cosine", "n": b.n_queries, "defense": defense}
-    return [row("identity", identity_split(ctx), "bpid_at_1", b.accuracy, ci=b.ci, chance=b.chance, **common),
+    rows = [row("identity", identity_split(ctx), "bpid_at_1", b.accuracy, ci=b.ci, chance=b.chance, **common),
             row("identity", identity_split(ctx), "residual", b.residual,
                 ci=identity_residual(np.asarray(b.ci), b.n_candidates), chance=0.0, **common)]
+    if undefended:  # the claim's test: reference labels permuted between subjects, the guesses fixed
+        from eegprivacy.evaluation.permutation import identity_permutation_test
+
+        t = identity_permutation_test(b.guess, b.query_subjects, b.candidates,
+                                      n_permutations=ctx.config.test_permutations,
+                                      random_state=ctx.config.subject_seed)
+        rows += [row("identity", identity_split(ctx), "p_value", t.p_value, **common),
+                 row("identity", identity_split(ctx), "n_permutations", t.n_permutations, **common),
+                 row("identity", identity_split(ctx), "exact", float(t.exact), **common)]
+    return rows
+
+
+def _encoder_paired_rows(ctx: Context, seed: int) -> list[dict]:
+    """The encoder-membership claim's test (first member-draw seed only: the pretraining windows do not depend on
+    the seed): within-subject AUC of the pretrained minus the random-init encoder's losses on the same windows,
+    with its paired subject-bootstrap interval and a sign-flip test over the pretraining subjects."""
+    from eegprivacy.evaluation.permutation import paired_membership_test
+
+    emb = ctx.emb
+    if seed != ctx.config.defense_seeds[0] or "mia_control_members" not in emb:
+        return []
+    t = paired_membership_test(emb["mia_members"], emb["mia_nonmembers"], emb["mia_control_members"],
+                               emb["mia_control_nonmembers"], emb["mia_members_subject"],
+                               emb["mia_nonmembers_subject"], n_permutations=ctx.config.test_permutations,
+                               n_bootstrap=ctx.config.bootstrap, random_state=seed)
+    common = {"attacker": "loss_threshold", "n": len(emb["mia_members"]) + len(emb["mia_nonmembers"])}
+    split = MEMBERSHIP_SPLITS["encoder"]
+    subjects = np.unique(np.r_[emb["mia_members_subject"], emb["mia_nonmembers_subject"]]).size
+    return [row("membership_encoder", split, "within_subject_auc_minus_control", t.statistic, ci=t.difference_ci,
+                chance=0.0, **common),
+            row("membership_encoder", split, "paired_p_value", t.p_value, **common),
+            row("membership_encoder", split, "paired_permutations", t.n_permutations, **common),
+            row("membership_encoder", split, "paired_exact", float(t.exact), **common),
+            row("membership_encoder", split, "paired_subjects", subjects, **common)]
 
 
 def _subject_label_rows(seed: int, ctx: Context) -> list[dict]:
@@ -101,8 +142,8 @@ def _subject_label_rows(seed: int, ctx: Context) -> list[dict]:
     from eegprivacy.embeddings.endpoints import subject_label_leakage
 
     r = subject_label_leakage(ctx.Z, ctx.state, ctx.groups, ctx.splitter("subject_disjoint", seed),
-                              n_bootstrap=ctx.config.bootstrap, n_permutations=ctx.config.permutations,
-                              random_state=seed)
+                              n_bootstrap=ctx.config.bootstrap,
+                              n_permutations=ctx.config.subject_label_permutations, random_state=seed)
     common = {"attacker": "logistic_head", "n": r.n_subjects}
     task = ctx.cohort.task
     return [row(task, "subject_disjoint", "balanced_accuracy", r.balanced_accuracy, ci=r.ci, chance=0.5, **common),
@@ -111,20 +152,40 @@ def _subject_label_rows(seed: int, ctx: Context) -> list[dict]:
             row(task, "subject_disjoint", "control_gaussian", r.control_gaussian, chance=0.5, **common),
             row(task, "subject_disjoint", "control_permuted", r.control_permuted, chance=0.5, **common),
             row(task, "subject_disjoint", "control_permuted_q95", r.control_permuted_q95, chance=0.5, **common),
-            row(task, "subject_disjoint", "p_value", r.p_value, **common)]
+            row(task, "subject_disjoint", "p_value", r.p_value, **common),
+            row(task, "subject_disjoint", "n_permutations", len(r.null_scores), **common)]
 
 
 def _aeds_rows(seed: int, ctx: Context) -> list[dict]:
     """AEDS of seed ``seed``: the membership results of the same seed (the same member draw), the reported
     subject-disjoint L_A (seed 0: a seed only redraws the members, not the leakage folds -- ours) and BPID@1.
-    The random-init control is a null, not an attack, so it never counts as the strongest membership."""
+    The random-init control is a null, not an attack, so it never counts as the strongest membership.
+
+    The AEDS interval resamples the subjects once per draw and recomputes L_A, R_M and R_I on that resample
+    (``aeds``'s joint path; an error if a part cannot be rescored). The encoder attack's subjects are cached as
+    codes into the pretraining subjects (:attr:`Context.pretrain_subjects`) and mapped back to their ids here, so
+    where they are audited subjects (eegmmidb: run 4 pretrains) one resample moves both their parts."""
+    from dataclasses import replace
+
     from eegprivacy.embeddings.endpoints import aeds, identity_residual, membership_residual
 
     la = ctx.leakage("subject_disjoint", 0)
-    attacks = {k: m for k, m in ctx.membership(seed).items() if k != "encoder_random_init"}
-    mem = max(attacks.values(), key=lambda m: m.residual)
+    attacks = {k: m for k, m in ctx.membership(seed).items() if k not in ("encoder_random_init", TESTS)}
+    strongest = max(attacks, key=lambda k: attacks[k].residual)
+    mem = attacks[strongest]
+    if strongest.startswith("encoder") and mem.units_members is not None:
+        def named(units):
+            codes = np.asarray(units, int)
+            if codes.size and codes.max() < ctx.pretrain_subjects.size:
+                return ctx.pretrain_subjects[codes]
+            # losses given without pretraining windows in the data (a hand-built context): subjects of their own
+            return np.array([f"pretraining-subject-code:{u}" for u in codes], dtype=object)
+        mem = replace(mem, units_members=named(mem.units_members), units_nonmembers=named(mem.units_nonmembers))
     b = ctx.bpid()
     res = aeds(la, mem, b, n_bootstrap=ctx.config.bootstrap, random_state=seed)
+    if not res.joint:
+        raise ValueError("AEDS needs every part rescored on one subject resample, but a part carries no "
+                         "per-subject statistics (results cached by older code?)")
     return [row("aeds", AEDS_SPLIT, "aeds", res.value, ci=res.ci, chance=0.0),
             row("aeds", AEDS_SPLIT, "l_a", la.gain, ci=la.ci, chance=0.0),
             row("aeds", AEDS_SPLIT, "r_m", mem.residual, ci=membership_residual(mem.ci), chance=0.0),
@@ -159,7 +220,7 @@ def core_rows(unit: str, seed: int, ctx: Context) -> list[dict]:
     if unit == "subject_label":
         return _subject_label_rows(seed, ctx)
     if unit == "membership":
-        return membership_rows(ctx.membership(seed))
+        return membership_rows(ctx.membership(seed)) + _encoder_paired_rows(ctx, seed)
     if unit == "reconstruction":
         r = reconstruction_r2(ctx.Z, ctx.X_down, ctx.groups, ctx.splitter("subject_disjoint", seed),
                               random_state=seed)

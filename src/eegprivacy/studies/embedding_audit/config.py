@@ -11,6 +11,7 @@ cohort, what its windows, its task, its identity reference/query parts and its p
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from eegprivacy.embeddings.encoders import ENCODERS
@@ -36,6 +37,11 @@ from eegprivacy.validation import (
 )
 
 NEURAL = ("biot", "labram", "eegpt")  # the encoders that pretrain here (and get a random-init baseline)
+# What an identity row links, by the cohort's reference -> query parts: never one column without this label (a
+# link within one recording is far easier than one across runs or sessions).
+IDENTITY_LINKS = {"halves": "within one recording",
+                  "runs": "across runs, same session",
+                  "label": "across recordings (task 0 -> task 1), same session"}
 
 
 def _invalid(source, key: str, value, must: str) -> ParamsError:
@@ -162,7 +168,8 @@ class CohortConfig(Config):
                               "(1 gap window between)",
                     "runs": "reference = the earlier audited runs, queries = the last audited run"}[self.identity]
         return {"task": self.task, "task_text": self.task_text, "identity": self.identity,
-                "identity_text": identity, "temporal": self.temporal, "pretrain": self.pretrain,
+                "identity_text": identity, "identity_link": IDENTITY_LINKS[self.identity],
+                "temporal": self.temporal, "pretrain": self.pretrain,
                 "pretrain_run": self.pretrain_run, "subject_level_task": self.subject_level_task,
                 "windows": self.windows, "notch_freq": self.notch_freq}
 
@@ -199,9 +206,25 @@ class EmbeddingAuditConfig(Config):
     profiles: dict[str, ProfileConfig] = param(doc="encoder variants, by name")
     random_init_baseline: bool = param(BOOLEAN, default=False,
                                        doc="also audit each neural encoder at its seeded random initialisation")
+    published_weights: dict = param(
+        InstanceOf((dict,), text="a mapping of encoder names to {path: <file>, sha256: <64 hex digits or null>}"),
+        default={},
+        doc="encoder -> {path, sha256} of the authors' published checkpoint (../shared/weights/README.md): that "
+            "encoder is then audited with weights 'published' as its primary cell, built with the published config "
+            "whatever the profile says (its random-init baseline too); sha256 is checked, and only a pinned sha256 "
+            "lets a file that weights_only=True refuses be unpickled")
     utility_kept: float = param(Interval(0, 1, closed="right", text="a share of utility in (0, 1]"), default=0.5,
                                 doc="the verdict: a defense keeps ≥ this share of the undefended utility above "
                                     "chance")
+    subject_label_permutations: int = param(
+        count(999, "permutations"), default=1000,
+        doc="refits of the subject-level label's permuted-label null (MSU: the diagnosis); ≥ 999 so that a "
+            "permutation p-value can pass Holm over the cohort's encoder cells (50 put the floor at 1/51)")
+    test_permutations: int = param(
+        count(999, "permutations"), default=9999,
+        doc="draws of the cheap exact-null tests that decide a claim: identity (reference labels permuted), "
+            "pretraining adds identity and encoder membership (sign flips over subjects against random init); "
+            "enumerated exactly where the arrangements are fewer")
 
     def check(self, source, prefix: str) -> None:
         for name in (d for d in self.datasets if d not in self.cohorts):
@@ -212,6 +235,16 @@ class EmbeddingAuditConfig(Config):
         for name in (e for e in self.encoders if e in NEURAL and e not in steps):
             raise _invalid(source, f"{prefix}profiles.{self.profile}.pretrain.max_steps", steps,
                            f"a mapping with the steps of every neural encoder audited (missing {name})")
+        for name, entry in self.published_weights.items():
+            key = f"{prefix}published_weights.{name}"
+            if name not in NEURAL or name not in self.encoders:
+                raise _invalid(source, key, entry, f"under a neural encoder that is audited (one of "
+                                                   f"{[e for e in self.encoders if e in NEURAL]})")
+            sha = entry.get("sha256") if isinstance(entry, dict) else None
+            if (not isinstance(entry, dict) or set(entry) - {"path", "sha256"} or not isinstance(entry.get("path"), str)
+                    or not entry["path"] or not (sha is None or re.fullmatch(r"[0-9a-fA-F]{64}", str(sha)))):
+                raise _invalid(source, key, entry, "a mapping {path: <the published file>, sha256: <its 64 hex "
+                                                   "digits, or null>}")
 
     def cohort(self, name: str, source="params") -> CohortConfig:
         """The design of cohort ``name``; an error naming the key when the params have none."""

@@ -19,6 +19,9 @@ from eegprivacy.atomic import atomic_path
 from eegprivacy.studies.embedding_audit.data import AuditData, audit_targets
 
 
+TESTS = "tests"  # the key of :meth:`Context.membership`'s permutation tests (not an attack)
+
+
 class Context:
     """Everything a cell of one (encoder, weights) needs, with a memo so AEDS reuses the endpoints it combines."""
 
@@ -35,6 +38,10 @@ class Context:
         self.A, self.X_down = targets if targets is not None else audit_targets(data, config)
         # recordings: (subject, block) -> time order within it
         self.recording = np.char.add(self.groups.astype(str), self.block.astype(str))
+        # the encoder-membership losses name their subjects by index among these (embed._membership_windows): on
+        # eegmmidb they are the audited subjects themselves (run 4 pretrains), elsewhere held-out ones
+        rows = np.r_[data.select("pretrain_member"), data.select("pretrain_nonmember")]
+        self.pretrain_subjects = np.unique(data.subject[rows])
         self.memo: dict = {}
         self.shared: Path | None = None  # set in worker processes: a folder the workers share memo results in
 
@@ -141,7 +148,9 @@ class Context:
         return lira.score_samples(logit_confidence_from_proba(head.predict_proba(self.Z), self.state))
 
     def membership(self, seed: int = 0) -> dict:
-        """Membership attacks of seed ``seed``, every interval a subject bootstrap:
+        """Membership attacks of seed ``seed``, every interval a subject bootstrap, and under :data:`TESTS` the
+        head attacks' subject-label permutation tests (:func:`~eegprivacy.evaluation.permutation.
+        membership_permutation_test`):
 
         - ``head`` (and ``head_lira``): the rest/arithmetic head trained on :meth:`head_rows_for` ``(seed)``;
           members = its training subjects' windows, non-members = the release half's (subject-disjoint classes,
@@ -154,6 +163,9 @@ class Context:
         """
         from eegprivacy.embeddings.defenses import default_head
         from eegprivacy.embeddings.endpoints import membership_auc
+        from eegprivacy.evaluation.permutation import membership_permutation_test
+
+        perm = {"n_permutations": self.config.test_permutations, "random_state": seed}
 
         def compute():
             boot = self.config.bootstrap
@@ -164,11 +176,16 @@ class Context:
             loss = -np.log(proba)
             groups = {"groups_members": self.groups[inside], "groups_nonmembers": self.groups[~inside]}
             results = {"head": membership_auc(loss[inside], loss[~inside], boot, random_state=seed, **groups)}
+            # the claim's test: which subjects are members permuted, scores fixed (exact under the null; the
+            # percentile bootstrap undercovers with 14-16 subjects a side)
+            tests = {"head": membership_permutation_test(loss[inside], loss[~inside], **groups, **perm)}
             if self.config.lira_shadows > 0:
                 score = self.head_lira(head, self.config.lira_shadows, seed)
                 results["head_lira"] = membership_auc(-score[inside], -score[~inside], boot, random_state=seed,
                                                       **groups)
+                tests["head_lira"] = membership_permutation_test(-score[inside], -score[~inside], **groups, **perm)
             results.update(self._encoder_membership(seed))
+            results[TESTS] = tests
             return results
         return self.memoized(("membership", seed), compute)
 

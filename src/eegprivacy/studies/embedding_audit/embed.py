@@ -10,6 +10,12 @@ from) are its matched null: kept as ``mia_control_*`` beside the pretrained ones
 own ``mia_*``, so that baseline runs the same attack. Each encoder pretrains and embeds on one torch / BLAS
 thread, so its weights and embeddings depend neither on ``--jobs`` nor on the machine's core count (how a
 reduction is split over threads changes its last bits, and 120 optimiser steps carry them into the weights).
+
+A published cell (``published_weights`` names the authors' file) loads it through
+:func:`~eegprivacy.embeddings.encoders.load_published` into the published architecture instead of pretraining; its
+cache key holds the file's sha256. It has no encoder-membership losses: the published pretraining windows are not
+ours, so there is no member set to attack (``meta["encoder_membership"]`` says so). The random-init baseline of an
+encoder with published weights is built with the published config, so it is the published cell's matched control.
 """
 
 from __future__ import annotations
@@ -24,21 +30,55 @@ import numpy as np
 from eegprivacy.atomic import atomic_path, write_text_atomic
 from eegprivacy.pipeline.sweep import PrefetchedCells, config_key
 from eegprivacy.studies.embedding_audit.data import AuditData
-from eegprivacy.studies.embedding_audit.units import encoder_label
+from eegprivacy.studies.embedding_audit.units import encoder_label, published_entry
 from eegprivacy.studies.embedding_audit.workers import one_thread
 
 WINDOW_KNOBS = ("window_s", "windows_per_recording", "pretrain_subjects", "subject_seed")
 
 
+def uses_published_config(config, encoder: str, weights: str) -> bool:
+    """Whether the cell's encoder is built with the published architecture: the published cell, and the
+    random-init baseline of an encoder audited with published weights (its matched control)."""
+    return published_entry(config, encoder) is not None and weights in ("published", "random_init")
+
+
+def published_digest(config, encoder: str) -> str:
+    """sha256 of ``encoder``'s published file (a missing file or a wrong sha256 stops the stage here, before any
+    work, with the error :func:`~eegprivacy.embeddings.encoders.load_published` would raise)."""
+    from eegprivacy.embeddings.encoders import published_sha256
+
+    entry = published_entry(config, encoder)
+    return published_sha256(encoder, entry.get("path"), entry.get("sha256"))
+
+
+def cell_config(config, encoder: str, weights: str) -> dict | None:
+    """Constructor overrides of the cell's encoder: the published config (BIOT's channel count read from the
+    file) for :func:`uses_published_config` cells, whatever the profile says; else the profile's."""
+    from eegprivacy.embeddings.encoders import published_config
+
+    if uses_published_config(config, encoder, weights):
+        entry = published_entry(config, encoder)
+        return published_config(encoder, entry.get("path"), entry.get("sha256"))
+    return config.active_profile.configs.get(encoder) or None
+
+
 def embedding_keys(config, cells: list[tuple[str, str]], dataset_version: str, code: str, cohort) -> dict:
-    """Cache key of each cell's embeddings: every knob its numbers depend on (the cohort's design included), so a
-    params change recomputes exactly what it affects."""
+    """Cache key of each cell's embeddings: every knob its numbers depend on (the cohort's design included; for a
+    cell built with the published config, that config and the published file's sha256), so a params change
+    recomputes exactly what it affects."""
+    from eegprivacy.embeddings.encoders import PUBLISHED_CONFIGS
+
     plain, profile = config.to_dict(), config.active_profile.to_dict()
-    return {(e, w): config_key({"dataset_version": dataset_version, "code": code, "cohort": cohort.to_dict(),
-                                **{k: plain[k] for k in WINDOW_KNOBS}, "encoder": e, "weights": w,
-                                "config": profile["configs"].get(e),
-                                "pretrain": profile["pretrain"] if w == "self_pretrained" else None})
-            for e, w in cells}
+    digests = {e: published_digest(config, e) for e, w in cells if uses_published_config(config, e, w)}
+
+    def key(e, w):
+        published = uses_published_config(config, e, w)
+        return config_key({"dataset_version": dataset_version, "code": code, "cohort": cohort.to_dict(),
+                           **{k: plain[k] for k in WINDOW_KNOBS}, "encoder": e, "weights": w,
+                           "config": PUBLISHED_CONFIGS[e] if published else profile["configs"].get(e),
+                           "pretrain": profile["pretrain"] if w == "self_pretrained" else None,
+                           **({"published_sha256": digests[e]} if published else {})})
+    return {(e, w): key(e, w) for e, w in cells}
 
 
 def _cached(cache: Path) -> dict | None:
@@ -100,18 +140,23 @@ def _pretrain(encoder, name: str, data: AuditData, config, work: Path, out: dict
 
 def embed_cell(name: str, weights: str, data: AuditData, config, work: Path, key: str) -> dict:
     """Embeddings of the audit windows (+ the encoder-membership losses when self-pretrained), cached by key."""
-    from eegprivacy.embeddings.encoders import make_encoder, time_embedding
+    from eegprivacy.embeddings.encoders import load_published, make_encoder, time_embedding
 
     cache = work / "embeddings" / f"{name}-{weights}-{key}.npz"
     cached = _cached(cache)
     if cached is not None:
         return cached
     encoder = make_encoder(name, data.ch_names, data.sfreq, float(config.window_s),
-                           config=config.active_profile.configs.get(name) or None, seed=config.subject_seed)
+                           config=cell_config(config, name, weights), seed=config.subject_seed)
     audit = data.select("audit")
     out: dict = {}
     meta: dict = {"pretrain": _pretrain(encoder, name, data, config, work, out)
                   if weights == "self_pretrained" else None}
+    if weights == "published":
+        entry = published_entry(config, name)
+        load_published(encoder, entry["path"], entry.get("sha256"))
+        meta["published"] = _published_meta(name, entry, encoder)
+        meta["encoder_membership"] = _membership_skipped(name)
     if weights == "random_init" and data.select("pretrain_member").size:
         _untrained_losses(encoder, data, config, "mia", out)  # the random-init baseline runs the same attack
     timing = time_embedding(encoder, data.X[audit[:32]])
@@ -125,6 +170,27 @@ def embed_cell(name: str, weights: str, data: AuditData, config, work: Path, key
     write_text_atomic(cache.with_suffix(".json"), json.dumps(meta, indent=1, default=str))
     out["meta"] = meta
     return out
+
+
+def _published_meta(name: str, entry: dict, encoder) -> dict:
+    from eegprivacy.embeddings.encoders import PUBLISHED_PRETRAINING_OVERLAP
+
+    return {"path": str(entry["path"]), "sha256": encoder.checkpoint_sha256,
+            "sha256_pinned": entry.get("sha256") is not None, "config": dict(encoder.config),
+            "pretraining_overlap": list(PUBLISHED_PRETRAINING_OVERLAP.get(name, ()))}
+
+
+def _membership_skipped(name: str) -> dict:
+    """Why a published cell has no encoder-membership rows (the head-membership attack still runs)."""
+    from eegprivacy.embeddings.encoders import PUBLISHED_PRETRAINING_OVERLAP
+
+    overlap = PUBLISHED_PRETRAINING_OVERLAP.get(name, ())
+    reason = ("published weights: their pretraining windows are not ours, so there is no member / non-member split "
+              "of our windows to attack; the encoder-membership attack is skipped (no row, not a chance-level 0.5)")
+    if overlap:
+        reason += (f". Note: {', '.join(overlap)} is in this encoder's published pretraining data "
+                   "(shared/weights/README.md), so on that cohort every audited subject may be a training member")
+    return {"status": "skipped", "reason": reason}
 
 
 def _embed_job(job: dict, seed: int, data: AuditData, config, work: Path) -> tuple[dict, float]:

@@ -23,18 +23,27 @@ import pandas as pd
 
 from eegprivacy.pipeline.stages import code_hash
 from eegprivacy.pipeline.sweep import Cell, PrefetchedCells, SweepRunner, config_key
+from eegprivacy.studies.embedding_audit.claims import claims_table, paired_identity_rows
 from eegprivacy.studies.embedding_audit.config import EmbeddingAuditConfig
 from eegprivacy.studies.embedding_audit.context import Context
 from eegprivacy.studies.embedding_audit.data import audit_targets, load_windows
 from eegprivacy.studies.embedding_audit.embed import embed_all, embedding_keys
 from eegprivacy.studies.embedding_audit.summaries import summarise, tidy_table
-from eegprivacy.studies.embedding_audit.units import audited_cells, encoder_label, primary_weights, unit_tags, units
+from eegprivacy.studies.embedding_audit.units import (
+    audited_cells,
+    encoder_label,
+    primary_weights,
+    provenance_text,
+    unit_tags,
+    units,
+)
 from eegprivacy.studies.embedding_audit.workers import AuditCells
 from eegprivacy.tracking import required_tags
 
 STAGE = "embedding_audit"
 # The knobs an encoder's cells depend on beyond its embeddings, and those the bridge's cells depend on.
-AUDIT_KNOBS = ("splits", "bootstrap", "permutations", "defense_permutations", "reconstruction_points",
+AUDIT_KNOBS = ("splits", "bootstrap", "permutations", "subject_label_permutations", "test_permutations",
+               "defense_permutations", "reconstruction_points",
                "utility_threshold", "utility_kept", "defenses", "lira_shadows", "deployment_sigma", "subject_seed")
 BRIDGE_KNOBS = ("splits", "bootstrap", "bridge_permutations")
 
@@ -70,6 +79,7 @@ class AuditRun:
     meta: dict                    # the headline's description of the run
     encoders_meta: dict           # (encoder, weights) -> describe(), pretraining record, dim, timing
     title: str                    # "<dataset>", "SYNTHETIC <dataset>" for a synthetic cohort
+    claims: pd.DataFrame | None = None  # one row per claim and cell: its test, p, Holm family, verdict (claims.py)
 
 
 def encoder_runner(prov: Provenance, config, cohort, cell: tuple[str, str], meta: dict, key: str, cells_dir: Path,
@@ -81,17 +91,26 @@ def encoder_runner(prov: Provenance, config, cohort, cell: tuple[str, str], meta
             "embedding_key": key, "audit_knobs": config_key({**{k: plain[k] for k in AUDIT_KNOBS},
                                                              "cohort": cohort.to_dict()})}
 
-    def tags(unit, seed):
-        return prov.tags(seed, encoder=e, model=e,
-                         **({"split": "all", "defense": "all"} if unit is None else unit_tags(unit)))
-
     describe = meta["describe"]
+    # Which weights, and the file they came from: study C's own tags beside the convention's (required_tags
+    # admits only the tracking module's OPTIONAL_TAGS as extras).
+    weight_tags = {"weights": w, **({"checkpoint_sha256": describe["checkpoint_sha256"]}
+                                    if describe.get("checkpoint_sha256") else {})}
+
+    def tags(unit, seed):
+        return {**prov.tags(seed, encoder=e, model=e,
+                            **({"split": "all", "defense": "all"} if unit is None else unit_tags(unit))),
+                **weight_tags}
+
     run_params = {STAGE: {**{k: v for k, v in plain.items() if k not in ("profiles", "cohorts")},
                           "profile_config": plain["profiles"][config.profile], "cohort": prov.dataset,
                           "cohort_config": cohort.to_dict()},
                   "encoder": {k: v for k, v in describe.items() if k not in ("channels", "channel_mapping")},
                   "channel_mapping": describe["channel_mapping"], "weights_source": w,
-                  "pretrain": meta.get("pretrain") or {}, "synthetic": prov.synthetic}
+                  "provenance": provenance_text(e, w, meta),
+                  "pretrain": meta.get("pretrain") or {}, "published": meta.get("published") or {},
+                  "encoder_membership": meta.get("encoder_membership") or {"status": "run"},
+                  "synthetic": prov.synthetic}
     runner = SweepRunner(name=parent_run_name(prov.dataset, e, w), study="c", dataset=prov.dataset,
                          out_dir=cells_dir / STAGE / prov.dataset / f"{e}-{w}", parent_tags=tags(None, None),
                          tags_fn=lambda c: tags(c.config["unit"], c.seed), params=run_params, progress=progress)
@@ -105,7 +124,8 @@ def bridge_runner(prov: Provenance, config, cohort, names: list[str], encoders_m
     plain = config.to_dict()
     base = {"dataset_version": prov.version, "code_hash": prov.code,
             "bridge_knobs": config_key({k: plain[k] for k in BRIDGE_KNOBS}),
-            "embedding_keys": config_key({n: encoders_meta[(n, primary_weights(n))]["describe"] for n in names}),
+            "embedding_keys": config_key({n: encoders_meta[(n, primary_weights(n, config))]["describe"]
+                                          for n in names}),
             "cohort_key": config_key(cohort.to_dict())}
 
     def tags(seed, encoder="all"):
@@ -163,7 +183,7 @@ def run_audit(config: EmbeddingAuditConfig, dataset_name: str, *, work: Path, ce
         emb = embedded[cell]
         emb["meta"]["dim"] = int(emb["Z"].shape[1])
         encoders_meta[cell] = emb["meta"]
-        if cell[1] != "random_init":
+        if cell[1] == primary_weights(cell[0], config):  # the bridge reads each encoder's primary cell
             embeddings[cell[0]] = emb["Z"]
         contexts[cell] = Context(emb["Z"], data, config, emb, targets, cohort=cohort)
         plan.append(encoder_runner(prov, config, cohort, cell, emb["meta"], keys[cell], cells_dir, progress))
@@ -172,7 +192,13 @@ def run_audit(config: EmbeddingAuditConfig, dataset_name: str, *, work: Path, ce
     splitter = SubjectDisjointSplit(config.splits.subject_disjoint.n_splits, random_state=0)
     bridge = {"embeddings": embeddings, "A": targets[0], "groups": groups, "audit_config": config,
               "splitter": splitter}
-    tidy = tidy_table(compute(plan, contexts, bridge, jobs), prov.synthetic)
+    frames = compute(plan, contexts, bridge, jobs)
+    # pretraining adds identity? Each encoder's primary cell against its random-init twin (same architecture)
+    frames.append(pd.DataFrame(
+        [r | {"encoder": e, "weights": w} for (e, w) in cells
+         if (e, "random_init") in contexts and w == primary_weights(e, config) and w != "random_init"
+         for r in paired_identity_rows(contexts[(e, w)], contexts[(e, "random_init")], config)]))
+    tidy = tidy_table(frames, prov.synthetic)
     tidy.insert(0, "cohort", dataset_name)
     design = cohort.describe()
     design["pretrain_text"] = (
@@ -189,5 +215,10 @@ def run_audit(config: EmbeddingAuditConfig, dataset_name: str, *, work: Path, ce
             "deployment_sigma": float(config.deployment_sigma),
             "utility_threshold": float(config.utility_threshold), "utility_kept": float(config.utility_kept),
             "defense_seeds": len(config.defense_seeds), "dataset_version": prov.version}
+    meta["provenance"] = {f"{e}/{w}": provenance_text(e, w, {**encoders_meta[(e, w)], **meta})
+                          for e, w in cells}
+    claims = claims_table(tidy, dataset_name, cells, design, {c: encoder_label(*c) for c in cells},
+                          {c: meta["provenance"][f"{c[0]}/{c[1]}"] for c in cells},
+                          first_seed=config.defense_seeds[0] if config.defense_seeds else 0)
     return AuditRun(config=config, cells=cells, tidy=tidy, summary=summarise(tidy), meta=meta,
-                    encoders_meta=encoders_meta, title=title)
+                    encoders_meta=encoders_meta, title=title, claims=claims)

@@ -6,6 +6,11 @@ noised deployment check run once per noise seed; membership and AEDS run once pe
 each seed drawing another member half of the subjects for the head (:meth:`Context.head_rows_for`), so their
 summary pools over member draws. A random-init baseline gets the endpoints only: it answers
 "how much of the leakage is the architecture, not the pretraining", which the defenses do not change.
+
+Weights of a cell: ``self_pretrained`` (the published architecture pretrained here), ``random_init`` (its seeded
+initialisation), ``none`` (band power) and ``published`` (the authors' checkpoint, when ``published_weights`` names
+a file for the encoder: then it is the encoder's primary cell, built with the published config, and the random-init
+baseline uses that config too; the self-pretrained cell stays as a second row).
 """
 
 from __future__ import annotations
@@ -17,24 +22,57 @@ from eegprivacy.studies.embedding_audit.config import NEURAL
 LABELS = {"bandpower": "band power", "biot": "BIOT", "labram": "LaBraM", "eegpt": "EEGPT"}
 
 
-def primary_weights(encoder: str) -> str:
-    """The weights an encoder is audited (and bridged) with: self-pretrained; band power has none."""
-    return "none" if encoder == "bandpower" else "self_pretrained"
+def published_entry(config, encoder: str) -> dict | None:
+    """The ``published_weights`` entry (``{path, sha256}``) of ``encoder``, None when it has none."""
+    return (getattr(config, "published_weights", None) or {}).get(encoder) if config is not None else None
+
+
+def primary_weights(encoder: str, config=None) -> str:
+    """The weights an encoder is audited (and bridged) with: the published checkpoint when ``config``'s
+    ``published_weights`` names one for it, else self-pretrained; band power has none."""
+    if encoder == "bandpower":
+        return "none"
+    return "published" if published_entry(config, encoder) is not None else "self_pretrained"
 
 
 def audited_cells(config) -> list[tuple[str, str]]:
-    """(encoder, weights) of every audited cell: each encoder with its primary weights, then the random-init
-    baselines of the neural ones when asked for."""
-    cells = [(e, primary_weights(e)) for e in config.encoders]
+    """(encoder, weights) of every audited cell: each encoder with its primary weights, then the self-pretrained
+    cells of the encoders whose primary weights are published, then the random-init baselines of the neural ones
+    when asked for."""
+    cells = [(e, primary_weights(e, config)) for e in config.encoders]
+    cells += [(e, "self_pretrained") for e, w in list(cells) if w == "published"]
     if config.random_init_baseline:
         cells += [(e, "random_init") for e in config.encoders if e in NEURAL]
     return cells
 
 
 def encoder_label(encoder: str, weights: str) -> str:
-    """Display name of a cell: "BIOT", "BIOT (random init)", "band power"."""
+    """Display name of a cell: "BIOT", "BIOT (random init)", "BIOT (published)", "band power"."""
     return LABELS.get(encoder, encoder) + ("" if weights in ("none", "self_pretrained")
                                            else f" ({weights.replace('_', ' ')})")
+
+
+def provenance_text(encoder: str, weights: str, meta: dict | None = None) -> str:
+    """Where a cell's weights come from, in words, from its embedding meta (``describe`` and the pretraining
+    record): "architecture, self-pretrained (120 steps on 58 windows)", "architecture, random init (seed 0)",
+    "published weights (sha256 7c5058…)" or "band-power features (no weights)"."""
+    meta = meta or {}
+    describe = meta.get("describe") or {}
+    if encoder == "bandpower" or weights == "none":
+        return "band-power features (no weights)"
+    if weights == "self_pretrained":
+        pre = meta.get("pretrain") or {}
+        steps, n_windows = pre.get("steps"), pre.get("n_windows", meta.get("n_pretrain_windows"))
+        if steps is None:
+            return "architecture, self-pretrained"
+        return (f"architecture, self-pretrained ({int(steps)} steps"
+                + (f" on {int(n_windows)} windows)" if n_windows is not None else ")"))
+    if weights == "random_init":
+        seed = describe.get("seed")
+        return "architecture, random init" + (f" (seed {int(seed)})" if seed is not None else "")
+    sha = describe.get("checkpoint_sha256") or (meta.get("published") or {}).get("sha256")
+    what = "published weights" if weights == "published" else f"{weights.replace('_', ' ')} weights"
+    return what + (f" (sha256 {sha[:6]}…)" if sha else "")
 
 
 def units(config, weights: str, cohort=None) -> list[tuple[str, list[int]]]:

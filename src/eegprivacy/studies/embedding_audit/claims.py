@@ -1,0 +1,259 @@
+"""Study C's claims, one test each: what a report may say "yes" to, the test that decides it, and its Holm family.
+
+Every report of study C (``reports/embedding_audit_<cohort>.md``, ``reports/embedding_audit_cohorts.md`` and
+``reports/study-c.md``) prints the rows this module builds, so a claim reads the same test, p-value and verdict
+wherever it appears. A claim is asked once per audited (encoder, weights) cell of a cohort:
+
+============================  =======================================================  ==============================
+claim                         test (what the null keeps)                               cells
+============================  =======================================================  ==============================
+``task`` (subject-level       subject-label permutation: the label refitted with the   every cell
+label, e.g. MSU's diagnosis)  subjects' labels permuted among each fold's training
+                              subjects (exact under the null; ``subject_label_
+                              permutations`` refits)
+``task`` (window label)       the subject-bootstrap interval against the largest of     every cell
+                              chance and its Gaussian / permuted controls (normal
+                              approximation; no refitted null is affordable)
+``identity``                  reference labels permuted between subjects, guesses      every cell
+                              fixed (exact under exchangeable reference sets)
+``pretraining_adds_identity`` paired: BPID@1 of the pretrained minus the random-init   neural cells with a random-init
+                              encoder on the same queries, sign flips per query        twin
+                              subject
+``attribute``                 L_A's subject-bootstrap interval against 0 (it is a      every cell
+                              gain over its controls already; normal approximation)
+``head_membership``           member subjects permuted, scores fixed (LiRA where it    every cell
+                              ran; the first member draw); exact under the null
+``encoder_membership``        paired: within-subject AUC of the pretrained minus the   pretrained neural cells
+                              random-init encoder, sign flips per pretraining subject
+============================  =======================================================  ==============================
+
+A claim that has a control is tested as the paired difference against it (the random-init encoder), never
+against chance. The Holm family is one claim on one cohort (its encoder cells): ``m`` is printed with every p.
+``yes`` means Holm-adjusted p < α; anything else is ``no evidence`` (an interval that reaches its reference does
+not show the absence of leakage). The estimate is printed with its 95 % interval over subjects (the size of the
+effect); the verdict comes from the test, not from the interval.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+from eegprivacy.evaluation.cluster_bootstrap import holm
+
+ALPHA = 0.05
+YES, NO_EVIDENCE = "yes", "no evidence"
+COLUMNS = ["cohort", "encoder", "weights", "cell", "provenance", "claim", "question", "link", "estimate",
+           "ci_low", "ci_high", "ci_over", "reference", "test", "p_value", "family", "m", "p_holm", "verdict"]
+
+
+@dataclass(frozen=True)
+class ClaimSpec:
+    """One claim: the question in words and what its estimate is read against."""
+
+    question: str
+    reference: str
+
+
+CLAIMS = {
+    "task": ClaimSpec("is the task label decodable from held-out subjects' embeddings? (balanced accuracy)",
+                      "permuted-label null"),
+    "identity": ClaimSpec("does a query window identify its subject among the reference set? (BPID@1)",
+                          "chance 1/K"),
+    "pretraining_adds_identity": ClaimSpec(
+        "does pretraining add identity beyond the random-init encoder? (BPID@1 difference)", "random init"),
+    "attribute": ClaimSpec("is the centred-PSD attribute decodable on held-out subjects? (L_A, a gain over its "
+                           "Gaussian and permuted controls)", "0 (controls subtracted)"),
+    "head_membership": ClaimSpec(
+        "were a subject's windows in the downstream head's training set? (membership AUC, the first member draw)",
+        "chance 0.5"),
+    "encoder_membership": ClaimSpec(
+        "were a subject's windows in the encoder's pretraining? (within-subject AUC difference)", "random init"),
+}
+
+
+def interval_p_value(estimate: float, low: float, high: float, bar: float, level: float = 0.975) -> float:
+    """One-sided p of "estimate > bar" from a 95 % interval read as normal (half-width = z·se); NaN without one."""
+    if not all(np.isfinite(v) for v in (estimate, low, high, bar)):
+        return float("nan")
+    half = (high - low) / 2.0
+    if half <= 0:
+        return 0.0 if estimate > bar else 1.0
+    return float(stats.norm.sf((estimate - bar) * stats.norm.ppf(level) / half))
+
+
+def _permutation_text(kind: str, n: float, exact: float, units: str = "") -> str:
+    count = f"{int(n):,}" if np.isfinite(n) else "?"
+    how = f"exact, {count}" if exact == 1 else count
+    return f"{kind}{units} ({how})"
+
+
+def _get(tidy: pd.DataFrame, e: str, w: str, unit: str, metric: str, seed: int | None = None, **where):
+    m = (tidy["encoder"] == e) & (tidy["weights"] == w) & (tidy["unit"] == unit) & (tidy["metric"] == metric)
+    for k, v in where.items():
+        m &= tidy[k].astype(str) == str(v)
+    if seed is not None:
+        m &= tidy["seed"] == seed
+    part = tidy[m]
+    return None if part.empty else part.iloc[0]
+
+
+def _v(r, column: str = "value") -> float:
+    return float("nan") if r is None else float(r[column])
+
+
+def _entry(claim: str, estimate, low, high, reference: str, test: str, p: float, ci_over: str = "subjects",
+           link: str = "") -> dict:
+    return {"claim": claim, "question": CLAIMS[claim].question, "estimate": float(estimate), "ci_low": float(low),
+            "ci_high": float(high), "ci_over": ci_over if np.isfinite(low) else "none", "reference": reference,
+            "test": test, "p_value": float(p), "link": link}
+
+
+def cell_claims(tidy: pd.DataFrame, e: str, w: str, design: dict, first_seed: int = 0) -> list[dict]:
+    """The claims of one (encoder, weights) cell, from its tidy rows (``pretraining_adds_identity`` rows are the
+    ``claim/pretraining_adds_identity`` unit :func:`paired_identity_rows` adds)."""
+    out = []
+    ba = _get(tidy, e, w, "subject_label", "balanced_accuracy")
+    if ba is not None:
+        n = _get(tidy, e, w, "subject_label", "n_permutations")
+        out.append(_entry("task", ba["value"], ba["ci_low"], ba["ci_high"],
+                          f"permuted-label null (mean {_v(_get(tidy, e, w, 'subject_label', 'control_permuted')):.2f})",
+                          _permutation_text("subject-label permutation", _v(n), 0.0),
+                          _v(_get(tidy, e, w, "subject_label", "p_value"))))
+    else:
+        ba = _get(tidy, e, w, "deployment/0", "balanced_accuracy")
+        if ba is not None:
+            bar = max(0.5, *(v for v in (_v(_get(tidy, e, w, "deployment/0", c))
+                                         for c in ("control_gaussian", "control_permuted")) if np.isfinite(v)))
+            out.append(_entry("task", ba["value"], ba["ci_low"], ba["ci_high"],
+                              f"max(chance, Gaussian, permuted controls) = {bar:.2f}",
+                              "interval vs reference (normal approx.)",
+                              interval_p_value(ba["value"], ba["ci_low"], ba["ci_high"], bar)))
+    b = _get(tidy, e, w, "identity", "bpid_at_1", defense="none")
+    if b is not None:
+        out.append(_entry("identity", b["value"], b["ci_low"], b["ci_high"], f"chance 1/K = {b['chance']:.3f}",
+                          _permutation_text("reference-label permutation",
+                                            _v(_get(tidy, e, w, "identity", "n_permutations", defense="none")),
+                                            _v(_get(tidy, e, w, "identity", "exact", defense="none"))),
+                          _v(_get(tidy, e, w, "identity", "p_value", defense="none")),
+                          link=design.get("identity_link", "")))
+    d = _get(tidy, e, w, "claim/pretraining_adds_identity", "difference")
+    if d is not None:
+        g = lambda m: _v(_get(tidy, e, w, "claim/pretraining_adds_identity", m))  # noqa: E731
+        out.append(_entry("pretraining_adds_identity", d["value"], d["ci_low"], d["ci_high"],
+                          f"random init (BPID@1 {g('reference'):.3f})",
+                          _permutation_text("sign flips over ", g("n_permutations"), g("exact"),
+                                            f"{int(g('n_units'))} query subjects"),
+                          g("p_value"), link=design.get("identity_link", "")))
+    la = _get(tidy, e, w, "attribute/subject_disjoint", "gain")
+    if la is not None:
+        out.append(_entry("attribute", la["value"], la["ci_low"], la["ci_high"], "0 (controls subtracted)",
+                          "interval vs reference (normal approx.)",
+                          interval_p_value(la["value"], la["ci_low"], la["ci_high"], 0.0)))
+    for attacker, name in (("lira_online", "LiRA"), ("loss_threshold", "loss threshold")):
+        h = _get(tidy, e, w, "membership", "auc", seed=first_seed, endpoint="membership_head", attacker=attacker)
+        p = _get(tidy, e, w, "membership", "p_value", seed=first_seed, endpoint="membership_head", attacker=attacker)
+        if h is not None and p is not None:  # the stronger attack when it ran (LiRA), else the loss threshold
+            g = lambda metric: _v(_get(tidy, e, w, "membership", metric, seed=first_seed,  # noqa: E731
+                                       endpoint="membership_head", attacker=attacker))
+            out.append(_entry("head_membership", h["value"], h["ci_low"], h["ci_high"], "chance 0.5",
+                              _permutation_text(f"{name}: member-subject permutation", g("n_permutations"),
+                                                g("exact")), p["value"]))
+            break
+    m = _get(tidy, e, w, "membership", "within_subject_auc_minus_control", seed=first_seed)
+    if m is not None:
+        g = lambda metric: _v(_get(tidy, e, w, "membership", metric, seed=first_seed))  # noqa: E731
+        out.append(_entry("encoder_membership", m["value"], m["ci_low"], m["ci_high"],
+                          f"random init (within-subject AUC difference 0)",
+                          _permutation_text("sign flips over ", g("paired_permutations"), g("paired_exact"),
+                                            f"{int(g('paired_subjects'))} pretraining subjects"),
+                          g("paired_p_value")))
+    return out
+
+
+def claims_table(tidy: pd.DataFrame, cohort: str, cells: list[tuple[str, str]], design: dict,
+                 labels: dict, provenance: dict, alpha: float = ALPHA, first_seed: int = 0) -> pd.DataFrame:
+    """Every claim of one cohort's cells with its test, p, Holm over the cohort's cells of that claim, and verdict.
+
+    ``labels`` / ``provenance`` map (encoder, weights) to the cell's display name and to what its weights are
+    ("architecture, self-pretrained (120 steps on 58 windows)", "published weights (sha256 …)"); ``design`` is
+    the cohort's :meth:`~eegprivacy.studies.embedding_audit.config.CohortConfig.describe`.
+    """
+    rows = []
+    for e, w in cells:
+        for entry in cell_claims(tidy, e, w, design, first_seed):
+            rows.append({"cohort": cohort, "encoder": e, "weights": w, "cell": labels[(e, w)],
+                         "provenance": provenance[(e, w)], **entry})
+    table = pd.DataFrame(rows, columns=[c for c in COLUMNS if c not in ("family", "m", "p_holm", "verdict")])
+    if table.empty:
+        return table.reindex(columns=COLUMNS)
+    table["p_holm"] = np.nan
+    table["m"] = 0
+    for claim, part in table.groupby("claim", sort=False):
+        tested = part["p_value"].notna()
+        table.loc[part.index[tested], "p_holm"] = holm(part.loc[tested, "p_value"].to_numpy())
+        table.loc[part.index, "m"] = int(tested.sum())
+    table["family"] = [f"{cohort}: {c}, m = {m}" for c, m in zip(table["claim"], table["m"])]
+    table["verdict"] = np.where(table["p_holm"] < alpha, YES, NO_EVIDENCE)
+    return table[COLUMNS]
+
+
+def paired_identity_rows(ctx, twin, config) -> list[dict]:
+    """``claim/pretraining_adds_identity`` rows of a pretrained cell: its BPID@1 minus its random-init twin's on
+    the same queries, with a subject-bootstrap interval and a sign-flip test over query subjects."""
+    from eegprivacy.evaluation.permutation import paired_identity_test
+
+    a, b = ctx.bpid(), twin.bpid()
+    if not np.array_equal(a.query_subjects, b.query_subjects):
+        raise ValueError("the pretrained and random-init encoders were scored on different queries")
+    t = paired_identity_test(a.correct, b.correct, a.query_subjects, n_permutations=config.test_permutations,
+                             n_bootstrap=config.bootstrap, random_state=config.subject_seed)
+    common = {"unit": "claim/pretraining_adds_identity", "endpoint": "pretraining_adds_identity",
+              "split": f"reference_set_by_{ctx.cohort.identity}", "defense": "none", "attacker": "centroid_cosine",
+              "seed": 0, "chance": 0.0, "n": float(a.n_queries), "eps_unit": "none"}
+
+    def row(metric, value, ci=(np.nan, np.nan)):
+        return {**common, "metric": metric, "value": float(value), "ci_low": float(ci[0]), "ci_high": float(ci[1])}
+
+    return [row("difference", t.statistic, t.difference_ci), row("reference", b.accuracy),
+            row("p_value", t.p_value), row("n_permutations", t.n_permutations), row("exact", float(t.exact)),
+            row("n_units", np.unique(a.query_subjects).size)]
+
+
+NUMBERS = ("estimate", "ci_low", "ci_high", "p_value", "p_holm", "m")
+TEXTS = ("question", "link", "ci_over", "reference", "test", "family", "verdict")
+
+
+def claims_for_run(claims: pd.DataFrame, encoder: str, weights: str) -> tuple[dict, dict]:
+    """(metrics, tags) of one cell's claims for its MLflow parent run: ``claim_<claim>_<number>`` and
+    ``claim_<claim>_<text>``, plus the cell's ``provenance``; :func:`claims_from_runs` reads them back."""
+    part = claims[(claims["encoder"] == encoder) & (claims["weights"] == weights)]
+    metrics, tags = {}, {}
+    for r in part.to_dict("records"):
+        metrics |= {f"claim_{r['claim']}_{k}": float(r[k]) for k in NUMBERS if np.isfinite(float(r[k]))}
+        tags |= {f"claim_{r['claim']}_{k}": str(r[k]) for k in TEXTS}
+    if not part.empty:
+        tags["provenance"] = str(part["provenance"].iloc[0])
+    return metrics, tags
+
+
+def claims_from_runs(runs: pd.DataFrame, labels) -> pd.DataFrame:
+    """The claims table back from MLflow parent runs (columns ``metrics.*`` / ``tags.*`` of ``search_runs``):
+    one row per run and logged claim. ``labels(encoder, weights)`` gives the cell's display name."""
+    rows = []
+    for run in runs.to_dict("records"):
+        names = {k.removeprefix("tags.claim_").removesuffix("_test") for k in run
+                 if k.startswith("tags.claim_") and k.endswith("_test") and isinstance(run[k], str)}
+        for claim in (c for c in CLAIMS if c in names):
+            e, w = str(run.get("tags.encoder")), str(run.get("weights") or "")
+            row = {"cohort": run.get("tags.dataset"), "encoder": e, "weights": w, "cell": labels(e, w),
+                   "provenance": run.get("tags.provenance"), "claim": claim}
+            row |= {k: float(run.get(f"metrics.claim_{claim}_{k}", np.nan)) for k in NUMBERS}
+            row |= {k: run.get(f"tags.claim_{claim}_{k}") or "" for k in TEXTS}
+            rows.append(row)
+    table = pd.DataFrame(rows, columns=COLUMNS)
+    table["m"] = table["m"].fillna(0).astype(int)
+    return table
