@@ -207,7 +207,7 @@ def test_published_file_loads_every_tensor_and_embeds_deterministically(name, sm
 def test_published_errors_are_clear(small, tmp_path):
     path, _ = _file_for("labram", tmp_path)
     enc = _published_encoder("labram")
-    with pytest.raises(CheckpointRequiredError, match=r"github\.com/935963004/LaBraM.*shared/weights/labram/"
+    with pytest.raises(CheckpointRequiredError, match=r"github\.com/935963004/LaBraM.*weights/labram/"
                                                       r"labram-base\.pth"):
         load_published(enc, tmp_path / "labram-base.pth")
     with pytest.raises(CheckpointRequiredError, match="published_weights.eegpt.path"):

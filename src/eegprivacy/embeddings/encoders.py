@@ -28,7 +28,7 @@ Weights: ``weights_source`` is one of ``"checkpoint"`` (a state dict of *our* mo
 ``"self_pretrained"`` (:mod:`eegprivacy.embeddings.pretrain`) or ``"random_init"`` (explicit baseline); the band-power
 reference has no weights (``"none"``). Nothing is ever downloaded: no hub access is possible or attempted.
 
-Published checkpoints (``shared/weights/README.md``): :func:`load_published` reads each authors' file format (BIOT: a
+Published checkpoints (the published-weights README): :func:`load_published` reads each authors' file format (BIOT: a
 flat state dict; LaBraM: a training checkpoint with the weights under ``model``; EEGPT: a Lightning checkpoint),
 maps its keys onto braindecode 1.8.1's classes as that README records, and loads them with the same strict key and
 shape check as :func:`load_checkpoint`. The encoder must be built with :func:`published_config` (the published
@@ -63,7 +63,7 @@ _ALIASES = {"T3": "T7", "T4": "T8", "T5": "P7", "T6": "P8", "T7": "T3", "T8": "T
 
 # Our BIOT montage (self-pretrained and random-init cells): the TUH "double banana" bipolar montage (16
 # derivations) plus Fz-Cz and Cz-Pz, every one computable from a 10-20 referential recording. The *published*
-# 18-channel checkpoints read the same 16 plus SHHS's C3-A2 and C4-A1 instead (shared/weights/README.md; braindecode's
+# 18-channel checkpoints read the same 16 plus SHHS's C3-A2 and C4-A1 instead (published-weights README; braindecode's
 # BIOT_CHANNEL_ORDER), PREST-16 the 16 only: a published BIOT cell gets that montage through config ``n_chans``.
 BIOT_18_BIPOLAR = ["FP1-F7", "F7-T7", "T7-P7", "P7-O1", "FP2-F8", "F8-T8", "T8-P8", "P8-O2",
                    "FP1-F3", "F3-C3", "C3-P3", "P3-O1", "FP2-F4", "F4-C4", "C4-P4", "P4-O2", "FZ-CZ", "CZ-PZ"]
@@ -686,7 +686,7 @@ def _load_state(encoder: FrozenEncoder, state: dict, path: Path, digest: str, so
     return encoder
 
 
-# ---- published checkpoints (shared/weights/README.md) ---------------------------------------------------------
+# ---- published checkpoints (the published-weights README) ---------------------------------------------------------
 
 # The published architectures, as constructor overrides of our wrappers (braindecode's defaults fill the rest; the
 # README's "Constructor" section of each model). BIOT's channel count is that of the file (16: PREST-16; 18: the
@@ -697,7 +697,7 @@ PUBLISHED_CONFIGS: dict[str, dict] = {
     "eegpt": {"patch_size": 64, "patch_stride": 64, "embed_num": 4, "embed_dim": 512, "depth": 8, "num_heads": 8},
 }
 
-# Where each published file comes from (shared/weights/README.md): (place it at shared/weights/<file>, source,
+# Where each published file comes from (the published-weights README): (a suggested file name, source,
 # sha256 reported by third parties or None). Nothing here is downloaded.
 PUBLISHED_FILES: dict[str, list[tuple[str, str, str | None]]] = {
     "biot": [
@@ -721,12 +721,13 @@ PUBLISHED_FILES: dict[str, list[tuple[str, str, str | None]]] = {
 # The published pretraining data that are also in this project's shared data (README, "Note for the audit").
 PUBLISHED_PRETRAINING_OVERLAP: dict[str, tuple[str, ...]] = {"biot": (), "labram": ("eegmmidb",),
                                                             "eegpt": ("eegmmidb",)}
-README = "shared/weights/README.md"
+README = "the published-weights README of the data mirror (weights/README.md: sources, sha256, key mappings)"
 
 
 def _where_to_get(name: str) -> str:
     files = PUBLISHED_FILES.get(name, [])
-    return "; ".join(f"{src}, to be placed at shared/weights/{dest}" + (f" (sha256 {sha})" if sha else "")
+    return "; ".join(f"{src}, saved anywhere (e.g. as weights/{dest}) and named in "
+                     "embedding_audit.published_weights" + (f" (sha256 {sha})" if sha else "")
                      for dest, src, sha in files) + f" (see {README})"
 
 
@@ -859,7 +860,7 @@ def published_config(name: str, path=None, sha256: str | None = None) -> dict:
 
 
 def load_published(encoder: FrozenEncoder, path, sha256: str | None = None) -> FrozenEncoder:
-    """Load the authors' released checkpoint at ``path`` (its own file layout, shared/weights/README.md) into
+    """Load the authors' released checkpoint at ``path`` (its own file layout, the published-weights README) into
     ``encoder``, which must be built with :func:`published_config`: the README's key mapping, then the strict key
     and shape check of :func:`load_checkpoint` (a file for another config raises
     :class:`CheckpointMismatchError`), freeze, ``weights_source = "published"`` and the file's sha256.

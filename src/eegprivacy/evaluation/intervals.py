@@ -12,7 +12,7 @@ from collections.abc import Callable
 import numpy as np
 from scipy import stats
 
-__all__ = ["wilson_interval", "bootstrap_ci", "mean_ci"]
+__all__ = ["wilson_interval", "bootstrap_ci", "mean_ci", "interval_p_value"]
 
 
 def _two_sided_z(confidence: float) -> float:
@@ -102,3 +102,29 @@ def mean_ci(values, confidence: float = 0.95) -> tuple[float, float, float]:
     sem = float(values.std(ddof=1)) / np.sqrt(n)
     half = float(stats.t.ppf(0.5 + confidence / 2.0, df=n - 1)) * sem
     return (mean, mean - half, mean + half)
+
+
+def interval_p_value(mean: float, low: float, high: float, chance: float, n_seeds: float = np.nan,
+                     t_interval: bool = False, confidence: float = 0.95) -> float:
+    """One-sided p-value of "the score is above ``chance``", recovered from a logged mean and its interval.
+
+    Used by the reports that read MLflow (``reporting/study_reports.py``) and by study C's claims decided from an
+    interval. A parent run logs the mean and a ``confidence`` interval (0.95: the level of every interval the
+    sweeps log), not the per-seed values. For a Student-t interval
+    over ``n_seeds`` seeds (``t_interval``) the half-width is t(n−1)·SD/√n, so the one-sample t statistic is
+    exact: ``(mean − chance) · t_crit / half``, referred to t(n−1) — the test ``studies/federated/report.py`` runs
+    on the per-seed means. Any other interval (a bootstrap) gives a normal approximation (the half-width read as
+    z·SE). NaN where the interval, the chance level, or (for a t-interval) the seed count is missing, or the
+    interval has no width: a cell without a test is printed untested, never called significant.
+    """
+    values = np.array([mean, low, high, chance], dtype=float)
+    half = (high - low) / 2.0
+    if not np.all(np.isfinite(values)) or half <= 0:
+        return float("nan")
+    level = 0.5 + confidence / 2.0
+    if t_interval:
+        if not np.isfinite(n_seeds) or n_seeds < 2:
+            return float("nan")
+        df = float(n_seeds) - 1.0
+        return float(stats.t.sf((mean - chance) * stats.t.ppf(level, df) / half, df))
+    return float(stats.norm.sf((mean - chance) * stats.norm.ppf(level) / half))

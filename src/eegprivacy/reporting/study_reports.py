@@ -19,10 +19,10 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 
 from eegprivacy.atomic import atomic_path, write_text_atomic
 from eegprivacy.evaluation.cluster_bootstrap import holm
+from eegprivacy.evaluation.intervals import interval_p_value  # noqa: F401  (the tables' test, re-exported)
 from eegprivacy.tracking.runs import EXPERIMENTS, tracking_uri
 
 STUDIES = ("a", "b", "c")
@@ -42,7 +42,6 @@ A_COLUMNS = {"baseline": "value", "permuted": "value", "clipped": "value", "rele
 A_METRICS = {"auroc": "AUROC", "balanced_accuracy": "BA (nested)"}
 LABELS = ("dataset", "dataset version", "mechanism", "ε", "model", "encoder", "weights", "CI over",
           "run")  # non-number columns
-CONFIDENCE = 0.95  # the level of every interval the sweeps log (``pipeline.sweep.aggregate``)
 ALPHA = 0.05  # a cell is marked significant when its Holm-adjusted p-value is below this
 CORRECTION = "Holm"
 UNIT_RANGE = (0.0, 1.0)  # AUROC, accuracy, BPID@1: what a displayed interval is clipped to
@@ -189,30 +188,6 @@ def tidy_a(runs: pd.DataFrame) -> pd.DataFrame:
 
 
 # --- tests and intervals from what the runs log ----------------------------------------------------------------
-
-def interval_p_value(mean: float, low: float, high: float, chance: float, n_seeds: float = np.nan,
-                     t_interval: bool = False, confidence: float = CONFIDENCE) -> float:
-    """One-sided p-value of "the score is above ``chance``", recovered from a logged mean and its interval.
-
-    A parent run logs the mean and a ``confidence`` interval, not the per-seed values. For a Student-t interval
-    over ``n_seeds`` seeds (``t_interval``) the half-width is t(n−1)·SD/√n, so the one-sample t statistic is
-    exact: ``(mean − chance) · t_crit / half``, referred to t(n−1) — the test ``studies/federated/report.py`` runs
-    on the per-seed means. Any other interval (a bootstrap) gives a normal approximation (the half-width read as
-    z·SE). NaN where the interval, the chance level, or (for a t-interval) the seed count is missing, or the
-    interval has no width: a cell without a test is printed untested, never called significant.
-    """
-    values = np.array([mean, low, high, chance], dtype=float)
-    half = (high - low) / 2.0
-    if not np.all(np.isfinite(values)) or half <= 0:
-        return float("nan")
-    level = 0.5 + confidence / 2.0
-    if t_interval:
-        if not np.isfinite(n_seeds) or n_seeds < 2:
-            return float("nan")
-        df = float(n_seeds) - 1.0
-        return float(stats.t.sf((mean - chance) * stats.t.ppf(level, df) / half, df))
-    return float(stats.norm.sf((mean - chance) * stats.norm.ppf(level) / half))
-
 
 def with_holm(rows: pd.DataFrame, alpha: float = ALPHA) -> pd.DataFrame:
     """``p_value`` per tested cell (a finite ``chance``) and ``p_holm``, Holm-adjusted over every tested cell of

@@ -40,9 +40,9 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 
 from eegprivacy.evaluation.cluster_bootstrap import holm
+from eegprivacy.evaluation.intervals import interval_p_value
 
 ALPHA = 0.05
 YES, NO_EVIDENCE = "yes", "no evidence"
@@ -73,16 +73,6 @@ CLAIMS = {
     "encoder_membership": ClaimSpec(
         "were a subject's windows in the encoder's pretraining? (within-subject AUC difference)", "random init"),
 }
-
-
-def interval_p_value(estimate: float, low: float, high: float, bar: float, level: float = 0.975) -> float:
-    """One-sided p of "estimate > bar" from a 95 % interval read as normal (half-width = z·se); NaN without one."""
-    if not all(np.isfinite(v) for v in (estimate, low, high, bar)):
-        return float("nan")
-    half = (high - low) / 2.0
-    if half <= 0:
-        return 0.0 if estimate > bar else 1.0
-    return float(stats.norm.sf((estimate - bar) * stats.norm.ppf(level) / half))
 
 
 def _permutation_text(kind: str, n: float, exact: float, units: str = "") -> str:
@@ -167,7 +157,7 @@ def cell_claims(tidy: pd.DataFrame, e: str, w: str, design: dict, first_seed: in
     if m is not None:
         g = lambda metric: _v(_get(tidy, e, w, "membership", metric, seed=first_seed))  # noqa: E731
         out.append(_entry("encoder_membership", m["value"], m["ci_low"], m["ci_high"],
-                          f"random init (within-subject AUC difference 0)",
+                          "random init (within-subject AUC difference 0)",
                           _permutation_text("sign flips over ", g("paired_permutations"), g("paired_exact"),
                                             f"{int(g('paired_subjects'))} pretraining subjects"),
                           g("paired_p_value")))

@@ -209,7 +209,8 @@ class EmbeddingAuditConfig(Config):
     published_weights: dict = param(
         InstanceOf((dict,), text="a mapping of encoder names to {path: <file>, sha256: <64 hex digits or null>}"),
         default={},
-        doc="encoder -> {path, sha256} of the authors' published checkpoint (../shared/weights/README.md): that "
+        doc="encoder -> {path, sha256} of the authors' published checkpoint (sources, sha256 and layouts: the "
+            "published-weights README of the data mirror; the README's Study C section): that "
             "encoder is then audited with weights 'published' as its primary cell, built with the published config "
             "whatever the profile says (its random-init baseline too); sha256 is checked, and only a pinned sha256 "
             "lets a file that weights_only=True refuses be unpickled")

@@ -189,7 +189,7 @@ def _membership_skipped(name: str) -> dict:
               "of our windows to attack; the encoder-membership attack is skipped (no row, not a chance-level 0.5)")
     if overlap:
         reason += (f". Note: {', '.join(overlap)} is in this encoder's published pretraining data "
-                   "(shared/weights/README.md), so on that cohort every audited subject may be a training member")
+                   "(the published-weights README), so on that cohort every audited subject may be a training member")
     return {"status": "skipped", "reason": reason}
 
 
