@@ -116,7 +116,8 @@ UI_PORT ?= 5000
 ui: $(STAMP)  ## MLflow UI on the project's tracking store ($MLFLOW_TRACKING_URI or mlflow.db), bound to 127.0.0.1
 	@case "$(UI_STORE)" in http://*|https://*) \
 	  echo "MLFLOW_TRACKING_URI is a tracking server; its UI is at $(UI_STORE)"; exit 0;; esac; \
-	echo "MLflow UI: http://127.0.0.1:$(UI_PORT)  (store: $(UI_STORE); Ctrl-C stops it)"; \
+	echo "MLflow UI: http://127.0.0.1:$(UI_PORT)/#/experiments?workflowType=machine_learning  (store: $(UI_STORE); Ctrl-C stops it)"; \
+	echo "  (workflowType=machine_learning opens the runs tables; without it MLflow 3 opens its GenAI pages)"; \
 	exec $(BIN)/mlflow ui --backend-store-uri "$(UI_STORE)" --host 127.0.0.1 --port $(UI_PORT) --workers 1
 
 # A throwaway PostgreSQL (loopback only, random password in $(PG_DIR)/pgpass) for trying MLflow and Optuna on a

@@ -1,6 +1,6 @@
 """``eegprivacy audit-cohort`` end to end on a small real cohort (12 MSU subjects from the mirror): outputs, the
 numbers in summary.json against the MLflow store, resume, order invariance, the same cohort written as a BIDS tree
-and audited through ``--bids`` (same numbers as through the MSU loader), the report in a browser, a no-signal
+and audited as a BIDS App (same numbers as through the MSU loader), the report in a browser, a no-signal
 cohort, bad input, and one horizon test with study A's dp_utility (the same rows as its summary, the report naming
 the fixed-sequence test)."""
 
@@ -73,7 +73,7 @@ def audit(tmp_path_factory, data_root):
         mp.setenv("EEGPRIVACY_DATA", str(data_root))
         for name, target in HELPERS.items():
             mp.setitem(REGISTRY, name, target)
-        command = ["audit-cohort", "--dataset", "mini_msu", "--out", str(out), "--cache", str(tmp / "cache"), *ARGS]
+        command = ["audit-cohort", "--dataset", "mini_msu", str(out), "group", "--work-dir", str(tmp / "cache"), *ARGS]
         assert main(command) == 0
         first = json.loads((out / "summary.json").read_text())
         first_rows = pd.read_csv(out / "rows.csv")
@@ -164,20 +164,20 @@ def test_summary_numbers_equal_the_mlflow_runs(audit):
     assert summary["controls"]["clipped"]["auroc"]["value"] == pytest.approx(child_mean("utility-clipped", auroc),
                                                                              abs=1e-12)
     cell = summary["utility"]["gaussian_analytic"]["10"]
-    release = child_mean("utility-gaussian_analytic", auroc, arm="release", epsilon="10.0")
-    null = child_mean("utility-gaussian_analytic", auroc, arm="matched_null", epsilon="10.0")
+    release = child_mean("utility-gaussian_analytic", auroc, arm="release", epsilon="10")
+    null = child_mean("utility-gaussian_analytic", auroc, arm="matched_null", epsilon="10")
     assert cell["release_auroc"]["value"] == pytest.approx(release, abs=1e-12)
     assert cell["release_minus_null_auroc"]["value"] == pytest.approx(release - null, abs=1e-12)
     reid = summary["attacks"]["reidentification"]["results"]["gaussian_analytic"]["10"]["top1_accuracy"]
     assert reid["value"] == pytest.approx(child_mean("reidentification-gaussian_analytic", "top1_accuracy",
-                                                     epsilon="10.0"), abs=1e-12)
+                                                     epsilon="10"), abs=1e-12)
     # nothing per patient reaches MLflow
     assert not any("patient" in k or "proba" in k for r in runs for k in r.data.metrics)
 
 
 def test_no_subject_id_in_the_report_or_the_store(audit):
     """Subject ids (here the MSU file stems) appear nowhere in the outputs, the cell cache or the MLflow store;
-    only the private feature table in --cache holds them."""
+    only the private feature table in --work-dir holds them."""
     from _cohort_audit_data import msu_subjects
 
     from eegprivacy.tracking.leaks import scan_for_identifiers
@@ -217,7 +217,7 @@ def test_numbers_do_not_depend_on_subject_ids_or_order(audit, tmp_path):
 @pytest.fixture(scope="module")
 def bids_audit(tmp_path_factory, data_root):
     """The same 12 MSU subjects written as a BIDS tree (``to_bids``, BrainVision: float32 samples), audited through
-    ``audit-cohort --bids`` as a user would, in a store of its own."""
+    ``audit-cohort BIDS_DIR OUTPUT_DIR group`` as a user would, in a store of its own."""
     from eegprivacy.cli import main
     from eegprivacy.data.bids import to_bids
 
@@ -226,8 +226,8 @@ def bids_audit(tmp_path_factory, data_root):
         mp.setenv("EEGPRIVACY_DATA", str(data_root))
         mp.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp / 'mlflow.db'}")
         to_bids(MiniMSU(), tmp / "bids", format="BrainVision")
-        command = ["audit-cohort", "--bids", str(tmp / "bids"), "--label", "label", "--out", str(tmp / "out"),
-                   "--cache", str(tmp / "cache"), *ARGS]
+        command = ["audit-cohort", str(tmp / "bids"), str(tmp / "out"), "group", "--label", "label",
+                   "--work-dir", str(tmp / "cache"), *ARGS]
         assert main(command) == 0
     return {"out": tmp / "out", "tmp": tmp, "uri": f"sqlite:///{tmp / 'mlflow.db'}",
             "summary": json.loads((tmp / "out" / "summary.json").read_text()),
@@ -237,9 +237,10 @@ def bids_audit(tmp_path_factory, data_root):
 def test_msu_as_bids_gives_the_msu_loaders_numbers(audit, bids_audit):
     """Issue 24's acceptance test: MSU through a BIDS tree and through its own loader, same seeds, same numbers.
     The tree holds the signal as float32 (relative error ~3e-8), so features agree to ~1e-7 and every utility,
-    interval and attack number to 1e-6; the only difference is the dataset's name and version."""
+    interval and attack number to 1e-6; the only difference is the dataset's version. The tree's name is the
+    ``Name`` its dataset_description.json holds (to_bids writes the source dataset's)."""
     summary = bids_audit["summary"]
-    assert summary["dataset"] == "bids" and audit["first"]["dataset"] == "mini_msu"
+    assert summary["dataset"] == audit["first"]["dataset"] == "mini_msu"
     assert summary["cohort"]["n_patients"] == audit["first"]["cohort"]["n_patients"] == 12
     keys = ["arm", "mechanism", "epsilon", "metric"]
     loader = audit["first_rows"].set_index(keys).sort_index()
@@ -253,7 +254,7 @@ def test_msu_as_bids_gives_the_msu_loaders_numbers(audit, bids_audit):
     import mlflow
 
     run = mlflow.MlflowClient(bids_audit["uri"]).get_run(summary["mlflow_summary_run"])
-    assert run.data.tags["dataset"] == "bids" and run.data.tags["dataset_version"] == summary["dataset_version"]
+    assert run.data.tags["dataset"] == "mini_msu" and run.data.tags["dataset_version"] == summary["dataset_version"]
     for entry in _leaves(summary, []):
         if entry["value"] is not None:  # a horizon that no ε reaches is NaN, not logged
             assert run.data.metrics[entry["mlflow_metric"]] == entry["value"], entry["mlflow_metric"]
@@ -292,7 +293,7 @@ def test_mlflow_compare_page_shows_release_and_null_against_epsilon(bids_audit, 
     client = mlflow.MlflowClient(bids_audit["uri"])
     experiment = client.get_experiment_by_name("study-a-dp-release")
     [parent] = client.search_runs([experiment.experiment_id],
-                                  "attributes.run_name = 'audit_cohort-bids-utility-gaussian_analytic'")
+                                  "attributes.run_name = 'audit_cohort-mini_msu-utility-gaussian_analytic'")
     with serve(bids_audit["uri"], tmp_path) as base:
         assert ui.main(["--url", base, "--experiment", "study-a-dp-release", "--parent", parent.info.run_id,
                         "--out", str(tmp_path / "compare.png")]) == 0
@@ -321,7 +322,7 @@ def test_bad_cohorts_are_refused_clearly(name, message, tmp_path, data_root, mon
     from eegprivacy.data import REGISTRY
 
     monkeypatch.setitem(REGISTRY, name, HELPERS[name])
-    assert main(["audit-cohort", "--dataset", name, "--out", str(tmp_path / "out"), "--cache",
+    assert main(["audit-cohort", "--dataset", name, str(tmp_path / "out"), "group", "--work-dir",
                  str(tmp_path / "cache"), *ARGS]) == 2
     assert message in capsys.readouterr().err
     assert not (tmp_path / "out" / "report.html").exists()
@@ -363,8 +364,8 @@ def test_bad_bids_input_is_one_clear_error_and_nothing_written(damage, tmp_path,
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
     to_bids(MiniMSU(3), tmp_path / "bids", format="BrainVision")
     message = damage(tmp_path / "bids")
-    assert main(["audit-cohort", "--bids", str(tmp_path / "bids"), "--label", "label", "--out",
-                 str(tmp_path / "out"), "--cache", str(tmp_path / "cache"), *ARGS]) == 2
+    assert main(["audit-cohort", str(tmp_path / "bids"), str(tmp_path / "out"), "group", "--label", "label",
+                 "--work-dir", str(tmp_path / "cache"), *ARGS]) == 2
     err = capsys.readouterr().err
     assert re.search(message, err), err
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1
@@ -395,18 +396,19 @@ def test_too_few_patients_are_refused(data_root):
 
 @pytest.mark.parametrize("knob, message", [(["--epsilons", "1", "-2"], "epsilons must be positive"),
                                            (["--bootstrap", "50"], "dp_utility.bootstrap = 50 is invalid")])
-def test_a_knob_out_of_range_is_refused_before_any_data_is_read(knob, message, capsys):
+def test_a_knob_out_of_range_is_refused_before_any_data_is_read(knob, message, tmp_path, capsys):
     """Including a utility knob outside study A's dp_utility constraints (the audit runs that protocol)."""
     from eegprivacy.cli import main
 
-    assert main(["audit-cohort", "--bids", "/nonexistent", "--label", "x", *knob]) == 2
+    assert main(["audit-cohort", "/nonexistent", str(tmp_path / "out"), "group", "--label", "x", *knob]) == 2
     assert message in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
 
 
-def test_bids_needs_a_label(capsys):
+def test_bids_needs_a_label(tmp_path, capsys):
     from eegprivacy.cli import main
 
-    assert main(["audit-cohort", "--bids", "/nonexistent"]) == 2
+    assert main(["audit-cohort", "/nonexistent", str(tmp_path / "out"), "group"]) == 2
     assert "--label" in capsys.readouterr().err
 
 
@@ -445,9 +447,9 @@ def test_audit_cohort_command_prints_the_fixed_sequence_test(bids_audit, tmp_pat
     """``eegprivacy audit-cohort`` as a user runs it (a subprocess, on the BIDS tree of the small cohort, resuming
     its cells): the report and the command's line name the horizon's fixed-sequence test and what ε covers, and
     the paper's mechanism, asked for by name, is flagged as having no formal guarantee for d > 1."""
-    command = [str(Path(sys.executable).with_name("eegprivacy")), "audit-cohort", "--bids",
-               str(bids_audit["tmp"] / "bids"), "--label", "label", "--out", str(tmp_path / "out"), "--cache",
-               str(bids_audit["tmp"] / "cache"), *ARGS]
+    command = [str(Path(sys.executable).with_name("eegprivacy")), "audit-cohort", str(bids_audit["tmp"] / "bids"),
+               str(tmp_path / "out"), "group", "--label", "label", "--work-dir", str(bids_audit["tmp"] / "cache"),
+               *ARGS]
     command[command.index("gaussian_analytic")] = "laplace_implemented"
     command.remove("1")  # ε = 10 only: the new mechanism's cells are all this run computes
     env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}"}

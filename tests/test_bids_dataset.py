@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import time
 import warnings
@@ -87,7 +88,8 @@ def test_roundtrip_keeps_labels_channels_rate_and_signal(eegmat, converted):
         step = (src.max(axis=1) - src.min(axis=1)) / 65535
         assert np.all(np.abs(got - src) <= step[:, None] * 1.01 + 1e-12)
     print(f"BIDSDataset read back 6 recordings in {time.perf_counter() - start:.1f} s")
-    assert bids.name == "bids" and bids.synthetic is False and len(bids.version()) == 64
+    # the tree's name is its dataset_description.json Name (to_bids writes the source dataset's)
+    assert bids.name == "eegmat" and bids.synthetic is False and len(bids.version()) == 64
 
 
 def test_tree_holds_no_source_subject_ids(converted):
@@ -329,7 +331,22 @@ def test_truncated_edf_is_read_flagged_and_warned(tree):
 
     edf = tree / "sub-01" / "eeg" / "sub-01_task-arithmetic_eeg.edf"
     edf.write_bytes(edf.read_bytes()[:-5000])
-    with pytest.warns(DataQualityWarning, match=r"1 EDF/BDF file\(s\) hold fewer records than their header declares "
-                                                r"\(.*sub-01_task-arithmetic_eeg\.edf\)"):
+    with pytest.warns(DataQualityWarning, match=r"sub-01_task-arithmetic_eeg\.edf: truncated \(the file holds fewer "
+                                                r"data records than its header declares\)"):
         md = BIDSDataset(tree, label=LABEL).metadata().set_index("recording")
     assert md.loc["sub-01_task-arithmetic", "flags"] == "truncated" and md.loc["sub-01_task-rest", "flags"] == ""
+
+
+def test_a_synthetic_datasets_tree_reads_back_synthetic_under_its_name(tmp_path):
+    """A tree written from a SYNTHETIC dataset keeps the label when read back: its name (dataset_description.json
+    Name, "SYNTHETIC <dataset>") and ``synthetic``, which every report title and MLflow tag follows."""
+    from eegprivacy.data import get_dataset
+
+    cohort = get_dataset("synthetic_clinical")
+    to_bids(cohort, tmp_path / "bids", subjects=cohort.subjects()[:3])
+    tree = BIDSDataset(tmp_path / "bids", label="label")
+    assert tree.name == "SYNTHETIC synthetic_clinical" and tree.synthetic is True
+    description = json.loads((tmp_path / "bids" / "dataset_description.json").read_text())
+    (tmp_path / "bids" / "dataset_description.json").write_text(json.dumps({**description, "Name": "Ward 3"}))
+    real = BIDSDataset(tmp_path / "bids", label="label")
+    assert real.name == "Ward 3" and real.synthetic is False

@@ -1,5 +1,6 @@
 """Crash safety of sweeps: a sweep killed with SIGKILL resumes without redoing finished cells, never reads a
-half-written file, returns the rows a clean run returns, and the runs the dead process left RUNNING end FAILED."""
+half-written file, returns the rows a clean run returns, and the runs the dead process left RUNNING are marked
+FAILED and then reopened by the rerun (one parent, one child per cell)."""
 
 from __future__ import annotations
 
@@ -97,13 +98,17 @@ def test_sigkill_then_rerun_resumes_skips_finished_cells_and_fails_the_dead_runs
     assert not partial.exists() and live.exists()
     assert pd.read_csv(runner.cell_path(hanging))["value"].notna().all()
 
-    # the dead process's runs are FAILED now, its finished children stay FINISHED, the rerun finished
+    # the rerun marked the dead process's runs FAILED (fail_orphaned_runs) and then reopened them: one parent and
+    # one child per cell, all FINISHED, the two reopened ones tagged resumed=1 and no longer carrying a failed_reason
     status = _runs_by_status(client)
-    assert "RUNNING" not in status
-    assert {r.info.run_id for r in status["FAILED"]} == dead_runs
-    assert all(r.data.tags["failed_reason"] for r in status["FAILED"])
+    assert set(status) == {"FINISHED"}
     rerun_parent = [r for r in status["FINISHED"] if "mlflow.parentRunId" not in r.data.tags]
-    assert len(rerun_parent) == 1
+    children = [r for r in status["FINISHED"] if "mlflow.parentRunId" in r.data.tags]
+    assert len(rerun_parent) == 1 and rerun_parent[0].info.run_id in dead_runs
+    assert len(children) == len(victim.CELLS) == len({r.info.run_name for r in children})
+    assert {r.data.tags["mlflow.parentRunId"] for r in children} == {rerun_parent[0].info.run_id}
+    assert {r.info.run_id for r in status["FINISHED"] if r.data.tags.get("resumed") == "1"} == dead_runs
+    assert not any("failed_reason" in r.data.tags for r in status["FINISHED"])
     assert rerun_parent[0].data.metrics["cells_resumed"] == victim.BLOCK_AT
     assert rerun_parent[0].data.metrics["cells"] == len(victim.CELLS)
 

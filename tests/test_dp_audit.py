@@ -225,8 +225,8 @@ def test_stage_writes_rows_headline_figure_and_tagged_runs(tmp_path):
     for child in children:
         tags = child.data.tags
         assert tags["stage"] == "dp_audit" and tags["dataset"] == "none" and tags["synthetic"] == "false"
-        assert tags["epsilon"] == "1.0" and tags["mechanism"] in params["mechanisms"]
-        assert tags["delta"] == ("0.0" if tags["mechanism"] == "laplace_implemented" else "1e-05")
+        assert tags["epsilon"] == "1" and tags["mechanism"] in params["mechanisms"]
+        assert tags["delta"] == ("0" if tags["mechanism"] == "laplace_implemented" else "1e-05")
 
     # a second run finds every cell on disk
     assert main(argv) == 0

@@ -35,8 +35,8 @@ def test_run_has_every_required_tag_and_params(tmp_path):
     for tag in REQUIRED_TAGS:
         assert stored.data.tags.get(tag), tag
     assert stored.data.tags["synthetic"] == "true"
-    assert stored.data.tags["epsilon"] == "1.0"
-    assert stored.data.params["privacy.epsilon"] == "1.0"
+    assert stored.data.tags["epsilon"] == "1"  # one text form for numbers (tracking.runs.param_text)
+    assert stored.data.params["privacy.epsilon"] == "1" and stored.data.params["privacy.clip"] == "2"
     assert stored.data.metrics["rmse"] == 0.5
     experiment = client.get_experiment(stored.info.experiment_id)
     assert experiment.name == EXPERIMENTS["a"]
@@ -131,7 +131,11 @@ def test_experiment_created_by_another_worker_meanwhile_is_reused(tmp_path):
             self.lookups += 1
             return None if self.lookups == 1 else client.get_experiment_by_name(name)
 
-        def create_experiment(self, name, artifact_location=None):
-            return client.create_experiment(name, artifact_location=artifact_location)
+        def create_experiment(self, name, artifact_location=None, tags=None):
+            return client.create_experiment(name, artifact_location=artifact_location, tags=tags)
+
+        def set_experiment_tag(self, experiment_id, key, value):
+            client.set_experiment_tag(experiment_id, key, value)
 
     assert _experiment_id(LateClient(), "race") == created
+    assert client.get_experiment(created).tags["mlflow.experimentKind"] == "custom_model_development"

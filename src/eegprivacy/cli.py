@@ -1,7 +1,10 @@
-"""``eegprivacy``: one subcommand per pipeline stage (DVC calls these) plus ``datasets``.
+"""``eegprivacy``: the user commands (``audit-cohort``, ``to-bids``, ``datasets``, ``report``, ``stages``) and,
+in a checkout, one subcommand per pipeline stage (DVC calls these).
 
-Stage subcommands come from the stage registry (:mod:`eegprivacy.pipeline.stages`): one per stage, its shared
-flags declared there once, its own in its entry module under ``experiments/`` (``add_arguments``, ``run``).
+User commands ship inside the package and run from any folder. Stage subcommands come from the stage registry
+(:mod:`eegprivacy.pipeline.stages`): one per stage, its shared flags declared there once, its own in its entry
+module under the checkout's ``experiments/`` (``add_arguments``, ``run``). ``eegprivacy --help`` lists the two
+groups apart.
 """
 
 from __future__ import annotations
@@ -10,10 +13,12 @@ import argparse
 import json
 import os
 import sys
+import textwrap
 import time
 from pathlib import Path
 
 import eegprivacy
+from eegprivacy.commands import audit_cohort
 from eegprivacy.paths import DATA_ENV, data_root, repo_root
 from eegprivacy.pipeline import executors, stages
 
@@ -96,10 +101,12 @@ def cmd_report(args) -> int:
 
 def cmd_to_bids(args) -> int:
     """Write a dataset (your own ``clinical_folder``, or any registered one) as a BIDS-EEG tree with mne-bids, so
-    ``audit-cohort --bids`` (and any BIDS tool) can read it. Subjects become sub-01, sub-02, ... (the mapping is
-    not written anywhere); the per-subject label goes to participants.tsv; nothing is left behind on failure."""
+    ``audit-cohort BIDS_DIR OUTPUT_DIR group`` (and any BIDS tool) can read it. Subjects become sub-01, sub-02,
+    ... (the mapping is not written anywhere); the per-subject label goes to participants.tsv; nothing is left
+    behind on failure."""
     from eegprivacy.data import ChecksumMismatchError, get_dataset
     from eegprivacy.data.bids import RecordingReadError, to_bids
+    from eegprivacy.errors import InputDataError
 
     kwargs = {}
     for item in args.dataset_arg or []:
@@ -111,9 +118,9 @@ def cmd_to_bids(args) -> int:
     try:
         conversion = to_bids(get_dataset(args.dataset, **kwargs), args.out, label_column=args.label_column,
                              task=None if args.task == "condition" else args.task, overwrite=args.overwrite,
-                             format=args.format)
-    except (KeyError, ValueError, FileNotFoundError, FileExistsError, ChecksumMismatchError,
-            RecordingReadError) as err:
+                             format=args.format, subjects=args.subjects)
+    except (KeyError, ValueError, FileNotFoundError, FileExistsError, ChecksumMismatchError, RecordingReadError,
+            InputDataError) as err:  # bad input: every error of the data layer is one line
         print(f"eegprivacy to-bids: {err.args[0] if isinstance(err, KeyError) and err.args else err}",
               file=sys.stderr)
         return 2
@@ -156,27 +163,27 @@ def build_parser() -> argparse.ArgumentParser:
                              f"${executors.ADDRESS_ENV})")
     parser.add_argument("--task-memory", type=float, default=executors.DEFAULT_TASK_MEMORY / 2**30, metavar="GIB",
                         help="memory each Ray task requests from the scheduler, in GiB (default: %(default)g)")
+    # No help= on any subparser: the epilog lists user commands and pipeline stages as two groups (_command_groups).
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    datasets = sub.add_parser("datasets", help="list datasets, whether each is present locally, version, subjects",
-                              description=cmd_datasets.__doc__)
+    audit = sub.add_parser("audit-cohort", description=audit_cohort.DESCRIPTION)
+    audit_cohort.add_arguments(audit)
+    audit.set_defaults(func=audit_cohort.run)
+    datasets = sub.add_parser("datasets", description=cmd_datasets.__doc__)
     datasets.add_argument("--json", action="store_true", help="machine-readable output")
     datasets.set_defaults(func=cmd_datasets)
-    report = sub.add_parser("report", help="write reports/study-{a,b,c}.md and figures from the MLflow runs",
-                            description=cmd_report.__doc__)
+    report = sub.add_parser("report", description=cmd_report.__doc__)
     report.add_argument("--tracking-uri", default=None,
                         help="MLflow store to read (default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db)")
     report.add_argument("--out-dir", default=str(repo_root() / "reports"), help="folder for the reports and figures")
     report.add_argument("--study", default="a,b,c", help="comma-separated studies to report (default: a,b,c)")
     report.set_defaults(func=cmd_report)
-    listing = sub.add_parser("stages", help="list the pipeline stages, or those with no MLflow run yet",
-                             description=cmd_stages.__doc__)
+    listing = sub.add_parser("stages", description=cmd_stages.__doc__)
     listing.add_argument("--missing-runs", action="store_true",
                          help="print the DVC stage names (name@item) that have no finished MLflow run in the store")
     listing.add_argument("--tracking-uri", default=None,
                          help="MLflow store to read (default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db)")
     listing.set_defaults(func=cmd_stages)
-    to_bids = sub.add_parser("to-bids", help="write a dataset (e.g. your clinical_folder) as a BIDS-EEG tree",
-                             description=cmd_to_bids.__doc__)
+    to_bids = sub.add_parser("to-bids", description=cmd_to_bids.__doc__)
     to_bids.add_argument("--dataset", default="clinical_folder",
                          help="registered dataset to convert (default: clinical_folder)")
     to_bids.add_argument("--dataset-arg", nargs="*", metavar="KEY=VALUE",
@@ -188,10 +195,34 @@ def build_parser() -> argparse.ArgumentParser:
                          help="BIDS task of every recording, or 'condition' for each recording's own (default: rest)")
     to_bids.add_argument("--format", default="EDF", choices=("EDF", "BrainVision"),
                          help="EDF (16-bit, most widely read) or BrainVision (32-bit float, the signal as read)")
+    to_bids.add_argument("--subjects", nargs="+", metavar="SUBJECT", default=None,
+                         help="convert only these subjects, as the dataset names them (default: all)")
     to_bids.add_argument("--overwrite", action="store_true", help="replace an existing tree at --out")
     to_bids.set_defaults(func=cmd_to_bids)
     stages.add_stage_parsers(sub)
+    parser.epilog = _command_groups(set(sub.choices)) + EPILOG
     return parser
+
+
+# What `eegprivacy --help` lists first: the commands a user runs, with one line each.
+USER_COMMANDS = {
+    "audit-cohort": "audit a DP release of your own labelled cohort (a BIDS tree): BIDS_DIR OUTPUT_DIR group",
+    "to-bids": "write a dataset (e.g. your clinical_folder) as a BIDS-EEG tree",
+    "datasets": "list datasets, whether each is present locally, version, subjects",
+    "report": "write reports/study-{a,b,c}.md and figures from the MLflow runs",
+    "stages": "list the pipeline stages, or those with no MLflow run yet",
+}
+
+
+def _command_groups(registered: set[str]) -> str:
+    """The two groups of ``eegprivacy --help``: user commands, then the pipeline's stages (or why they are absent)."""
+    lines = ["user commands (`eegprivacy COMMAND --help` for each):"]
+    lines += [f"  {name:<24} {text}" for name, text in USER_COMMANDS.items()]
+    lines += ["", "pipeline stages (`dvc repro` runs them; `make reproduce`):"]
+    stage_lines = [f"  {stage.command:<24} {textwrap.shorten(stage.help, 92, placeholder=' …')}"
+                   for stage in stages.STAGES if stage.command in registered]
+    lines += stage_lines or ["  (only in a checkout of the repository: they read its params/ and experiments/)"]
+    return "\n".join(lines) + "\n"
 
 
 # `make reproduce` sets this to a file; every command then appends one JSON line with its wall time and peak memory,

@@ -26,9 +26,26 @@ def data_root() -> Path:
     return repo_root() / "data" / "raw"
 
 
+def in_checkout() -> bool:
+    """Whether the working directory lies in a checkout of this repository (a ``dvc.yaml`` above it), as opposed
+    to anywhere a user runs the installed tool."""
+    return (repo_root() / "dvc.yaml").exists()
+
+
+def user_cache_dir() -> Path:
+    """The per-user cache of an installed tool run outside a checkout: ``$XDG_CACHE_HOME/eegprivacy`` (else
+    ``~/.cache/eegprivacy``), so no command writes a ``data/`` folder into whatever folder it is run from."""
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base).expanduser().resolve() / "eegprivacy"
+
+
 def cache_dir() -> Path:
-    """Derived-data cache (file hashes, window features): ``$EEGPRIVACY_CACHE`` else ``<repo>/data/cache``."""
+    """Derived-data cache (file hashes, window features): ``$EEGPRIVACY_CACHE``, else ``<repo>/data/cache`` in a
+    checkout, else the user cache (:func:`user_cache_dir`)."""
     env = os.environ.get(CACHE_ENV)
-    path = Path(env).expanduser().resolve() if env else repo_root() / "data" / "cache"
+    if env:
+        path = Path(env).expanduser().resolve()
+    else:
+        path = repo_root() / "data" / "cache" if in_checkout() else user_cache_dir()
     path.mkdir(parents=True, exist_ok=True)
     return path

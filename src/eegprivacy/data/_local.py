@@ -25,6 +25,7 @@ from eegprivacy.data.manifest import (
     load_manifest,
     manifest_version,
 )
+from eegprivacy.errors import InputDataError
 from eegprivacy.paths import DATA_ENV, data_root
 
 
@@ -139,7 +140,7 @@ class EdfHeader:
         return self.samples_per_record[self.labels.index(label)] / self.record_s
 
 
-class EdfHeaderError(ValueError):
+class EdfHeaderError(InputDataError, ValueError):
     """The file is not a readable EDF/BDF: empty, cut inside its header, or with fields that are not numbers."""
 
 

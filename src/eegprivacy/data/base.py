@@ -69,6 +69,16 @@ class EEGDataset(ABC):
     name: str = ""
     synthetic: bool = False
     description: str = ""
+    #: Mains (power-line) frequency of the recording site in Hz: 50 in Europe and most of Asia, 60 in the Americas.
+    #: BIDS asks for it (``PowerLineFrequency`` in every ``*_eeg.json``) because it tells a reader where line
+    #: noise sits; :func:`~eegprivacy.data.bids.to_bids` writes it. ``None`` when the site is not known: the tree
+    #: then says ``n/a`` (BIDS allows it) rather than a guess.
+    line_freq: float | None = None
+    #: What each value of a label column means, keyed by column, e.g. ``{"label": {"0": "healthy control",
+    #: "1": "schizophrenia"}}`` (values as strings, as in ``participants.tsv``). ``to_bids`` writes it as that
+    #: column's ``Levels`` in ``participants.json``, so the tree says what 0 and 1 stand for; a value not listed
+    #: gets a generic text. Set only where the source documents the meaning.
+    label_levels: Mapping[str, Mapping[str, str]] = {}
 
     # -- to implement -------------------------------------------------------------------------------------
     @abstractmethod

@@ -63,13 +63,14 @@ from eegprivacy.data._local import EdfHeaderError, read_edf_header, recording_me
 from eegprivacy.data.base import DataQualityWarning, EEGDataset, Recording
 from eegprivacy.data.clinical_folder import RecordingReadError  # one error class for unreadable recordings
 from eegprivacy.data.manifest import DataMissingError, hash_files, manifest_version
+from eegprivacy.errors import InputDataError
 
 PARTICIPANTS = "participants.tsv"
 EXTENSIONS = (".edf", ".bdf", ".vhdr", ".set", ".fif")
 _MISSING = {"", "n/a", "na", "nan"}
 
 
-class BIDSLabelError(ValueError):
+class BIDSLabelError(InputDataError, ValueError):
     """``participants.tsv`` does not give every participant a binary label in the named column."""
 
 
@@ -153,7 +154,13 @@ class BIDSDataset(EEGDataset):
 
     ``root``: the BIDS root (holding ``participants.tsv``); ``label``: the ``participants.tsv`` column with the
     patient label; ``label_map``: value -> 0/1 where the column is not already 0/1; ``task``: read only this task
-    (default: every task); ``datatype``: the BIDS data type folder (``eeg``).
+    (default: every task); ``session``: only this session; ``participants``: only these participant labels (with
+    or without ``sub-``; BIDS Apps' ``--participant-label``), the others are neither read nor checked;
+    ``datatype``: the BIDS data type folder (``eeg``).
+
+    The dataset's ``name`` is the ``Name`` of the tree's ``dataset_description.json`` (``bids`` when it has none),
+    so reports and MLflow tags say which cohort they are about; a tree :func:`to_bids` wrote from a synthetic
+    dataset (``Name`` "SYNTHETIC …") reads back as synthetic.
     """
 
     name = "bids"
@@ -161,8 +168,15 @@ class BIDSDataset(EEGDataset):
     description = "A BIDS EEG dataset read with mne-bids; label from a participants.tsv column"
 
     def __init__(self, root, label: str, label_map: Mapping[Any, int] | None = None, task: str | None = None,
-                 datatype: str = "eeg"):
+                 datatype: str = "eeg", session: str | None = None, participants: list[str] | None = None):
         self.root = Path(root).expanduser().resolve()
+        self.session = None if session is None else str(session).removeprefix("ses-")
+        self.selected = None if participants is None else sorted({str(p).removeprefix("sub-") for p in participants})
+        if self.selected is not None and not self.selected:
+            raise BIDSLabelError("an empty participant selection selects nobody; leave it out to read everyone")
+        self.name = _dataset_name(self.root)
+        # to_bids names a synthetic dataset's tree "SYNTHETIC <name>": read back, it stays labelled synthetic.
+        self.synthetic = self.name.startswith("SYNTHETIC ")
         self.label = str(label)
         self.label_map = None if label_map is None else {str(k).strip(): v for k, v in dict(label_map).items()}
         if self.label_map is not None:
@@ -185,6 +199,8 @@ class BIDSDataset(EEGDataset):
         return self._cached("_part", self._read_participants)
 
     def _read_participants(self) -> pd.DataFrame:
+        """The table's rows for the selected participants (every row without a selection); an unknown selected
+        label is an error naming it."""
         tsv = self.participants_tsv
         if not self.root.is_dir():
             raise DataMissingError(f"BIDS root {self.root} does not exist or is not a folder")
@@ -200,6 +216,13 @@ class BIDSDataset(EEGDataset):
                                  f"{list(table.columns)}. Pass label= one of them")
         table = table.assign(participant_id=table["participant_id"].str.strip(),
                              **{self.label: table[self.label].str.strip()})
+        if self.selected is not None:
+            listed = set(table["participant_id"].str.removeprefix("sub-"))
+            unknown = [p for p in self.selected if p not in listed]
+            if unknown:
+                raise BIDSLabelError(f"participant label(s) {_listing(unknown)} are not in {tsv} (it lists "
+                                     f"{_listing(sorted(listed))})")
+            table = table[table["participant_id"].str.removeprefix("sub-").isin(self.selected)]
         dupes = sorted(set(table["participant_id"][table["participant_id"].duplicated()]))
         if dupes:
             raise BIDSLabelError(f"{tsv}: participant_id repeats ({_listing(dupes)}); one row per participant")
@@ -228,8 +251,10 @@ class BIDSDataset(EEGDataset):
 
     # -- the tree ------------------------------------------------------------------------------------------
     def _subject_labels(self) -> list[str]:
-        """Every ``sub-<label>`` folder, with or without files (an empty one is an error later, naming it)."""
-        return sorted(p.name[4:] for p in self.root.glob("sub-*") if p.is_dir())
+        """Every ``sub-<label>`` folder (of the selected participants), with or without files (an empty one is an
+        error later, naming it)."""
+        folders = sorted(p.name[4:] for p in self.root.glob("sub-*") if p.is_dir())
+        return folders if self.selected is None else [f for f in folders if f in self.selected]
 
     def _recordings(self) -> list[Recording]:
         from mne_bids import find_matching_paths
@@ -251,10 +276,12 @@ class BIDSDataset(EEGDataset):
         for subject in folders:
             with _quiet():
                 paths = find_matching_paths(self.root, subjects=subject, tasks=self.task, datatypes=self.datatype,
-                                            suffixes=self.datatype, extensions=list(EXTENSIONS))
+                                            sessions=self.session, suffixes=self.datatype,
+                                            extensions=list(EXTENSIONS))
             paths = sorted((p for p in paths if p.subject == subject and not p.split), key=lambda p: str(p.fpath))
             if not paths:
-                what = f"task {self.task!r}" if self.task else "any task"
+                what = (f"task {self.task!r}" if self.task else "any task") + (
+                    f" in session {self.session!r}" if self.session else "")
                 raise DataMissingError(f"subject folder {self.root / ('sub-' + subject)} holds no {self.datatype} "
                                        f"recording of {what} (looked for *_{self.datatype}"
                                        f"{{{','.join(EXTENSIONS)}}} under its {self.datatype}/ folders); add the "
@@ -268,19 +295,42 @@ class BIDSDataset(EEGDataset):
                                       format=Path(bp.fpath).suffix.lower().lstrip("."))
                 out.append(Recording(self.name, f"sub-{subject}", rec_id, partial(_load, bp), meta,
                                      source=str(bp.fpath)))
-        truncated = [r.source for r in out if "truncated" in r.meta["flags"].split(";")]
-        if truncated:
-            warnings.warn(f"{self.name}: {len(truncated)} EDF/BDF file(s) hold fewer records than their header "
-                          f"declares ({_listing(truncated, 4)}); reading the complete records and flagging them "
-                          "'truncated'", DataQualityWarning, stacklevel=4)
+        for rec in out:  # one warning per file, naming it: the person who holds the tree can find and fix it
+            if "truncated" in rec.meta["flags"].split(";"):
+                warnings.warn(f"{rec.source}: truncated (the file holds fewer data records than its header "
+                              "declares); reading the complete records and flagging the recording 'truncated'",
+                              DataQualityWarning, stacklevel=4)
         return out
 
     def _version(self) -> str:
-        """sha256 over (relative path, size, sha256) of every non-hidden file under the root."""
+        """sha256 over (relative path, size, sha256) of every non-hidden file under the root (with a participant
+        selection: the root's own files and the selected participants' folders)."""
         self.participants()
         rels = sorted(p.relative_to(self.root).as_posix() for p in self.root.rglob("*")
-                      if p.is_file() and not any(part.startswith(".") for part in p.relative_to(self.root).parts))
+                      if p.is_file() and not any(part.startswith(".") for part in p.relative_to(self.root).parts)
+                      and self._in_selection(p.relative_to(self.root)))
         return manifest_version([(rel, size, sha) for rel, (size, sha) in hash_files(self.root, rels).items()])
+
+
+    def _in_selection(self, rel: Path) -> bool:
+        top = rel.parts[0]
+        if self.selected is None or len(rel.parts) == 1 or not top.startswith("sub-"):
+            return True
+        return top[4:] in self.selected
+
+
+def _dataset_name(root: Path) -> str:
+    """``Name`` from the tree's ``dataset_description.json``, else ``bids``; an unreadable file is an error naming
+    it (a BIDS tree needs a valid one)."""
+    path = root / "dataset_description.json"
+    if not path.is_file():
+        return BIDSDataset.name
+    try:
+        name = json.loads(path.read_text(encoding="utf-8")).get("Name")
+    except (ValueError, UnicodeDecodeError) as err:
+        raise BIDSLabelError(f"{path} is not valid JSON ({err}); fix or rewrite it (BIDS requires it)") from None
+    name = " ".join(str(name or "").split())
+    return name or BIDSDataset.name
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -311,9 +361,10 @@ def _label_value(value) -> str:
     return str(value)
 
 
-def _clean_raw(raw):
+def _clean_raw(raw, line_freq: float | None = None):
     """A fresh RawArray of the EEG channels: channel names, rate, signal and annotations only (no patient name,
-    birthday, recording date or file path travels into the BIDS tree)."""
+    birthday, recording date or file path travels into the BIDS tree), plus the dataset's ``line_freq``, which
+    ``write_raw_bids`` writes as ``PowerLineFrequency`` (``n/a`` when None)."""
     import mne
 
     raw = raw.copy().load_data(verbose="error") if not raw.preload else raw.copy()
@@ -322,6 +373,7 @@ def _clean_raw(raw):
         picks = np.arange(len(raw.ch_names))
     names = [raw.ch_names[i] for i in picks]
     info = mne.create_info(names, raw.info["sfreq"], "eeg")
+    info["line_freq"] = line_freq
     clean = mne.io.RawArray(raw.get_data(picks=picks), info, verbose="error")
     ann = raw.annotations
     if len(ann):
@@ -331,6 +383,54 @@ def _clean_raw(raw):
 
 
 WRITE_FORMATS = ("EDF", "BrainVision")
+
+
+def _line_freq(dataset: EEGDataset) -> float | None:
+    """The dataset's mains frequency as a positive float, or None; anything else is the dataset's bug, refused
+    before a byte is written."""
+    value = getattr(dataset, "line_freq", None)
+    if value is None:
+        return None
+    try:
+        hz = float(value)
+    except (TypeError, ValueError):
+        hz = float("nan")
+    if not (np.isfinite(hz) and hz > 0):
+        raise ValueError(f"{dataset.name}: line_freq must be the mains frequency in Hz (e.g. 50 or 60) or None, "
+                         f"not {value!r}")
+    return hz
+
+
+def _is_missing(column: pd.Series) -> bool:
+    return bool(column.astype(str).str.strip().str.lower().isin(_MISSING).all())
+
+
+def _write_participants(root: Path, labels: Mapping[str, str], label_column: str, dataset: EEGDataset) -> None:
+    """Rewrite the ``participants.tsv``/``.json`` pair that ``write_raw_bids`` left in ``root``.
+
+    ``labels`` maps ``sub-XX`` to its label value. mne-bids writes age, sex, hand, weight and height for every
+    participant, ``n/a`` throughout when (as here) no subject info travels with the signal: a column that says
+    nothing about anyone is dropped, and so is its ``participants.json`` entry, so the two files describe the
+    same columns. The label column's entry gets ``Levels`` for the values present, with the dataset's own
+    meaning where it states one (:attr:`EEGDataset.label_levels`), else a generic text.
+    """
+    tsv, sidecar = root / PARTICIPANTS, root / "participants.json"
+    table = pd.read_csv(tsv, sep="\t", dtype=str, keep_default_na=False)
+    table[label_column] = table["participant_id"].map(labels)
+    keep = ["participant_id", label_column]
+    table = table[[c for c in table.columns if c in keep or not _is_missing(table[c])]]
+    table.to_csv(tsv, sep="\t", index=False)
+    described = json.loads(sidecar.read_text()) if sidecar.exists() else {}
+    described = {column: entry for column, entry in described.items() if column in table.columns}
+    meaning = dataset.label_levels.get(label_column, {})
+    # integers in numeric order ("-1", "0", "1", "2", "10"), then any other text
+    observed = sorted(set(table[label_column]), key=lambda v: (not v.lstrip("-").isdigit(), len(v), v))
+    described[label_column] = {
+        "Description": f"label {label_column!r} of {dataset.name}, one value per participant (written by "
+                       "eegprivacy.data.bids.to_bids)",
+        "Levels": {value: meaning.get(value, f"label value {value}") for value in observed},
+    }
+    sidecar.write_text(json.dumps(described, indent=4) + "\n")
 
 
 def to_bids(dataset: EEGDataset, bids_root, *, label_column: str = "label", task: str | None = "rest",
@@ -347,7 +447,14 @@ def to_bids(dataset: EEGDataset, bids_root, *, label_column: str = "label", task
     (e.g. eegmat's ``rest``/``arithmetic``). Subjects become ``sub-01``, ``sub-02``, ... in dataset order, or their
     alphanumeric source id with ``keep_subject_ids=True`` (only for public ids). Several recordings of one task
     get ``run-1``, ``run-2``, .... An existing ``bids_root`` is an error unless ``overwrite=True``; the tree is
-    built in a hidden folder beside it and renamed into place only when complete.
+    built in a hidden folder beside it and renamed into place only when complete. ``subjects``: convert only
+    these source subjects (an id the dataset does not have is an error, not a smaller tree).
+
+    What a reader of the tree learns about the dataset: ``participants.tsv`` holds ``participant_id``, the label
+    column and only those other columns with a value for someone (mne-bids' all-``n/a`` age/sex/hand/weight/height
+    are dropped, here and in ``participants.json``); ``participants.json`` gives the label column ``Levels`` for
+    the values present, in the dataset's words where it states them (``dataset.label_levels``); every
+    ``*_eeg.json`` has ``PowerLineFrequency`` from ``dataset.line_freq`` (``n/a`` where the site is unknown).
     """
     from mne_bids import BIDSPath, make_dataset_description, write_raw_bids
 
@@ -356,6 +463,12 @@ def to_bids(dataset: EEGDataset, bids_root, *, label_column: str = "label", task
     bids_root = Path(bids_root).expanduser().resolve()
     if bids_root.exists() and not overwrite:
         raise FileExistsError(f"{bids_root} already exists; pass overwrite=True to replace it, or choose a new folder")
+    line_freq = _line_freq(dataset)
+    if subjects is not None:
+        unknown = sorted(set(map(str, subjects)) - set(dataset.subjects()))
+        if unknown:  # a typo must not shrink the tree silently
+            raise ValueError(f"{dataset.name} has no subject(s) {_listing(unknown)}; `eegprivacy datasets` counts "
+                             "its subjects, and ids are matched exactly (case included)")
     recs = dataset.recordings(subjects)
     if not recs:
         raise ValueError(f"{dataset.name}: no recordings to convert"
@@ -402,7 +515,7 @@ def to_bids(dataset: EEGDataset, bids_root, *, label_column: str = "label", task
         for rec, subject, t, run in plan:
             bp = BIDSPath(subject=sub_labels[subject], task=t, run=run, datatype="eeg", root=tmp)
             try:
-                raw = _clean_raw(rec.load())
+                raw = _clean_raw(rec.load(), line_freq)
             except Exception as err:
                 raise RecordingReadError(f"converting {rec.describe()} to BIDS: {type(err).__name__}: {err}; "
                                          f"nothing was written to {bids_root}") from err
@@ -410,16 +523,7 @@ def to_bids(dataset: EEGDataset, bids_root, *, label_column: str = "label", task
                 write_raw_bids(raw, bp, format=format, allow_preload=True, overwrite=True, verbose="error",
                                **({"physical_range": "channelwise"} if format == "EDF" else {}))
             mapping[(rec.subject, rec.recording)] = bp.copy().update(suffix=None, extension=None).basename
-        participants = tmp / PARTICIPANTS
-        table = pd.read_csv(participants, sep="\t", dtype=str, keep_default_na=False)
-        ids = {f"sub-{sub_labels[s]}": labels[s] for s in by_subject}
-        table[label_column] = table["participant_id"].map(ids)
-        table.to_csv(participants, sep="\t", index=False)
-        sidecar = tmp / "participants.json"
-        described = json.loads(sidecar.read_text()) if sidecar.exists() else {}
-        described[label_column] = {"Description": f"binary label {label_column!r} from {dataset.name} "
-                                                  "(written by eegprivacy.data.bids.to_bids)"}
-        sidecar.write_text(json.dumps(described, indent=4))
+        _write_participants(tmp, {f"sub-{sub_labels[s]}": labels[s] for s in by_subject}, label_column, dataset)
         make_dataset_description(path=tmp, name=("SYNTHETIC " if dataset.synthetic else "") + dataset.name,
                                  dataset_type="raw", overwrite=True, verbose=False)
         old = None

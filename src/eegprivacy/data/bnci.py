@@ -59,6 +59,7 @@ class BNCI2014001(LocalDataset):
     name = "bnci2014_001"
     description = "BCI Competition IV 2a (BNCI 2014-001): left vs right hand imagery, 22-channel EEG at 250 Hz"
     folder = "MNE-bnci-data"
+    line_freq = 50.0  # recorded in Graz (Austria: 50 Hz mains; the competition's description names a 50 Hz notch)
     can_download = True
     source = ("BNCI Horizon 2020, http://bnci-horizon-2020.eu/database/data-sets/001-2014/ "
               "(or moabb.datasets.BNCI2014_001().download(path=<data root>))")

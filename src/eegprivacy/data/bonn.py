@@ -34,6 +34,8 @@ class Bonn(LocalDataset):
     name = "bonn"
     description = "Bonn epilepsy EEG, sets A-E: 500 single-channel 23.6 s segments at 173.61 Hz, no patient IDs"
     folder = "bonn-epilepsy"
+    line_freq = 50.0  # recorded in Bonn (Germany: 50 Hz mains)
+    label_levels = {"label": {"0": "no seizure (sets A-D)", "1": "seizure (set E, ictal)"}}
     source = ("the Bonn epilepsy EEG record, doi:10.34810/data490 (Andrzejak et al. 2001); "
               "unzip sets A-E into A_Z/ B_O/ C_N/ D_F/ E_S/")
 

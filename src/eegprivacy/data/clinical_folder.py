@@ -51,6 +51,7 @@ import pandas as pd
 from eegprivacy.data.base import DataQualityWarning, EEGDataset, Recording
 from eegprivacy.data.labels import NEGATIVE_KEYWORDS, POSITIVE_KEYWORDS, patient_labels, report_is_positive
 from eegprivacy.data.manifest import DataMissingError, file_sha256, hash_files, manifest_version
+from eegprivacy.errors import InputDataError, InvalidInputError
 
 REQUIRED_COLUMNS = ("patient_id", "hospital", "file", "report")
 PASSTHROUGH_COLUMNS = ("age", "sex")
@@ -81,7 +82,7 @@ def file_format(path: str | Path) -> str:
         return "fif"
     fmt = FORMATS.get(Path(name).suffix)
     if fmt is None:
-        raise ValueError(f"unsupported recording format {Path(path).suffix!r} for {path}; "
+        raise InvalidInputError(f"unsupported recording format {Path(path).suffix!r} for {path}; "
                          f"supported: {', '.join(sorted(FORMATS))}")
     return fmt
 
@@ -147,13 +148,13 @@ def _to_strings(value) -> list[str]:
         for x in arr.ravel():
             out.extend(_to_strings(x))
         return out
-    raise ValueError(f"cannot read channel names from an array of dtype {arr.dtype}")
+    raise InvalidInputError(f"cannot read channel names from an array of dtype {arr.dtype}")
 
 
 def _scalar(value) -> float:
     arr = np.asarray(value, dtype=float).ravel()
     if arr.size != 1:
-        raise ValueError(f"sampling rate must be one number, got {arr.size} values")
+        raise InvalidInputError(f"sampling rate must be one number, got {arr.size} values")
     return float(arr[0])
 
 
@@ -177,7 +178,7 @@ class _ArrayFile:
         else:
             self._read_h5_header()
         if len(self.data_shape) != 2 or min(self.data_shape) < 1:
-            raise ValueError(f"{path}: the data array must be 2-D (channels x samples), got shape {self.data_shape}")
+            raise InvalidInputError(f"{path}: the data array must be 2-D (channels x samples), got shape {self.data_shape}")
         n0, n1 = self.data_shape
         if self.names is not None and len(self.names) in (n0, n1) and n0 != n1:
             self.transpose = len(self.names) == n1
@@ -185,7 +186,7 @@ class _ArrayFile:
             self.transpose = n0 > n1  # the longer axis is time
         self.n_channels, self.n_times = (n1, n0) if self.transpose else (n0, n1)
         if self.names is not None and len(self.names) != self.n_channels:
-            raise ValueError(f"{path}: {len(self.names)} channel names for {self.n_channels} channels")
+            raise InvalidInputError(f"{path}: {len(self.names)} channel names for {self.n_channels} channels")
 
     def _missing(self, what: str, keys: Sequence[str], found) -> ValueError:
         return ValueError(f"{self.path}: no {what} found; looked for {', '.join(keys)} "
@@ -201,7 +202,7 @@ class _ArrayFile:
         if self.data_key is None:
             raise self._missing("data array", DATA_KEYS, info)
         if classes[self.data_key] in ("struct", "cell", "char", "object", "sparse", "function_handle"):
-            raise ValueError(f"{self.path}: {self.data_key!r} is a MATLAB {classes[self.data_key]}, not a numeric "
+            raise InvalidInputError(f"{self.path}: {self.data_key!r} is a MATLAB {classes[self.data_key]}, not a numeric "
                              "channels x samples array (EEGLAB .set structs are not read here)")
         self.data_shape = tuple(info[self.data_key])
         sk, ck, uk = _pick_key(info, SFREQ_KEYS), _pick_key(info, CHANNEL_KEYS), _pick_key(info, UNIT_KEYS)
@@ -222,7 +223,7 @@ class _ArrayFile:
                 raise self._missing("data array", DATA_KEYS, list(f.keys()))
             dset = f[self.data_key]
             if dset.dtype.kind not in "fiu":
-                raise ValueError(f"{self.path}: {self.data_key!r} holds {dset.dtype}, not a numeric array")
+                raise InvalidInputError(f"{self.path}: {self.data_key!r} holds {dset.dtype}, not a numeric array")
             self.data_shape = tuple(dset.shape)
 
             def lookup(wanted):
@@ -278,7 +279,7 @@ def _to_volts(data: np.ndarray, unit: str | None, path: Path) -> np.ndarray:
     if unit:
         scale = _UNIT_SCALE.get(unit.strip().lower())
         if scale is None:
-            raise ValueError(f"{path}: unknown unit {unit!r}; use one of V, mV, uV")
+            raise InvalidInputError(f"{path}: unknown unit {unit!r}; use one of V, mV, uV")
         return data * scale
     if data.size and np.percentile(np.abs(data), 95) > 1e-3:
         warnings.warn(f"{path}: no unit given and values look like microvolts (95th percentile > 1 mV if volts); "
@@ -303,7 +304,7 @@ def _read_mne(path: Path, fmt: str, preload: bool):
     return raw, eeg
 
 
-class RecordingReadError(ValueError):
+class RecordingReadError(InputDataError, ValueError):
     """A listed recording cannot be read (empty, corrupted, not the format its extension says)."""
 
 
@@ -419,14 +420,27 @@ class ClinicalFolder(EEGDataset):
     No report text enters the metadata table (reports can carry names); only ``n_reports`` and
     ``report_positive`` do. The version is the sha256 manifest over the recordings and the CSV.
     A relative ``folder`` is resolved against ``root`` when given, else against the working directory.
+    ``line_freq``: the hospital's mains frequency in Hz (50 or 60), when you know it; a BIDS tree written from the
+    folder (``to_bids``) records it as ``PowerLineFrequency``, and says ``n/a`` without it. A string is accepted
+    (``--dataset-arg line_freq=50``).
     """
 
     name = "clinical_folder"
     synthetic = False
     description = "Clinical EEG folder (EDF/FIF/MAT/HDF5 + metadata.csv), labels from report keywords"
+    label_levels = {"label": {"0": "no report names a seizure-related phrase",
+                              "1": "a report names a seizure-related phrase (epilepsy, study A's keyword rule)"}}
 
     def __init__(self, folder, metadata_csv=None, positive_keywords: Sequence[str] = POSITIVE_KEYWORDS,
-                 negative_keywords: Sequence[str] = NEGATIVE_KEYWORDS, root=None):
+                 negative_keywords: Sequence[str] = NEGATIVE_KEYWORDS, root=None, line_freq: float | str | None = None):
+        if line_freq is not None:
+            try:
+                hz = float(line_freq)
+            except ValueError:
+                hz = float("nan")
+            if not (hz > 0 and np.isfinite(hz)):
+                raise InvalidInputError(f"line_freq must be the mains frequency in Hz (e.g. 50 or 60), not {line_freq!r}")
+            self.line_freq = hz
         folder = Path(folder).expanduser()
         if not folder.is_absolute() and root is not None:
             folder = Path(root).expanduser() / folder
@@ -451,12 +465,12 @@ class ClinicalFolder(EEGDataset):
         table.columns = [c.strip() for c in table.columns]
         missing = [c for c in REQUIRED_COLUMNS if c not in table.columns]
         if missing:
-            raise ValueError(f"{self.metadata_csv} lacks column(s) {missing}; required: {list(REQUIRED_COLUMNS)}, "
+            raise InvalidInputError(f"{self.metadata_csv} lacks column(s) {missing}; required: {list(REQUIRED_COLUMNS)}, "
                              f"found: {list(table.columns)}")
         for col in ("patient_id", "file"):
             empty = table.index[table[col].str.strip() == ""].tolist()
             if empty:
-                raise ValueError(f"{self.metadata_csv}: empty {col!r} on data row(s) {[i + 1 for i in empty]}")
+                raise InvalidInputError(f"{self.metadata_csv}: empty {col!r} on data row(s) {[i + 1 for i in empty]}")
         self._check_patient_ids(table)
         return table
 
@@ -470,7 +484,7 @@ class ClinicalFolder(EEGDataset):
                    if len(variants) > 1]
         if clashes:
             listed = "; ".join("data rows " + ", ".join(map(str, rows)) for rows in clashes[:5])
-            raise ValueError(f"{self.metadata_csv}: {len(clashes)} patient id(s) are spelled in more than one way "
+            raise InvalidInputError(f"{self.metadata_csv}: {len(clashes)} patient id(s) are spelled in more than one way "
                              f"that differ only in case, spaces or separators ({listed}); the linkage GlobalID "
                              "would merge them. Use one spelling if they are the same patient, or distinct ids if not")
 
@@ -508,7 +522,7 @@ class ClinicalFolder(EEGDataset):
         for rel, rows in table.groupby("file", sort=False):
             patients = rows["patient_id"].unique()
             if len(patients) != 1:
-                raise ValueError(f"{self.metadata_csv}: file {rel!r} is listed for several patients")
+                raise InvalidInputError(f"{self.metadata_csv}: file {rel!r} is listed for several patients")
             patient = str(patients[0])
             count = ids.setdefault(patient, [])
             if "recording" in rows and rows["recording"].iloc[0].strip():
@@ -516,7 +530,7 @@ class ClinicalFolder(EEGDataset):
             else:
                 rec_id = f"r{len(count) + 1:02d}"
             if rec_id in count:
-                raise ValueError(f"{self.metadata_csv}: recording id {rec_id!r} repeats for one patient")
+                raise InvalidInputError(f"{self.metadata_csv}: recording id {rec_id!r} repeats for one patient")
             count.append(rec_id)
             csv_rows = ", ".join(map(str, rows["_row"]))
             header = read_header(self.folder / rel)
@@ -619,7 +633,7 @@ def write_recording(raw, path: Path, fmt: str) -> None:
             f.create_dataset("channels", data=np.array(raw.ch_names, dtype=object), dtype=h5py.string_dtype())
             f["data"].attrs["unit"] = "V"
     else:
-        raise ValueError(f"unknown format {fmt!r}; use one of {sorted(_EXT)}")
+        raise InvalidInputError(f"unknown format {fmt!r}; use one of {sorted(_EXT)}")
 
 
 def write_clinical_folder(dataset: EEGDataset, folder, fmt_cycle: Sequence[str] = ("edf", "fif", "mat", "h5"),
@@ -637,7 +651,7 @@ def write_clinical_folder(dataset: EEGDataset, folder, fmt_cycle: Sequence[str] 
     fmts = [f.lower() for f in fmt_cycle]
     for fmt in fmts:
         if fmt not in _EXT:
-            raise ValueError(f"unknown format {fmt!r}; use one of {sorted(_EXT)}")
+            raise InvalidInputError(f"unknown format {fmt!r}; use one of {sorted(_EXT)}")
     report = report or getattr(dataset, "report_text", None) or (lambda rec: "")
     rows = []
     for i, rec in enumerate(dataset.recordings(subjects)):

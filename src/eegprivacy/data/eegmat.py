@@ -56,6 +56,10 @@ class EEGMAT(LocalDataset):
     name = "eegmat"
     description = "PhysioNet eegmat v1.0.0: rest vs mental arithmetic, 19-channel EEG at 500 Hz, 36 subjects"
     folder = "eegmat"
+    line_freq = 50.0  # recorded in Ukraine (50 Hz mains)
+    # label: the recording's condition (per recording); count_quality: subject-info.csv's "Count quality"
+    label_levels = {"label": {"0": "rest", "1": "mental arithmetic (serial subtraction)"},
+                    "count_quality": {"0": "bad counter", "1": "good counter"}}
     can_download = True
     source = "https://physionet.org/content/eegmat/1.0.0/"
     download_url = "https://physionet.org/files/eegmat/1.0.0/"

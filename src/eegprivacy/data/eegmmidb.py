@@ -77,6 +77,9 @@ class EEGMMIDB(LocalDataset):
     name = "eegmmidb"
     description = "PhysioNet eegmmidb v1.0.0: motor movement/imagery, 64-channel EEG at 160 Hz"
     folder = EEGBCI_FOLDER
+    line_freq = 60.0  # recorded in the USA with BCI2000 (60 Hz mains)
+    label_levels = {"label": {str(label): condition.replace("_", " ")
+                              for condition, (_, label, _) in _RUN_KINDS.items()}}  # the kind of run
     can_download = True
     source = "https://physionet.org/content/eegmmidb/1.0.0/ (or mne.datasets.eegbci.load_data)"
 

@@ -20,14 +20,15 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
+from eegprivacy.errors import InputDataError
 from eegprivacy.paths import cache_dir
 
 
-class DataMissingError(FileNotFoundError):
+class DataMissingError(InputDataError, FileNotFoundError):
     """A file the dataset needs is not on disk; the message says which one and how to get it."""
 
 
-class ChecksumMismatchError(RuntimeError):
+class ChecksumMismatchError(InputDataError, RuntimeError):
     """A file is on disk but its bytes differ from the published ones."""
 
 

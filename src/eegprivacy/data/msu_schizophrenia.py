@@ -48,6 +48,7 @@ import numpy as np
 
 from eegprivacy.data._local import LocalDataset, array_raw, manifest_expected, recording_meta
 from eegprivacy.data.base import Recording
+from eegprivacy.errors import InputDataError
 
 SFREQ = 128.0
 N_SAMPLES = 7680
@@ -61,7 +62,7 @@ ALL_FLAGS = ("amplitude_unit_doubtful",)
 _FILE = re.compile(r"^(norm|sch)/[^/]+\.eea$")
 
 
-class EEAFormatError(ValueError):
+class EEAFormatError(InputDataError, ValueError):
     """An ``.eea`` file that is not 122880 finite numbers (16 channels x 7680 samples)."""
 
 
@@ -87,6 +88,8 @@ class MSUSchizophrenia(LocalDataset):
     description = ("MSU adolescent schizophrenia EEG: 39 healthy / 45 schizophrenia, 16-channel 60 s rest at "
                    "128 Hz, one recording per subject (amplitude unit doubtful)")
     folder = "msu-adolescent-schizophrenia"
+    line_freq = 50.0  # recorded in Moscow (Russia: 50 Hz mains)
+    label_levels = {"label": {"0": "healthy control", "1": "schizophrenia"}}  # the class folders norm/ and sch/
     source = ("http://brain.bio.msu.ru/eeg_schizophrenia.htm (Lomonosov Moscow State University; Borisov et al., "
               "Human Physiology 31:255, 2005); unpack the two archives into norm/ and sch/")
 

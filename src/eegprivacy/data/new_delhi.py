@@ -30,6 +30,8 @@ class NewDelhi(LocalDataset):
     name = "new_delhi"
     description = "New Delhi epilepsy EEG: 146 single-channel 5.12 s segments at 200 Hz, no patient IDs"
     folder = "new-delhi-epilepsy"
+    line_freq = 50.0  # recorded in New Delhi (India: 50 Hz mains)
+    label_levels = {"label": {"0": "no seizure (interictal or pre-ictal)", "1": "seizure (ictal)"}}
     source = ("the New Delhi epilepsy EEG segments (Swami et al., Expert Systems with Applications 56:116, 2016), "
               "published by the Neurology & Sleep Centre, Hauz Khas, New Delhi; one folder per class")
 

@@ -406,6 +406,8 @@ class SyntheticClinical(_SyntheticCohort):
     name = "synthetic_clinical"
     description = ("SYNTHETIC clinical EEG cohort shaped like study A (17 patients, 12/5, 33 channels, "
                    "250/500 Hz, 3 hospitals); labels from keyword rules on synthetic reports")
+    label_levels = {"label": {"0": "non-epilepsy: no report names a seizure-related phrase",
+                              "1": "epilepsy: a report names a seizure-related phrase (study A's keyword rule)"}}
     DEFAULTS: dict[str, Any] = {
         "n_patients": 17,
         "n_positive": 5,
@@ -433,6 +435,7 @@ class SyntheticClinical(_SyntheticCohort):
 
     def __init__(self, seed: int = 0, label_effect_size: float = 0.0, **overrides):
         super().__init__(seed, **overrides)
+        self.line_freq = float(self.cfg["line_freq"])  # the mains its hospitals' line noise is rendered at
         d = float(check(label_effect_size, NON_NEGATIVE, f"{type(self).__name__}: label_effect_size"))
         self.label_effect_size = d
         if d > 0:  # only then, so the default cohort keeps today's version
@@ -720,6 +723,7 @@ class SyntheticRestTask(_SyntheticCohort):
 
     name = "synthetic_rest_task"
     description = "SYNTHETIC rest vs task EEG (task: alpha suppression, more theta/beta), 19 channels, 250 Hz"
+    label_levels = {"label": {"0": "rest", "1": "task"}}
     DEFAULTS: dict[str, Any] = {
         "n_subjects": 12,
         "n_pairs": 2,                      # rest/task pairs per subject

@@ -85,7 +85,7 @@ class Stage:
         root = checkout_root()
         files: set[Path] = set()
         for source in (*self.code, self.entry_file):
-            path = root / source
+            path = _source_path(root, source)
             if source == self.entry_file and not path.exists():
                 continue  # the library used without a checkout's experiments/ (e.g. a notebook elsewhere)
             if path.is_dir():
@@ -117,8 +117,34 @@ def _code_hash(name: str, code: tuple, entry_file: str) -> str:
     root = checkout_root()
     digest = hashlib.sha256()
     for path in stage.code_files():
-        digest.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes())
+        digest.update(_source_name(root, path).encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()[:16]
+
+
+def _package_dir() -> Path:
+    import eegprivacy
+
+    return Path(eegprivacy.__file__).resolve().parent
+
+
+def _source_path(root: Path, source: str) -> Path:
+    """A registry source (``src/eegprivacy/...``, repo-relative) on disk: in the checkout, else in the installed
+    package (a wheel has no checkout; the library's code hashes must still work, e.g. in ``audit-cohort``)."""
+    path = root / source
+    if not path.exists() and source.startswith(f"{SRC}/"):
+        installed = _package_dir() / source.removeprefix(f"{SRC}/")
+        if installed.exists():
+            return installed
+    return path
+
+
+def _source_name(root: Path, path: Path) -> str:
+    """The name a source file is hashed under: its repo-relative path, the same whether it was read from the
+    checkout or from an installed package (so both give one code hash for the same code)."""
+    package = _package_dir()
+    if path.is_relative_to(package):
+        return f"{SRC}/{path.relative_to(package).as_posix()}"
+    return path.relative_to(root).as_posix()
 
 
 # ---- The sources, by role ----------------------------------------------------------------------------------
@@ -376,12 +402,8 @@ STAGES: tuple[Stage, ...] = (
                        for ext in (".csv", "_claims.csv", ".json")),
           outs=("metrics/embedding_audit_cohorts.json", "reports/embedding_audit_cohorts.md",
                 "reports/figures/embedding_audit_cohorts.png")),
-    # ---- Your own cohort (not a DVC stage: it runs on data the repository does not hold) ---------------------
-    Stage("audit_cohort", "Study A on your own labelled cohort (a BIDS tree or a registered dataset): releases "
-          "beside matched nulls, utility horizon, re-identification and membership, an HTML report.",
-          entry="experiments.audit_cohort", code=(f"{SRC}/studies/cohort_audit.py", *RELEASE, f"{SRC}/attacks",
-                                                  f"{SRC}/data", f"{SRC}/signal"),
-          support=(*MACHINERY, *REPORTING), in_dvc=False),
+    # Your own cohort is not a stage: `eegprivacy audit-cohort` (eegprivacy.commands.audit_cohort) ships inside the
+    # package and runs on data the repository does not hold.
 )
 
 STAGE_BY_NAME: dict[str, Stage] = {stage.name: stage for stage in STAGES}
@@ -454,7 +476,8 @@ def add_stage_parsers(subparsers) -> None:
     for stage in STAGES:
         module = entry_module(stage)
         description = stage.help + (f"\n\nparams: [{stage.section}] of {stage.params_file}" if stage.section else "")
-        parser = subparsers.add_parser(stage.command, help=stage.help.replace("%", "%%"), description=description,
+        # No help=: `eegprivacy --help` lists the stages in a group of their own (cli.py), apart from user commands.
+        parser = subparsers.add_parser(stage.command, description=description,
                                        formatter_class=argparse.RawDescriptionHelpFormatter,
                                        conflict_handler="resolve")  # an entry may refine a shared flag
         _add_shared_flags(parser, stage)

@@ -5,8 +5,9 @@ re-run skips cells whose rows are already on disk (resume after a crash loses at
 each cell's rows are written atomically (temporary file, fsync, rename): a killed process leaves either the whole
 file or none, and its leftover temporary files are never read and are removed by the next run. MLflow gets one
 parent run per sweep and one nested child per cell, open while the cell computes, so a killed sweep leaves both
-RUNNING; the next run marks them FAILED (``runs.fail_orphaned_runs``). The parent carries the aggregates (mean
-and 95% CI over seeds).
+RUNNING; the next run marks them FAILED (``runs.fail_orphaned_runs``) and reopens them (``runs.resumable_run``), as
+it does after Ctrl-C, so a resumed sweep keeps one parent and one child per cell. Children are named by their
+config and seed (:func:`run_names`). The parent carries the aggregates (mean and 95% CI over seeds).
 
 ``PrefetchedCells`` computes the cells of several runners ahead in worker processes, so a 2-core machine stays
 busy across runner boundaries, while each runner still logs and writes its cells in order in the main process.
@@ -20,6 +21,7 @@ import hashlib
 import itertools
 import json
 import logging
+import math
 import os
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
@@ -32,7 +34,7 @@ from tqdm.auto import tqdm
 
 from eegprivacy.evaluation.intervals import mean_ci
 from eegprivacy.pipeline.executors import Executor, current_executor
-from eegprivacy.tracking.runs import _host_key, log_metrics, start_run
+from eegprivacy.tracking.runs import _host_key, log_metrics, param_text, start_run
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +70,53 @@ def expand_grid(grid: Mapping[str, Iterable[Any]], seeds: Iterable[int],
         config = {**(base or {}), **dict(zip(names, values))}
         cells.extend(Cell(config, int(seed)) for seed in seeds)
     return cells
+
+
+# Config keys that name a cell first in its run name, in this order (when the cell has them); then the keys that
+# differ between the sweep's cells, then the seed.
+NAME_KEYS = ("arm", "mechanism", "epsilon", "eps", "model", "encoder", "attack", "defense")
+NAME_LABELS = {"epsilon": "ε", "eps": "ε", "delta": "δ"}
+NAME_VALUE_CHARS = 24  # longer text values (paths, hashes, lists) stay out of a run name
+MAX_RUN_NAME = 250  # MLflow's runs.name column (VARCHAR(250) on PostgreSQL)
+
+
+def _name_value(value: Any, exact: bool = False) -> str | None:
+    """A config value as a run name shows it: short text; numbers by :func:`param_text` where ``exact`` (ε, δ:
+    what a filter matches), else to 4 significant digits (a derived noise scale needs no 17); None to leave it
+    out."""
+    if isinstance(value, (Mapping, list, tuple, set, bytes)) or value is None:
+        return None
+    if not exact and isinstance(value, float) and math.isfinite(value) and not value.is_integer():
+        value = float(f"{value:.4g}")
+    text = param_text(value)
+    if len(text) > NAME_VALUE_CHARS or any(ch in text for ch in "'\"\\\n") or not text.strip():
+        return None
+    return text
+
+
+def run_names(name: str, cells: Iterable[Cell]) -> dict[str, str]:
+    """Each cell's child run name (by cell key), readable in the MLflow UI: ``<sweep> · mechanism=gaussian_analytic
+    ε=10 seed=3``. It shows the NAME_KEYS the cell has and the config keys that differ between the cells, with
+    short values only; cells that would still share a name get their key's first 6 characters appended, so a name
+    is unique within the sweep's parent."""
+    cells = list(cells)
+    varying = sorted({k for c in cells for k in c.config if k not in NAME_KEYS
+                      and len({param_text(o.config.get(k)) for o in cells}) > 1})
+    names = {}
+    for cell in cells:
+        parts = []
+        for key in [k for k in NAME_KEYS if k in cell.config] + varying:
+            text = _name_value(cell.config.get(key), exact=key in NAME_LABELS)
+            if text is not None:
+                parts.append(f"{NAME_LABELS.get(key, key)}={text}")
+        names[cell.key] = f"{name} · {' '.join([*parts, f'seed={cell.seed}'])}"
+    counts: dict[str, int] = {}
+    for text in names.values():
+        counts[text] = counts.get(text, 0) + 1
+    for key, text in names.items():
+        if counts[text] > 1 or len(text) > MAX_RUN_NAME:
+            names[key] = f"{text[:MAX_RUN_NAME - 8]} #{key[:6]}"
+    return names
 
 
 def _write_atomic(path: Path, frame: pd.DataFrame) -> None:
@@ -166,6 +215,7 @@ class SweepRunner:
         self.out_dir.mkdir(parents=True, exist_ok=True)
         _remove_stale_tmp(self.out_dir)
         grid_keys = sorted({k for c in cells for k in c.config})
+        names = run_names(self.name, cells)
         with start_run(study=self.study, tags=self.parent_tags, params=self.params, run_name=self.name) as parent:
             frames, resumed = [], 0
             for cell in tqdm(cells, desc=self.name, unit="cell", disable=not self.progress):
@@ -179,7 +229,7 @@ class SweepRunner:
                     continue
                 # The child run is open while the cell computes: a crash marks it FAILED, a kill leaves it
                 # RUNNING for the next start to mark FAILED.
-                with start_run(study=self.study, tags=self.tags_fn(cell), run_name=f"{self.name}/{cell.key}",
+                with start_run(study=self.study, tags=self.tags_fn(cell), run_name=names[cell.key],
                                params={**cell.config, "seed": cell.seed}, parent_run_id=parent.info.run_id):
                     rows = pd.DataFrame(cell_fn(dict(cell.config), cell.seed))
                     for column, value in (("study", self.study), ("dataset", self.dataset),

@@ -7,6 +7,7 @@ Nothing here computes a statistic: every number drawn or printed is a value of t
 from __future__ import annotations
 
 import html
+import textwrap
 from pathlib import Path
 
 import matplotlib
@@ -20,6 +21,9 @@ from eegprivacy.privacy.mechanisms import guarantee_label  # noqa: E402
 from eegprivacy.reporting.figures import titled  # noqa: E402
 from eegprivacy.reporting.release_figures import mechanism_colour  # noqa: E402
 
+VERDICT_TITLE = "Verdict: what this release gives away and what it keeps"
+# The report's sections show no tag badge (MNE draws one per tag in each header; the tags still filter the page).
+HIDE_BADGES = "<style>#content .accordion-header .badge[data-mne-tag] { display: none !important; }</style>"
 METRIC_LABELS = {"auroc": "LOSO AUROC (threshold-free)", "balanced_accuracy": "balanced accuracy (nested threshold)"}
 
 
@@ -50,14 +54,27 @@ CONTROL_BANDS = (("baseline", "#4D4D4D", "non-private baseline"),
                  ("permuted", "#B0B0B0", "permuted-label control"))
 
 
+def _legend_below(fig, axes, ncol: int = 4) -> None:
+    """One legend for the whole figure, outside every axes (below them: constrained layout makes room), so no
+    legend hides a curve; an entry drawn in several panels is listed once."""
+    handles: dict[str, object] = {}
+    for ax in axes:
+        for handle, label in zip(*ax.get_legend_handles_labels()):
+            handles.setdefault(label, handle)
+    if handles:
+        fig.legend(list(handles.values()), list(handles), loc="outside lower center", ncol=min(ncol, len(handles)),
+                   fontsize=7, frameon=False)
+
+
 def utility_figure(rows: pd.DataFrame, summary: dict):
     """Per mechanism (columns) and metric (rows): release and matched-null curves with intervals, the non-private
     baseline, the noise-free clipped table and the permuted-label control as bands, chance, and the utility
     horizon of the fixed-sequence test."""
     mechanisms = list(summary["config"]["mechanisms"])
     metrics = [m for m in ("auroc", "balanced_accuracy") if not _rows(rows, "release", m).empty]
-    fig, axes = plt.subplots(len(metrics), len(mechanisms), figsize=(4.6 * len(mechanisms), 3.4 * len(metrics)),
-                             squeeze=False, sharey="row")
+    width = max(4.6 * len(mechanisms), 8.0)  # room for the title and the legend below, with one mechanism too
+    fig, axes = plt.subplots(len(metrics), len(mechanisms), figsize=(width, 3.4 * len(metrics) + 1.0), squeeze=False,
+                             sharey="row", layout="constrained")
     for i, metric in enumerate(metrics):
         for j, mechanism in enumerate(mechanisms):
             ax = axes[i, j]
@@ -66,32 +83,32 @@ def utility_figure(rows: pd.DataFrame, summary: dict):
                 part = _rows(rows, arm, metric)
                 if len(part):
                     _band(ax, part.iloc[0], colour_, label)
-            _curve(ax, _rows(rows, "release", metric, mechanism), colour, "DP release")
+            # one legend for the figure: each mechanism's release (and horizon) is its own entry, in its colour
+            named = f" ({mechanism})" if len(mechanisms) > 1 else ""
+            _curve(ax, _rows(rows, "release", metric, mechanism), colour, "DP release" + named)
             _curve(ax, _rows(rows, "matched_null", metric, mechanism), "#000000", "matched null (zero signal)", "--")
             ax.axhline(0.5, color="k", lw=0.6, ls=":", label="chance")
             test = summary.get("horizon_tests", {}).get(mechanism, {}).get(metric) or {}
             horizon = test.get("value")
             if isinstance(horizon, float):
-                ax.axvline(horizon, color=colour, lw=1, ls="-.", label=f"horizon ε = {horizon:g}")
+                ax.axvline(horizon, color=colour, lw=1, ls="-.", label=f"horizon ε = {horizon:g}{named}")
             ax.set_xscale("log")
             ax.set_xlabel(f"ε (per {summary['eps_unit']})")
             flag = summary.get("mechanism_flags", {}).get(mechanism)
             ax.set_title(mechanism + (f"\n({flag})" if flag else ""), fontsize=9 if flag else 10)
             if j == 0:
                 ax.set_ylabel(METRIC_LABELS[metric])
-            if i == 0 and j == len(mechanisms) - 1:
-                ax.legend(fontsize=7, loc="lower right")
-    fig.suptitle(titled(f"{summary['dataset']}: utility of the DP release vs ε, beside its matched null "
-                        f"(intervals over {rows['ci_over'].iloc[0] if len(rows) else 'subjects+seeds'})",
-                        summary["synthetic"]), fontsize=10)
-    fig.tight_layout()
+    fig.suptitle(textwrap.fill(titled(f"{summary['dataset']}: utility of the DP release vs ε, beside its matched null "
+                                      f"(intervals over {rows['ci_over'].iloc[0] if len(rows) else 'subjects+seeds'})",
+                                      summary["synthetic"]), int(width * 13)), fontsize=10)
+    _legend_below(fig, axes.ravel(), ncol=int(width // 2.4))
     return fig
 
 
 def attack_figure(rows: pd.DataFrame, summary: dict):
     """Re-identification top-1 accuracy and membership AUROC vs ε, beside chance and the noiseless table."""
     mechanisms = list(summary["config"]["mechanisms"])
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4.4), layout="constrained")
     panels = ((axes[0], "reidentification", "top1_accuracy", "re-identification top-1 accuracy"),
               (axes[1], "membership", "auroc_likelihood", "membership AUROC (likelihood attack)"))
     for ax, arm, metric, label in panels:
@@ -115,10 +132,9 @@ def attack_figure(rows: pd.DataFrame, summary: dict):
         ax.set_xlabel(f"ε (per {summary['eps_unit']})")
         kind = summary["attacks"].get(arm, {}).get("kind")
         ax.set_title(label + (f"\n({kind})" if kind else ""), fontsize=9)
-        ax.legend(fontsize=7)
     fig.suptitle(titled(f"{summary['dataset']}: attacks on the released patient table", summary["synthetic"]),
                  fontsize=10)
-    fig.tight_layout()
+    _legend_below(fig, axes)
     return fig
 
 
@@ -130,6 +146,237 @@ def close(figs: dict) -> None:
     for fig in figs.values():
         plt.close(fig)
 
+
+# ---------------------------------------------------------------------------------------------------------------
+# Verdict: the report's first section, for a data steward or clinician
+# ---------------------------------------------------------------------------------------------------------------
+_REID_ATTACKER = {"same-session halves": "the second half of each patient's recording (the same session: easier for "
+                                         "the attacker than a recording from another visit)",
+                  "cross-session": "a recording of each patient from another session",
+                  "cross-run": "another run of each patient's recording",
+                  "cross-recording": "a second recording of each patient"}
+
+
+def _g(value) -> str:
+    return f"{float(value):g}"
+
+
+def _list(items: list[str]) -> str:
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
+def _interval(entry: dict, fmt: str, level: float = 0.95) -> str:
+    """`` (95% interval low to high)`` of a summary entry, or "" where it has none (the attack tables' intervals
+    are 95%; the utility intervals are at the audit's ``confidence``)."""
+    low, high = entry.get("ci_low"), entry.get("ci_high")
+    if low is None or high is None:
+        return ""
+    return f" ({level:.0%} interval {format(low, fmt)} to {format(high, fmt)})"
+
+
+def _not_covered(note: str) -> list[str]:
+    """What a release's ε leaves out, in plain words, read off the summary's ``eps_covers_note``."""
+    out = []
+    if "in the clear" in note:
+        out.append("the labels, which are published as they are")
+    if "scaling" in note and "outside ε" in note:
+        out.append("the scaling of each feature (its median and spread), which is computed from these same "
+                   "patients' data without noise")
+    return out
+
+
+def _attack_point(summary: dict) -> tuple[str | None, float, str]:
+    """(mechanism, ε, why this ε) at which the verdict reads the attacks: the smallest utility horizon of any
+    mechanism, else the largest ε of the grid (there, the mechanism the re-identification, else the membership,
+    attack does best against)."""
+    horizons = {m: float(h) for m, h in summary["horizons"].items() if isinstance(h, (int, float))}
+    if horizons:
+        mechanism = min(horizons, key=lambda m: (horizons[m], m))
+        return mechanism, horizons[mechanism], "the smallest ε that keeps utility"
+    epsilon = max(float(e) for e in summary["config"]["epsilons"])
+    best, score = None, -1.0
+    for kind, metric in (("reidentification", "top1_accuracy"), ("membership", "auroc_likelihood")):
+        info = summary["attacks"].get(kind) or {}
+        for mechanism, by_eps in (info.get("results") or {}).items():
+            entry = (by_eps.get(_g(epsilon)) or {}).get(metric) or {}
+            if mechanism in summary["config"]["mechanisms"] and (entry.get("value") or -1.0) > score:
+                best, score = mechanism, entry["value"]
+        if best is not None:
+            break
+    return best, epsilon, "the largest ε tried, since none keeps utility"
+
+
+def verdict_text(summary: dict) -> list[str]:
+    """The report's verdict: five plain sentences for a data steward or clinician — what was released; at which ε
+    per patient; what ε covers and, plainly, what it does NOT; whether any mechanism keeps utility and from which ε
+    (the horizons of the fixed-sequence test: "none" is no ε of the grid); and how re-identifiable the release is
+    there (re-identification top-1 against chance, membership AUROC against 0.5, at the smallest horizon, else at
+    the largest ε; where re-identification does not apply, why). Every number is a value of ``summary``
+    (summary.json); a synthetic cohort's first sentence says SYNTHETIC."""
+    cohort, config = summary["cohort"], summary["config"]
+    unit = "patient" if summary["eps_unit"] == "subject" else summary["eps_unit"]
+    note = summary.get("eps_covers_note") or ""
+    confidence = float(config["confidence"])
+    mechanisms = [_mechanism(summary, m) for m in config["mechanisms"]]
+    sentences = []
+
+    if "in the clear" in note:
+        labels = "with each patient's 0/1 label released as it is (not noised)"
+    elif "randomized response" in note:
+        labels = "with each patient's 0/1 label randomly flipped before release (randomized response)"
+    else:
+        labels = "with each patient's label as the note on ε below says"
+    sentences.append(
+        ("SYNTHETIC DATA (not real patients): " if summary["synthetic"] else "")
+        + f"What was released: one noised vector of {cohort['n_features']} EEG features per patient for the "
+        f"{cohort['n_patients']} patients of {summary['dataset']} ({cohort['n_label_1']} with label 1, "
+        f"{cohort['n_label_0']} with label 0), {labels}.")
+    sentences.append(
+        f"The noise is set by ε (epsilon, the privacy budget per {unit}: a smaller ε adds more noise and protects "
+        f"more), tried at ε = {', '.join(_g(e) for e in config['epsilons'])} per {unit} with the "
+        f"{_list(mechanisms)} mechanism{'s' if len(mechanisms) > 1 else ''}.")
+    covers, missing = summary.get("eps_covers") or "–", _not_covered(note)
+    own = "" if "in the clear" in note or not note else f" ({note})"
+    sentences.append(f"ε protects the {covers} only{own}: it does NOT cover {', nor '.join(missing)}." if missing
+                     else f"ε covers the {covers}" + (f" ({note})." if note else "."))
+
+    baseline = ((summary.get("controls") or {}).get("baseline") or summary.get("baseline") or {}).get("auroc") or {}
+    reference = "" if baseline.get("value") is None else (
+        f"; for comparison, the same features without noise predict the label with AUROC {baseline['value']:.2f}"
+        f"{_interval(baseline, '.2f', confidence)}, where {_g(baseline.get('chance', 0.5))} is a coin flip and 1 is "
+        "perfect")
+    test = (f"a test at the {1 - confidence:.0%} level that the noised vectors predict the label better than the "
+            "same noise added to a blank table with no patient information")
+    horizons = summary["horizons"]
+    kept = {m: h for m, h in horizons.items() if isinstance(h, (int, float))}
+    untested = [_mechanism(summary, m) for m, h in horizons.items() if h == "not tested"]
+    rest = [_mechanism(summary, m) for m, h in horizons.items() if m not in kept and h != "not tested"]
+    if kept:
+        parts = [f"{_mechanism(summary, m)} keeps utility from ε = {_g(h)} upward" for m, h in kept.items()]
+        parts += [f"{_list(rest)} at no ε tried"] if rest else []
+        parts += [f"{_list(untested)} was not tested (too few noise draws)"] if untested else []
+        sentences.append(f"Usefulness ({test}): {_list(parts)}{reference}.")
+    elif rest:
+        tail = f" ({_list(untested)}: not tested, too few noise draws)" if untested else ""
+        sentences.append(f"Usefulness ({test}): no mechanism keeps utility at any ε tried, up to ε = "
+                         f"{_g(max(config['epsilons']))}{tail}{reference}.")
+    else:
+        sentences.append(f"Usefulness was not tested ({test}): too few noise draws per ε{reference}.")
+
+    mechanism, epsilon, why = _attack_point(summary)
+    reid = summary["attacks"].get("reidentification") or {}
+    member = summary["attacks"].get("membership") or {}
+    where = f"At ε = {_g(epsilon)}" + (f" with {_mechanism(summary, mechanism)}" if mechanism else "") + f" ({why})"
+    entry = ((reid.get("results") or {}).get(mechanism) or {}).get(_g(epsilon), {}).get("top1_accuracy") or {}
+    if reid.get("applies") and entry.get("value") is not None:
+        noiseless = ((reid["results"].get("none") or {}).get("none") or {}).get("top1_accuracy") or {}
+        attacker = _REID_ATTACKER.get(reid.get("kind"), "a second recording of each patient")
+        first = (f"{where}, an attacker holding {attacker} matched {entry['value']:.0%} of the released vectors to the "
+                 f"right patient{_interval(entry, '.0%')}, against {entry['chance']:.0%} by pure guessing"
+                 + (f" and {noiseless['value']:.0%} without any noise" if noiseless.get("value") is not None else ""))
+    else:
+        reason = (reid.get("reason") or "it was not run").removeprefix("re-identification does not apply: ")
+        if reason == "one recording per subject":
+            reason = "each patient has only one recording, so an attacker has no second recording to match against"
+        first = (f"{where}, re-identification (matching a released vector back to a patient) could not be tested: "
+                 f"{reason}")
+    entry = ((member.get("results") or {}).get(mechanism) or {}).get(_g(epsilon), {}).get("auroc_likelihood") or {}
+    if member.get("applies") and entry.get("value") is not None:
+        second = (f"an attacker who knows a patient's true features could tell whether that patient is in the release "
+                  f"with AUROC {entry['value']:.2f}{_interval(entry, '.2f')}, where {_g(entry.get('chance', 0.5))} "
+                  "is guessing and 1 is always right")
+    else:
+        second = ("membership inference (telling whether a patient is in the release) "
+                  + (member.get("reason") or "was not run"))
+    sentences.append(f"{first}; {second}.")
+    return sentences
+
+
+def verdict_html(summary: dict) -> str:
+    """The verdict's sentences (:func:`verdict_text`), one short paragraph each."""
+    paragraphs = "".join(f'<p class="verdict-sentence mb-2">{html.escape(s)}</p>' for s in verdict_text(summary))
+    return f'<div class="verdict" style="font-size:1.05rem">{paragraphs}</div>'
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Tables and their column definitions
+# ---------------------------------------------------------------------------------------------------------------
+def _columns(definitions: list[tuple[str, str]]) -> str:
+    """A table's "Columns:" list, one line per column."""
+    items = "".join(f"<li><b>{html.escape(name)}</b>: {html.escape(text)}</li>" for name, text in definitions)
+    return (f'<div class="columns small text-muted"><p class="mb-0"><b>Columns:</b></p><ul class="mb-3">{items}</ul>'
+            "</div>")
+
+
+# One line per column, for every table the report prints (the names are the tables' headers).
+COLUMN_TEXT = {
+    "mechanism": "the noise mechanism of the release (with its flag where its guarantee is not formal)",
+    "metric": "what the classifier is scored on: LOSO AUROC (leave-one-patient-out, threshold-free) or balanced "
+              "accuracy with a threshold chosen inside the training patients",
+    "utility horizon": "the smallest ε at which the release keeps utility, every larger ε of the grid keeping it "
+                       "too; 'none': no ε of the grid keeps utility; 'not tested': too few noise seeds",
+    "test (correction)": "the test that decides the horizon: ε tested from the largest down, each at α/m, stopping "
+                         "at the first that fails (m mechanisms share α)",
+    "α per test": "the significance level each ε's p-value is compared with (α split over the mechanisms)",
+    "decisions stable": "whether every decision lies more than 3 Monte-Carlo errors from α (another bootstrap seed "
+                        "would not flip it)",
+    "note": "why a horizon was not tested, where it was not",
+    "ε covers": "what the privacy guarantee covers (features: not the scaling statistics, not the labels)",
+    "ε unit": "what one ε protects: one subject (patient), i.e. all of that patient's recordings together",
+    "ε": "the privacy budget per patient (smaller: more noise, more protection)",
+    "release AUROC": "LOSO AUROC of a classifier trained on the noised release [95% interval over patients and "
+                     "seeds]; 0.5 is chance",
+    "null AUROC": "the same on the matched null: the same noise added to a blank table with no patient information",
+    "release − null": "release AUROC minus null AUROC [95% interval, uncorrected]: the utility the noise leaves",
+    "p (one-sided)": "bootstrap p-value that the release beats its matched null",
+    "Monte-Carlo error of p": "how much p would move with another set of bootstrap resamples",
+    "α tested": "the level p is compared with (α/m)",
+    "adjusted p": "p corrected for the fixed-sequence test (m × the largest p at this or any larger ε); keeps "
+                  "utility when it is below α",
+    "keeps utility": "yes when the fixed-sequence test rejects 'release no better than null' at this ε",
+    "decision stable": "yes when p lies more than 3 Monte-Carlo errors from α/m",
+    "tested": "whether this ε entered the test (at least 2 noise seeds)",
+    "release − null (BA)": "the same difference on balanced accuracy with a nested threshold [95% interval]",
+    "corrected lower bound": "the lower end of release − null once the several ε and mechanisms tested are allowed "
+                             "for; this report gives it as the decision 'adjusted p < α' — the [low, high] "
+                             "printed are per-ε 95% intervals, uncorrected, so a lower end above 0 alone is not "
+                             "evidence of utility",
+    "value [95% CI]": "the attack's score with its 95% interval: top-1 accuracy (share of released vectors matched "
+                      "to the right patient) or membership AUROC (likelihood attack)",
+    "shuffled-identity control": "the same re-identification scored against shuffled identities: what the attack "
+                                 "gets by luck",
+    "distance attack": "membership AUROC of a simpler attacker ranking patients by distance to the released rows",
+    "chance": "what guessing scores: 1/K for top-1 over K patients, 0.5 for AUROC",
+    "CI over": "what the interval resamples: subjects (Wilson interval over K patients) or seeds",
+    "δ": "the probability with which the ε guarantee may fail (0 for pure ε-DP mechanisms)",
+    "noise scale": "the noise's standard deviation (Gaussian) or scale b (Laplace) added to each clipped feature",
+    "sensitivity": "how far one patient can move the released vector after clipping (with the norm it is measured "
+                   "in)",
+    "formal guarantee": "whether the mechanism is proven (ε, δ)-DP at this ε for this many features",
+    "scope": "what the guarantee assumes or leaves out",
+    "flag (recordings)": "a data-quality flag the signal layer raised (a band or channel, never a patient)",
+    "count": "recordings carrying the flag",
+}
+
+
+def _column_list(header: list[str], extra: tuple[str, ...] = (), own: dict | None = None) -> str:
+    """The "Columns:" list of a table with this header (``own``: this table's definitions where they differ)."""
+    text = {**COLUMN_TEXT, **(own or {})}
+    return _columns([(h, text.get(h, "a column of the utility summary, as it is named there"))
+                     for h in [*header, *extra] if h])
+
+
+# The attack tables' own definitions (their rows include the table without noise: mechanism and ε "none").
+ATTACK_COLUMNS = {
+    "reidentification": {
+        "value [95% CI]": "top-1 accuracy: the share of released vectors the attacker matched to the right patient, "
+                          "with its 95% interval"},
+    "membership": {
+        "value [95% CI]": "membership AUROC of the likelihood attack (for mechanism none, of the distance attack), "
+                          "with its 95% interval: how well an attacker tells released patients from others"},
+}
+_ATTACK_COMMON = {"mechanism": "the noise mechanism; none: the scaled and clipped table without any noise",
+                  "ε": "the privacy budget per patient (smaller: more noise, more protection); none: no noise"}
 
 def _fmt(entry) -> str:
     if entry is None:
@@ -221,8 +468,9 @@ def horizon_html(summary: dict) -> str:
                          test.get("correction", "–"), _number(test.get("alpha_tested")),
                          _number(test.get("decision_stable")), test.get("note") or "",
                          test.get("eps_covers", "–"), summary["eps_unit"]])
-    return _table(["mechanism", "metric", "utility horizon", "test (correction)", "α per test", "decisions stable",
-                   "note", "ε covers", "ε unit"], body)
+    header = ["mechanism", "metric", "utility horizon", "test (correction)", "α per test", "decisions stable", "note",
+              "ε covers", "ε unit"]
+    return _table(header, body) + _column_list(header)
 
 
 def utility_html(summary: dict) -> str:
@@ -251,8 +499,9 @@ def utility_html(summary: dict) -> str:
                          for m, h in summary["horizons"].items())
     return (intro + f"<p><b>Utility horizon</b> (AUROC) — {html.escape(horizons)}</p>" + horizon_html(summary)
             + "<h4>Release − matched null, per ε (AUROC)</h4>"
-            + _table(["mechanism", "ε", "release AUROC", "null AUROC", "release − null", *(n for _, n in columns),
-                      "release − null (BA)"], body))
+            + _table(header := ["mechanism", "ε", "release AUROC", "null AUROC", "release − null",
+                                *(n for _, n in columns), "release − null (BA)"], body)
+            + _column_list(header, ("corrected lower bound",)))
 
 
 def attacks_html(summary: dict) -> str:
@@ -276,8 +525,9 @@ def attacks_html(summary: dict) -> str:
         second = "shuffled-identity control" if kind == "reidentification" else "distance attack"
         note = f" ({html.escape(info.get('kind', ''))}: {html.escape(info.get('reason', ''))})" if kind == \
             "reidentification" else ""
-        parts.append(f"<h4>{title}</h4><p>Beside chance{note}.</p>"
-                     + _table(["mechanism", "ε", "value [95% CI]", second, "chance", "CI over"], body))
+        header = ["mechanism", "ε", "value [95% CI]", second, "chance", "CI over"]
+        parts.append(f"<h4>{title}</h4><p>Beside chance{note}.</p>" + _table(header, body)
+                     + _column_list(header, own={**_ATTACK_COMMON, **ATTACK_COLUMNS[kind]}))
     return "".join(parts)
 
 
@@ -288,14 +538,15 @@ def guarantees_html(summary: dict) -> str:
             for g in summary["guarantees"]]
     caveats = "".join(f"<li>{html.escape(c)}</li>" for c in summary["caveats"])
     header = ["mechanism", "ε", "δ", "ε unit", "noise scale", "sensitivity", "formal guarantee", "scope"]
-    return (_table(header, body)
+    return (_table(header, body) + _column_list(header)
             + f"<h4>Caveats</h4><ul>{caveats}</ul>")
 
 
 def quality_html(summary: dict) -> str:
     c = summary["cohort"]
     body = [[flag, count] for flag, count in c["flags"].items()]
-    text = _table(["flag (recordings)", "count"], body) if body else "<p>No recording carries a flag.</p>"
+    header = ["flag (recordings)", "count"]
+    text = _table(header, body) + _column_list(header) if body else "<p>No recording carries a flag.</p>"
     if c["features_dropped_nonfinite"]:
         text += (f"<p>{len(c['features_dropped_nonfinite'])} feature(s) left out (not finite for every patient): "
                  f"{html.escape(', '.join(c['features_dropped_nonfinite'][:20]))}</p>")
@@ -305,25 +556,34 @@ def quality_html(summary: dict) -> str:
 
 
 def write_html(path: str | Path, rows: pd.DataFrame, summary: dict, images: dict) -> Path:
-    """The report, as one self-contained page (``mne.Report``), embedding the figures' PNG files
-    (``images["utility"]``, ``images["attacks"]``): handed the Figures instead, MNE 1.13 embedded them sheared
-    (seen in Chromium), while the PNG files saved from the same figures are right."""
+    """The report, as one self-contained page (``mne.Report``), the verdict (:func:`verdict_text`) first, embedding
+    the figures' PNG files (``images["utility"]``, ``images["attacks"]``): handed the Figures instead, MNE 1.13
+    embedded them sheared (seen in Chromium), while the PNG files saved from the same figures are right. No section
+    shows a tag badge (no "custom-html"/"custom-image")."""
     import mne
 
     title = ("[SYNTHETIC DATA] " if summary["synthetic"] else "") + f"Cohort audit: {summary['dataset']}"
     report = mne.Report(title=title, verbose="error")
-    report.add_html(cohort_html(summary), title="Cohort summary", section="Cohort")
-    report.add_html(utility_html(summary), title="Utility vs ε", section="Utility")
+    # Every element gets one tag of its own (its section's), never MNE's default "custom-html"/"custom-image", and
+    # the badges are hidden (HIDE_BADGES): an element without any tag (tags=()) breaks MNE 1.13's page script
+    # (gatherTags reads null for an empty data-mne-tags, so the top margin and the TOC links are never set).
+    report.add_html(HIDE_BADGES + verdict_html(summary), title=VERDICT_TITLE, tags=("verdict",))
+    report.add_html(cohort_html(summary), title="Cohort summary", section="Cohort", tags=("cohort",))
+    report.add_html(utility_html(summary), title="Utility vs ε", section="Utility", tags=("utility",))
     report.add_image(images["utility"], title="Utility vs ε with matched null and horizon", section="Utility",
+                     tags=("utility",),
                      caption="Release (solid) and matched null (dashed) with 95% intervals over subjects+seeds; "
                              "bands: non-private baseline, scaled and clipped table without noise, permuted-label "
                              "control; dash-dot: the horizon of the fixed-sequence test.")
-    report.add_html(attacks_html(summary), title="Re-identification and membership", section="Attacks")
-    report.add_image(images["attacks"], title="Attacks vs ε beside chance", section="Attacks")
-    report.add_html(guarantees_html(summary), title="Guarantees and caveats", section="Guarantees")
-    report.add_html(quality_html(summary), title="Data-quality flags", section="Data quality")
+    report.add_html(attacks_html(summary), title="Re-identification and membership", section="Attacks",
+                    tags=("attacks",))
+    report.add_image(images["attacks"], title="Attacks vs ε beside chance", section="Attacks", tags=("attacks",))
+    report.add_html(guarantees_html(summary), title="Guarantees and caveats", section="Guarantees",
+                    tags=("guarantees",))
+    report.add_html(quality_html(summary), title="Data-quality flags", section="Data quality", tags=("quality",))
     report.save(str(path), open_browser=False, overwrite=True, verbose="error")
     return Path(path)
 
 
-__all__ = ["figures", "utility_figure", "attack_figure", "horizon_html", "write_html", "close"]
+__all__ = ["figures", "utility_figure", "attack_figure", "horizon_html", "verdict_text", "verdict_html",
+           "write_html", "close", "VERDICT_TITLE"]

@@ -27,6 +27,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 from scipy import signal as sps
 
+from eegprivacy.errors import InputDataError
+
 if TYPE_CHECKING:  # pragma: no cover
     import mne
 
@@ -79,7 +81,7 @@ def _check_data(data: np.ndarray, sfreq: float) -> np.ndarray:
     return arr
 
 
-class RecordingTooShortError(ValueError):
+class RecordingTooShortError(InputDataError, ValueError):
     """The recording is shorter than the band-pass FIR filter (see :func:`min_samples`)."""
 
 

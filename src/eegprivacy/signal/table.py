@@ -22,6 +22,7 @@ from tqdm.auto import tqdm
 
 from eegprivacy.atomic import atomic_path
 from eegprivacy.data.base import DataQualityWarning
+from eegprivacy.errors import InputDataError, InvalidInputError
 from eegprivacy.params import Config, ParamsError, param
 from eegprivacy.signal.features import FeatureConfig, feature_columns, window_features
 from eegprivacy.signal.preprocess import PreprocessConfig, min_samples, preprocess_raw
@@ -138,7 +139,7 @@ def recording_features(raw, config: FeaturePipelineConfig) -> tuple[np.ndarray, 
 FLAT_PTP_V = 1e-7
 
 
-class NonFiniteSamplesError(ValueError):
+class NonFiniteSamplesError(InputDataError, ValueError):
     """A recording holds NaN or infinite samples, which no filter can run over."""
 
 
@@ -172,7 +173,7 @@ def _survey(rec, raw, config: FeaturePipelineConfig) -> _Survey:
     channels = [raw.ch_names[i] for i in picks]
     sfreq, n_times = float(raw.info["sfreq"]), int(raw.n_times)
     if not channels:
-        raise ValueError(f"{rec.describe()} has no EEG channels")
+        raise InvalidInputError(f"{rec.describe()} has no EEG channels")
     data = raw.get_data(picks=picks)
     finite = np.isfinite(data)
     if not finite.all():
@@ -255,7 +256,8 @@ def _warn_plan(dataset, recordings, surveys: list[_Survey], kept: list[str], fla
                  "rate (column 'sfreq')", dataset.name, len(rates), ", ".join(f"{r:g}" for r in rates))
 
 
-def dataset_window_features(dataset, config: FeaturePipelineConfig, progress: bool = True) -> pd.DataFrame:
+def dataset_window_features(dataset, config: FeaturePipelineConfig, progress: bool = True,
+                            on_recording=None) -> pd.DataFrame:
     """All recordings of ``dataset`` -> tidy window-feature table, one channel set for all rows.
 
     Bad input is met as follows: NaN/infinite samples are an error naming the file; a recording shorter than the
@@ -265,15 +267,16 @@ def dataset_window_features(dataset, config: FeaturePipelineConfig, progress: bo
 
     The channel plan starts from the metadata (channels, rate, duration) and is corrected as each recording is
     loaded (a flat channel only shows in the data); recordings computed under an earlier plan are computed again,
-    so clean data is read once and the result never depends on recording order.
+    so clean data is read once and the result never depends on recording order. ``on_recording()``, if given, is
+    called after each recording is read (a caller's overall progress bar).
     """
     recordings = dataset.recordings()
     if not recordings:
-        raise ValueError(f"dataset {dataset.name} has no recordings")
+        raise InvalidInputError(f"dataset {dataset.name} has no recordings")
     surveys = [_planned(rec, config) or _survey(rec, rec.load(), config) for rec in recordings]
     if all(s.short for s in surveys):
         longest = max(surveys, key=lambda s: s.n_times / s.sfreq)
-        raise ValueError(f"every recording of {dataset.name} is too short for the band-pass filter plus one window "
+        raise InvalidInputError(f"every recording of {dataset.name} is too short for the band-pass filter plus one window "
                          f"(the longest is {longest.n_times / longest.sfreq:.2f} s at {longest.sfreq:g} Hz); lower "
                          "features.preprocess.l_freq or use longer recordings")
     kept, _ = _channel_plan(recordings, surveys)
@@ -287,12 +290,16 @@ def dataset_window_features(dataset, config: FeaturePipelineConfig, progress: bo
     frames: dict[int, tuple[list[str], pd.DataFrame]] = {}
     for i, rec in enumerate(tqdm(recordings, desc=f"features {dataset.name}", unit="rec", disable=not progress)):
         if surveys[i].short:
+            if on_recording is not None:
+                on_recording()
             continue
         raw = rec.load().load_data()
         surveys[i] = _survey(rec, raw, config)
         if not surveys[i].short:
             kept, _ = _channel_plan(recordings, surveys)
             frames[i] = compute(i, raw)
+        if on_recording is not None:
+            on_recording()
     kept, plan_flags = _channel_plan(recordings, surveys)
     for i in sorted(frames):
         if frames[i][0] != kept:  # computed before a later recording changed the plan

@@ -32,6 +32,7 @@ import functools
 import json
 import logging
 import math
+import sys
 import warnings
 import zlib
 from dataclasses import asdict, dataclass, field
@@ -47,7 +48,8 @@ from eegprivacy.attacks.table import (
     TableMembershipInference,
     top_k_hits,
 )
-from eegprivacy.data.base import EEGDataset
+from eegprivacy.data.base import DataQualityWarning, EEGDataset
+from eegprivacy.errors import InputDataError
 from eegprivacy.evaluation import mean_ci, wilson_interval
 from eegprivacy.params import ParamsError
 from eegprivacy.pipeline.sweep import (
@@ -96,7 +98,7 @@ _MEMBERSHIP_STREAM = 0x4D454D42
 _CONTROL_STREAM = 0x43544C52
 
 
-class CohortError(ValueError):
+class CohortError(InputDataError, ValueError):
     """The cohort cannot be audited as given (no labels, one class, too few patients...)."""
 
 
@@ -122,7 +124,7 @@ class AuditConfig:
     membership_trials: int = 20
     member_fraction: float = 0.5
     split_halves: bool = True  # one recording per subject: re-identify its second half from its first
-    features_params: str = "params/features.yaml"
+    features_params: str | None = None  # a params file with a ``features`` section; None: the packaged defaults
 
     def __post_init__(self):
         object.__setattr__(self, "mechanisms", tuple(self.mechanisms))
@@ -197,22 +199,48 @@ def canonical_order(X: np.ndarray, y: np.ndarray | None = None) -> np.ndarray:
     return np.lexsort(keys) if keys else np.arange(len(X))
 
 
+def feature_settings(config: AuditConfig):
+    """The feature pipeline of an audit: the ``features`` section of ``config.features_params``, else of the
+    params shipped inside the package (:mod:`eegprivacy.defaults`, a copy of the repository's
+    ``params/features.yaml``), so the installed tool needs no checkout."""
+    from eegprivacy.defaults import default_params
+
+    if config.features_params is not None:
+        return FeaturesParams.load(config.features_params, "features").pipeline()
+    with default_params() as path:
+        return FeaturesParams.load(path, "features").pipeline()
+
+
 def window_table(dataset: EEGDataset, config: AuditConfig, cache_dir: str | Path | None,
-                 progress: bool = True) -> tuple[pd.DataFrame, str, str]:
+                 progress: bool = True, on_recording=None) -> tuple[pd.DataFrame, str, str]:
     """(window features, dataset version, feature-config hash), read from ``cache_dir`` when current.
 
     A user's cohort gets the shared feature settings whatever it is called (``per_dataset`` overrides are the
     pipeline's own datasets'), so a BIDS copy of a dataset and its loader give the same numbers; a low-pass or band
-    above the cohort's Nyquist is moved or dropped, and flagged, by the signal layer."""
-    features = FeaturesParams.load(config.features_params, "features").pipeline()
+    above the cohort's Nyquist is moved or dropped, and flagged, by the signal layer. The data-quality warnings
+    raised while the table was computed are kept beside it (``.warnings.json``) and raised again when it is read
+    back, so a resumed audit reports (and prints) the same problems as the first run. ``on_recording`` is called
+    once per recording read (an overall progress bar)."""
+    features = feature_settings(config)
     version = dataset.version()
     if cache_dir is None:
-        return dataset_window_features(dataset, features, progress=progress), version, features.config_hash()
+        return (dataset_window_features(dataset, features, progress=progress, on_recording=on_recording), version,
+                features.config_hash())
     path = Path(cache_dir) / f"features-{version[:16]}-{features.config_hash()}.parquet"
-    if is_current(path, version, features):
+    notes = path.with_suffix(".warnings.json")
+    if is_current(path, version, features) and notes.exists():
+        for message in json.loads(notes.read_text()):
+            warnings.warn(message, DataQualityWarning, stacklevel=2)
         return read_feature_table(path, dataset_version=version, config=features), version, features.config_hash()
-    table = dataset_window_features(dataset, features, progress=progress)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        table = dataset_window_features(dataset, features, progress=progress, on_recording=on_recording)
+    messages = [str(w.message) for w in caught if issubclass(w.category, UserWarning)]
     write_feature_table(table, path, dataset_version=version, config=features, synthetic=dataset.synthetic)
+    with atomic_paths(notes) as (tmp,):
+        tmp.write_text(json.dumps(messages, indent=1) + "\n")
+    for w in caught:  # to the caller, as if never caught here
+        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     return table, version, features.config_hash()
 
 
@@ -292,27 +320,61 @@ def _reidentification_tables(frame: pd.DataFrame, features: list[str], meta: pd.
     return A[order], B[order], kind, reason
 
 
+def check_labels(dataset: EEGDataset, config: AuditConfig = AuditConfig()) -> None:
+    """The label checks, from the recordings' metadata (headers, ``participants.tsv``) before any signal is read:
+    a 0/1 label for every subject, both classes, enough patients. :func:`load_cohort` checks again after the
+    features (a subject whose every recording is unusable drops out)."""
+    meta = dataset.metadata()
+    labels = _binary_labels(dataset.name, meta)
+    y = labels.groupby(meta["subject"]).first()
+    _check_classes(dataset.name, y.to_numpy(), config)
+
+
+def _binary_labels(name: str, table: pd.DataFrame) -> pd.Series:
+    """``table["label"]`` (one row per recording or window, with ``subject``) as 0/1 integers, or the error that
+    says what is wrong with it."""
+    if "label" not in table or table["label"].isna().all():
+        raise CohortError(f"{name}: the recordings carry no patient label (meta 'label'); pass a label column that "
+                          "exists for every subject (for BIDS: --label COLUMN of participants.tsv)")
+    labels = pd.to_numeric(table["label"], errors="coerce")
+    if labels.isna().any():
+        n = table.loc[labels.isna(), "subject"].nunique()
+        raise CohortError(f"{name}: {n} subject(s) have no label; every subject needs a 0/1 label")
+    if not labels.isin([0, 1]).all():
+        raise CohortError(f"{name}: labels must be 0/1, got values {sorted(labels.unique())[:6]}; map them (for "
+                          "BIDS: --label-map)")
+    return labels.astype(int)
+
+
+def _check_classes(name: str, y: np.ndarray, config: AuditConfig) -> None:
+    n_pos, n_neg = int(y.sum()), int((1 - y).sum())
+    if n_pos == 0 or n_neg == 0:
+        raise CohortError(f"{name}: all {len(y)} patients have label {int(y[0])}; the audit needs both classes")
+    if min(n_pos, n_neg) < config.min_per_class:
+        raise CohortError(f"{name}: {n_pos} positive and {n_neg} negative patients; each class needs at "
+                          f"least {config.min_per_class}")
+    if len(y) < max(config.min_patients, config.inner_folds + 2):
+        raise CohortError(f"{name}: {len(y)} patients; the audit needs at least "
+                          f"{max(config.min_patients, config.inner_folds + 2)}")
+
+
 def load_cohort(dataset: EEGDataset, config: AuditConfig = AuditConfig(), cache_dir: str | Path | None = None,
-                progress: bool = True) -> Cohort:
-    """Window features -> canonical patient table, labels checked, plus the re-identification tables."""
+                progress: bool = True, on_recording=None) -> Cohort:
+    """Labels checked (before any signal is read), window features -> canonical patient table, plus the
+    re-identification tables. Every data-quality warning (a truncated file, a flat channel, a recording too short)
+    is logged once, naming its file, for the console; the report keeps them with subject ids and file names
+    redacted."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        frame, version, features_hash = window_table(dataset, config, cache_dir, progress)
-    quality_warnings = _redacted(sorted({str(w.message) for w in caught if issubclass(w.category, UserWarning)}),
-                                 dataset)
+        check_labels(dataset, config)
+        frame, version, features_hash = window_table(dataset, config, cache_dir, progress, on_recording)
+    messages = sorted({str(w.message) for w in caught if issubclass(w.category, UserWarning)})
+    for message in messages:
+        log.warning("%s", message)
+    quality_warnings = _redacted(messages, dataset)
     if frame.empty:
         raise CohortError(f"{dataset.name}: no recording gave a feature window")
-    labels = pd.to_numeric(frame["label"], errors="coerce")
-    if labels.isna().all():
-        raise CohortError(f"{dataset.name}: the recordings carry no patient label (meta 'label'); pass a label "
-                          "column that exists for every subject (for BIDS: --label COLUMN of participants.tsv)")
-    if labels.isna().any():
-        n = frame.loc[labels.isna(), "subject"].nunique()
-        raise CohortError(f"{dataset.name}: {n} subject(s) have no label; every subject needs a 0/1 label")
-    if not labels.isin([0, 1]).all():
-        raise CohortError(f"{dataset.name}: labels must be 0/1, got values {sorted(labels.unique())[:6]}; map them "
-                          "(for BIDS: --label-map)")
-    frame = frame.assign(label=labels.astype(int))
+    frame = frame.assign(label=_binary_labels(dataset.name, frame))
     # Feature columns by name: a loader that lists channels in another order gives the same table.
     features = sorted(c for c in frame.columns if c not in INDEX_COLUMNS)
     X, y, _ids = patient_vectors(frame, features, group="subject", label="label")
@@ -323,15 +385,8 @@ def load_cohort(dataset: EEGDataset, config: AuditConfig = AuditConfig(), cache_
         raise CohortError(f"{dataset.name}: no feature is finite for every patient")
     X = X[features].to_numpy()
     y = np.asarray(y, dtype=int)
+    _check_classes(dataset.name, y, config)
     n_pos, n_neg = int(y.sum()), int((1 - y).sum())
-    if n_pos == 0 or n_neg == 0:
-        raise CohortError(f"{dataset.name}: all {len(y)} patients have label {int(y[0])}; the audit needs both classes")
-    if min(n_pos, n_neg) < config.min_per_class:
-        raise CohortError(f"{dataset.name}: {n_pos} positive and {n_neg} negative patients; each class needs at "
-                          f"least {config.min_per_class}")
-    if len(y) < max(config.min_patients, config.inner_folds + 2):
-        raise CohortError(f"{dataset.name}: {len(y)} patients; the audit needs at least "
-                          f"{max(config.min_patients, config.inner_folds + 2)}")
     order = canonical_order(X, y)
     X, y = X[order], y[order]
 
@@ -447,11 +502,28 @@ def audit_cell(config: dict, seed: int, *, cohort_arrays: dict, audit: dict) -> 
 # ---------------------------------------------------------------------------------------------------------------
 # Sweeps
 # ---------------------------------------------------------------------------------------------------------------
-def code_hash() -> str:
-    """The cell cache's code key: the registry's hash of what ``audit_cohort`` runs (eegprivacy.pipeline.stages)."""
-    from eegprivacy.pipeline.stages import code_hash as stage_code_hash
+# The package's sources an audit's numbers depend on (relative to the package folder): the cell cache's code key.
+CODE = ("studies/cohort_audit.py", "studies/release", "signal", "privacy", "evaluation", "attacks", "data",
+        "batched", "defaults")
 
-    return stage_code_hash("audit_cohort")
+
+@functools.cache
+def code_hash() -> str:
+    """The cell cache's code key: sha256 (16 hex) over the sources in :data:`CODE` by package-relative path and
+    content, so a cached cell is never reused after a change to them, in a checkout or an installed wheel alike."""
+    import hashlib
+
+    import eegprivacy
+
+    package = Path(eegprivacy.__file__).resolve().parent
+    digest = hashlib.sha256()
+    for entry in CODE:
+        path = package / entry
+        files = sorted(path.rglob("*")) if path.is_dir() else [path]
+        for file in files:
+            if file.is_file() and file.suffix in (".py", ".yaml", ".tsv") and "__pycache__" not in file.parts:
+                digest.update(file.relative_to(package).as_posix().encode() + b"\0" + file.read_bytes())
+    return digest.hexdigest()[:16]
 
 
 def run_tags(cohort: Cohort, seed: int | None, **extra) -> dict:
@@ -475,11 +547,29 @@ def patient_table(cohort: Cohort) -> PatientTable:
                         np.asarray(cohort.y, dtype=int), np.arange(len(cohort.y)))
 
 
+class _AuditRunner(SweepRunner):
+    """A sweep runner that also reports each computed cell to ``on_cell`` (the audit's one overall progress line),
+    in place of a bar per sweep."""
+
+    on_cell = None
+
+    def run(self, cells, cell_fn):
+        if self.on_cell is None:
+            return super().run(cells, cell_fn)
+
+        def counted(config, seed):
+            rows = cell_fn(config, seed)
+            self.on_cell()
+            return rows
+
+        return super().run(cells, counted)
+
+
 def _runner(cohort: Cohort, config: AuditConfig, cells_dir: str | Path, name: str, progress: bool,
             parent_tags: dict, tags_fn) -> SweepRunner:
-    return SweepRunner(name=f"{STAGE}-{cohort.dataset}-{name}", study="a", dataset=cohort.dataset,
-                       out_dir=Path(cells_dir) / name, parent_tags=parent_tags, tags_fn=tags_fn,
-                       params={"audit": config.to_dict(), **cohort.base_config}, progress=progress)
+    return _AuditRunner(name=f"{STAGE}-{cohort.dataset}-{name}", study="a", dataset=cohort.dataset,
+                        out_dir=Path(cells_dir) / name, parent_tags=parent_tags, tags_fn=tags_fn,
+                        params={"audit": config.to_dict(), **cohort.base_config}, progress=progress)
 
 
 def utility_plan(cohort: Cohort, config: AuditConfig, cells_dir: str | Path, progress: bool = True) -> list[Sweep]:
@@ -550,16 +640,22 @@ def _pending(sweep: Sweep, cells_dir: Path) -> int:
 
 
 def run_sweeps(cohort: Cohort, config: AuditConfig, cells_dir: str | Path, *, progress: bool = True,
-               n_jobs: int = 1) -> tuple[list[Sweep], list[pd.DataFrame], dict]:
+               n_jobs: int = 1, bar=None) -> tuple[list[Sweep], list[pd.DataFrame], dict]:
     """Run every sweep: the utility sweeps through study A's
     :func:`~eegprivacy.studies.release.utility.run_keeping_predictions` (per-patient predictions kept under
     ``cells_dir``), then the attacks; pending cells are computed ahead by ``n_jobs`` processes or the process-wide
-    executor."""
+    executor. With ``bar`` (a tqdm bar) every computed cell advances it, and no sweep draws its own."""
     cells_dir = Path(cells_dir)
-    sweeps = plan(cohort, config, cells_dir, progress)
+    sweeps = plan(cohort, config, cells_dir, progress and bar is None)
     utility = [s for s in sweeps if s.kind == "utility"]
     attacks = [s for s in sweeps if s.kind != "utility"]
     computed = sum(_pending(s, cells_dir) for s in sweeps)
+    if bar is not None:
+        bar.total = (bar.total or 0) + computed
+        bar.set_description_str("audit: utility and attack cells")
+        bar.refresh()
+        for sweep in sweeps:
+            sweep.runner.on_cell = functools.partial(bar.update, 1)
     frames = study_a.run_keeping_predictions([(s.runner, s.cells) for s in utility],
                                              functools.partial(study_a.utility_cell, X=cohort.X, y=cohort.y),
                                              cells_dir, n_jobs)
@@ -831,33 +927,55 @@ def run_audit(dataset: EEGDataset, config: AuditConfig = AuditConfig(), out_dir:
     """The whole audit: cohort -> sweeps -> summary rows -> one MLflow summary run -> rows.csv, summary.json,
     figures and report.html in ``out_dir`` (written together, atomically; the report reads the logged rows).
     ``cache_dir`` keeps the feature table and every finished cell, so a rerun computes only what is missing."""
+    from tqdm.auto import tqdm
+
     from eegprivacy.reporting import cohort as cohort_report
     from eegprivacy.tracking import log_artifact, log_metrics, start_run
 
     out = Path(out_dir) if out_dir is not None else default_out_dir(dataset.name, dataset.version())
     cache = Path(cache_dir) if cache_dir is not None else default_cache_dir(dataset.name, dataset.version())
-    cohort = load_cohort(dataset, config, cache_dir=cache, progress=progress)
-    sweeps, frames, counts = run_sweeps(cohort, config, cache / "cells", progress=progress, n_jobs=n_jobs)
-    rows = summarise(cohort, config, sweeps, frames, cache / "cells")
-    paths = {"rows": out / "rows.csv", "summary": out / "summary.json", "report": out / "report.html",
-             "utility_figure": out / "utility_vs_epsilon.png", "attack_figure": out / "attacks_vs_epsilon.png"}
-    with start_run(study="a", tags=run_tags(cohort, None), run_name=f"{STAGE}-{cohort.dataset}-summary",
-                   params={"audit": config.to_dict(), **cohort.base_config}) as run:
-        log_metrics({**summary_metrics(rows), **{f"sweep/{k}": float(v) for k, v in counts.items()}})
-        summary = summary_document(cohort, config, rows, run.info.run_id)
-        summary["counts"] = counts
-        figures = cohort_report.figures(rows, summary)
-        with atomic_paths(*paths.values()) as (tmp_rows, tmp_summary, tmp_report, tmp_utility, tmp_attack):
-            rows.to_csv(tmp_rows, index=False)
-            tmp_summary.write_text(json.dumps(summary, indent=1, default=_json_default) + "\n")
-            figures["utility"].savefig(tmp_utility, dpi=110)
-            figures["attacks"].savefig(tmp_attack, dpi=110)
-            cohort_report.write_html(tmp_report, rows, summary, {"utility": tmp_utility, "attacks": tmp_attack})
-        cohort_report.close(figures)
-        for key in ("rows", "summary", "report"):
-            log_artifact(paths[key], STAGE)
-        for key in ("utility_figure", "attack_figure"):
-            log_artifact(paths[key], f"{STAGE}/figures")
+    # One overall progress line: every recording read, then every cell computed; tqdm's ETA from the rate so far.
+    # Written to a terminal it redraws in place; to a file or pipe (a batch job's log), one line every 30 s at most.
+    interactive = getattr(sys.stderr, "isatty", lambda: False)()
+    bar = tqdm(total=0, desc="audit: checking labels and recordings", unit="step", disable=not progress,
+               dynamic_ncols=True, mininterval=0.2 if interactive else 30, bar_format="{desc}: {n}/{total} steps |{bar}| {elapsed} elapsed, ETA {remaining}")
+    try:
+        def on_recording():
+            if not bar.total:
+                bar.total = len(dataset.recordings())
+                bar.set_description_str("audit: reading recordings")
+            bar.update(1)
+
+        cohort = load_cohort(dataset, config, cache_dir=cache, progress=False, on_recording=on_recording)
+        sweeps, frames, counts = run_sweeps(cohort, config, cache / "cells", progress=progress, n_jobs=n_jobs,
+                                            bar=bar if progress else None)
+        bar.set_description_str("audit: intervals and report")
+        bar.refresh()
+        rows = summarise(cohort, config, sweeps, frames, cache / "cells")
+        paths = {"rows": out / "rows.csv", "summary": out / "summary.json", "report": out / "report.html",
+                 "utility_figure": out / "utility_vs_epsilon.png", "attack_figure": out / "attacks_vs_epsilon.png"}
+        with start_run(study="a", tags=run_tags(cohort, None), run_name=f"{STAGE}-{cohort.dataset}-summary",
+                       params={"audit": config.to_dict(), **cohort.base_config}) as run:
+            log_metrics({**summary_metrics(rows), **{f"sweep/{k}": float(v) for k, v in counts.items()}})
+            summary = summary_document(cohort, config, rows, run.info.run_id)
+            summary["counts"] = counts
+            figures = cohort_report.figures(rows, summary)
+            with atomic_paths(*paths.values()) as (tmp_rows, tmp_summary, tmp_report, tmp_utility, tmp_attack):
+                rows.to_csv(tmp_rows, index=False)
+                tmp_summary.write_text(json.dumps(summary, indent=1, default=_json_default) + "\n")
+                figures["utility"].savefig(tmp_utility, dpi=110)
+                figures["attacks"].savefig(tmp_attack, dpi=110)
+                cohort_report.write_html(tmp_report, rows, summary, {"utility": tmp_utility, "attacks": tmp_attack})
+            cohort_report.close(figures)
+            for key in ("rows", "summary", "report"):
+                log_artifact(paths[key], STAGE)
+            for key in ("utility_figure", "attack_figure"):
+                log_artifact(paths[key], f"{STAGE}/figures")
+    except BaseException:
+        bar.leave = False  # an error or Ctrl-C: clear the progress line, so the message that follows starts a line
+        raise
+    finally:
+        bar.close()
     return AuditResult(cohort, rows, summary, counts, paths)
 
 

@@ -6,6 +6,11 @@ person: :func:`assert_no_identifiers` refuses keys and values that look like pse
 Every run also records its owner process (``owner_host``: a hash of the host name, ``owner_pid``, ``owner_start``:
 boot id and process start time), so a run left RUNNING by a process that was killed can be told from one that is
 still working: :func:`fail_orphaned_runs` marks the former FAILED, and every top-level :func:`start_run` calls it.
+A run that ended FAILED or KILLED is reopened, not duplicated, when the same run is started again
+(:func:`resumable_run`): a sweep interrupted and rerun keeps one parent and one child per cell.
+
+Numbers in params and tags are written in one canonical text form (:func:`param_text`: ``10.0`` → ``'10'``), so a
+filter such as ``params.epsilon = '10'`` finds the runs whatever type the config held.
 """
 
 from __future__ import annotations
@@ -14,6 +19,8 @@ import contextlib
 import functools
 import hashlib
 import logging
+import math
+import numbers
 import os
 import re
 import socket
@@ -44,6 +51,28 @@ _FORBIDDEN = re.compile(r"(patient_?id|pseudonym|global_?id|linkage_?key|hmac_?k
 
 # Tags naming the process that owns a run (see fail_orphaned_runs).
 OWNER_TAGS = ("owner_host", "owner_pid", "owner_start")
+# Tags whose values are numbers written by param_text even when a caller passes them as text ("1.0" -> "1").
+NUMERIC_TAGS = ("epsilon", "delta")
+# The convention's tags a reopened run must share with the run being started (resumable_run): all but git_commit,
+# which changes with every edit of the work tree while the run's cells and config stay what they were.
+RESUME_MATCH_TAGS = tuple(t for t in (*REQUIRED_TAGS, *OPTIONAL_TAGS) if t != "git_commit")
+# How many times a run was reopened after it ended FAILED or KILLED (resumable_run).
+RESUMED_TAG = "resumed"
+
+# MLflow 3's UI opens an experiment by its tag ``mlflow.experimentKind``. In mlflow 3.17's bundle
+# (server/js/build/static/js/5439.*.chunk.js, the hook that routes an experiment page by its tag) the tab is
+# ``let l=s.fM.Runs; Y===s.Gk.GENAI_DEVELOPMENT&&(l=...fM.Overview:fM.Traces)``: every kind but
+# ``genai_development`` opens the runs table, and ``o9`` maps ``custom_model_development`` to the
+# "Machine learning" workflow (main.*.js: ``CUSTOM_MODEL_DEVELOPMENT="custom_model_development"``, labelled
+# "Machine learning"; ``case Gk.CUSTOM_MODEL_DEVELOPMENT: ... return g$.MACHINE_LEARNING``). Without the tag the UI
+# guesses the kind from traces and runs, and on a fresh experiment asks in a dialog.
+# But in 3.17 the UI's workflow switch comes first: the page follows ``workflowType`` (the address, then the
+# browser's stored choice, default ``genai``), and the tag only where the switch is off. Seen in Chromium on a fresh
+# profile: a tagged experiment still opened on the GenAI Overview. So the links the project prints carry
+# ``?workflowType=machine_learning`` (RUNS_PAGE_QUERY), and the tag is set for UIs that read it.
+RUNS_PAGE_QUERY = "workflowType=machine_learning"
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
+EXPERIMENT_KIND = "custom_model_development"
 
 
 class TrackingPolicyError(ValueError):
@@ -69,9 +98,15 @@ def artifact_root() -> Path | None:
 
 
 def git_commit() -> str:
-    """HEAD's sha, with ``-dirty`` when the work tree has uncommitted changes to tracked files."""
+    """HEAD's sha of the checkout this package runs from (``-dirty`` when tracked files have uncommitted changes),
+    whatever the working directory; for a package installed from a wheel, which has no checkout,
+    ``eegprivacy==<version>`` (what the code was)."""
+    import eegprivacy
+
+    root = Path(eegprivacy.__file__).resolve().parents[2]
+    if not (root / ".git").exists():
+        return f"eegprivacy=={eegprivacy.__version__}"
     try:
-        root = repo_root()
         sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True,
                              check=True).stdout.strip()
         dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
@@ -79,6 +114,53 @@ def git_commit() -> str:
         return f"{sha}-dirty" if dirty else sha
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
+
+
+def param_text(value: Any) -> str:
+    """The one text form of a param or tag value: a number as its shortest exact form, an integral one without a
+    decimal point (``10.0`` → ``'10'``, ``0.5`` → ``'0.5'``, ``1e-05`` → ``'1e-05'``, ``inf`` → ``'inf'``), inside
+    lists, tuples and dicts too (``[1.0, 10.0]`` → ``'[1, 10]'``, still a Python literal); anything else as
+    ``str``. ``float()`` reads every number back."""
+    if value is None or isinstance(value, (bool, str)):
+        return str(value)
+    if isinstance(value, numbers.Integral):
+        return str(int(value))
+    if isinstance(value, numbers.Real):
+        x = float(value)
+        if math.isnan(x):
+            return "nan"
+        if math.isinf(x):
+            return "inf" if x > 0 else "-inf"
+        if x.is_integer() and abs(x) < 1e16:  # beyond, repr's exponent form is the short one
+            return str(int(x))
+        # a NumPy float32/float16 prints its own shortest form ("0.1"), which float() would lengthen
+        return repr(x) if isinstance(value, float) else str(value)
+    if isinstance(value, (list, tuple, Mapping)):
+        return _literal_text(value)
+    return str(value)
+
+
+def _literal_text(value: Any) -> str:
+    """``repr`` of a container with its numbers in :func:`param_text` form."""
+    if isinstance(value, Mapping):
+        return "{" + ", ".join(f"{_literal_text(k)}: {_literal_text(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list):
+        return "[" + ", ".join(_literal_text(v) for v in value) + "]"
+    if isinstance(value, tuple):
+        return "(" + ", ".join(_literal_text(v) for v in value) + ("," if len(value) == 1 else "") + ")"
+    if isinstance(value, numbers.Real) and not isinstance(value, bool):
+        return param_text(value)
+    return repr(value)
+
+
+def _tag_text(key: str, value: Any) -> str:
+    """A tag's value: :func:`param_text`, and an ε or δ given as text in the same canonical form."""
+    if key in NUMERIC_TAGS and isinstance(value, str):
+        try:
+            return param_text(float(value))
+        except ValueError:
+            return value
+    return param_text(value)
 
 
 def flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -107,18 +189,43 @@ def assert_no_identifiers(mapping: Mapping[str, Any], what: str = "params") -> N
 
 
 def _experiment_id(client, name: str) -> str:
+    """The experiment's id, created (with the experiment kind, see EXPERIMENT_KIND) when missing; an existing
+    experiment without a kind gets it."""
     from mlflow.exceptions import MlflowException
 
     experiment = client.get_experiment_by_name(name)
-    if experiment is not None:
-        return experiment.experiment_id
-    root = artifact_root()
+    if experiment is None:
+        root = artifact_root()
+        try:
+            return client.create_experiment(name, artifact_location=(root / name).as_uri() if root else None,
+                                            tags={EXPERIMENT_KIND_TAG: EXPERIMENT_KIND})
+        except MlflowException as err:  # two workers on one fresh store both found it missing
+            if err.error_code != "RESOURCE_ALREADY_EXISTS":
+                raise
+            experiment = client.get_experiment_by_name(name)
+    _ensure_experiment_kind(client, experiment, name)
+    return experiment.experiment_id
+
+
+_KIND_CHECKED: set[tuple[str, str]] = set()  # (tracking URI, experiment name): looked at once per process
+
+
+def _ensure_experiment_kind(client, experiment, name: str) -> None:
+    """Tag an experiment created before the kind was set (or by someone else) with EXPERIMENT_KIND, once per
+    process and experiment; a kind already set (a person's choice in the UI) is kept, and a store that refuses
+    the tag only warns."""
+    from mlflow.exceptions import MlflowException
+
+    key = (str(getattr(client, "tracking_uri", None) or tracking_uri()), name)
+    if key in _KIND_CHECKED:
+        return
+    _KIND_CHECKED.add(key)
+    if (getattr(experiment, "tags", None) or {}).get(EXPERIMENT_KIND_TAG):
+        return
     try:
-        return client.create_experiment(name, artifact_location=(root / name).as_uri() if root else None)
-    except MlflowException as err:  # two workers on one fresh store both found it missing
-        if err.error_code != "RESOURCE_ALREADY_EXISTS":
-            raise
-        return client.get_experiment_by_name(name).experiment_id
+        client.set_experiment_tag(experiment.experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
+    except MlflowException as err:
+        log.warning("could not set %s on experiment %s (%s)", EXPERIMENT_KIND_TAG, name, err)
 
 
 def required_tags(*, study: str, stage: str, dataset: str, dataset_version: str, synthetic: bool, seed: int | None,
@@ -137,7 +244,7 @@ def required_tags(*, study: str, stage: str, dataset: str, dataset_version: str,
         "git_commit": git_commit(),
         "dvc_stage": dvc_stage or os.environ.get("EEGPRIVACY_DVC_STAGE", "manual"),
     }
-    tags.update({k: str(v) for k, v in extra.items() if v is not None})
+    tags.update({k: _tag_text(k, v) for k, v in extra.items() if v is not None})
     return tags
 
 
@@ -289,14 +396,83 @@ def _log_dataset_input(client, run_id: str, tags: Mapping[str, str]) -> None:
         log.warning("could not log dataset %s as an MLflow input (%s: %s)", name, type(err).__name__, err)
 
 
+# Runs this process created (not resumed): a child started under one of them has nothing to resume, so
+# start_run skips the store query; a parent leaves the set when one of its children fails.
+_FRESH_PARENTS: set[str | None] = set()
+
+
+def _count(text: str | None) -> int:
+    try:
+        return int(text or 0)
+    except ValueError:
+        return 0
+
+
+def _quoted(text: str) -> str | None:
+    """``text`` as a string literal of MLflow's search syntax, None when it holds both kinds of quotes."""
+    if "'" not in text:
+        return f"'{text}'"
+    return f'"{text}"' if '"' not in text else None
+
+
+def _owner_gone(tags: Mapping[str, str]) -> bool:
+    """Whether the process that last held a run is this one or has exited (on this host); a run of another
+    host, of a live process, or without owner tags is not ours to reopen."""
+    if tags.get("owner_host") != _host_key():
+        return False
+    try:
+        pid = int(tags.get("owner_pid", ""))
+    except ValueError:
+        return False
+    start = tags.get("owner_start", "")
+    if pid == os.getpid() and (not start or start == _process_start(pid)):
+        return True
+    return pid > 0 and not _owner_alive(pid, start)
+
+
+def resumable_run(client, experiment_id: str, run_name: str | None, parent_run_id: str | None,
+                  tags: Mapping[str, str], params: Mapping[str, str]):
+    """The run that :func:`start_run` reopens instead of creating a new one, or None.
+
+    The rule: the newest run of the experiment with the same run name, the same parent (none for a top-level
+    run), status FAILED or KILLED, its owner process gone (this host; or this very process), the same value of
+    every convention tag (RESUME_MATCH_TAGS: the required and optional tags but ``git_commit``; the owner tags
+    are not compared) and no param that differs from or is missing in ``params`` (a run killed before it logged
+    its params has a subset). Runs without a name are never resumed. A top-level run is looked up after
+    :func:`fail_orphaned_runs`, so a run whose process was killed with SIGKILL is FAILED by then."""
+    name = _quoted(run_name) if run_name else None
+    if name is None:
+        return None
+    query = f"attributes.run_name = {name}"
+    if parent_run_id:
+        query += f" and tags.mlflow.parentRunId = '{parent_run_id}'"
+    runs = client.search_runs([experiment_id], filter_string=query, max_results=1000,
+                              order_by=["attributes.start_time DESC"])
+    for run in runs:
+        run_tags, run_params = run.data.tags, run.data.params
+        if run.info.status not in ("FAILED", "KILLED") or run.info.run_name != run_name:
+            continue
+        if run_tags.get("mlflow.parentRunId") != (parent_run_id or None):
+            continue
+        if any(run_tags.get(t) != tags.get(t) for t in RESUME_MATCH_TAGS):
+            continue
+        if any(params.get(k) != v for k, v in run_params.items()):
+            continue
+        if _owner_gone(run_tags):
+            return run
+    return None
+
+
 @contextlib.contextmanager
 def start_run(*, study: str, tags: Mapping[str, str], params: Mapping[str, Any] | None = None,
               run_name: str | None = None, parent_run_id: str | None = None) -> Iterator[Any]:
     """Open a run in the study's experiment with validated tags and flattened params.
 
     ``study`` is a key of EXPERIMENTS. Nested (child) runs pass ``parent_run_id``. A top-level run first marks
-    the experiment's orphaned runs FAILED (:func:`fail_orphaned_runs`). The tags' dataset is also logged as the
-    run's MLflow dataset input (:func:`_log_dataset_input`).
+    the experiment's orphaned runs FAILED (:func:`fail_orphaned_runs`). A FAILED or KILLED run of the same name,
+    parent, tags and params is reopened rather than duplicated (:func:`resumable_run`), with the tag ``resumed``
+    counting the reopenings. Param values and the ε/δ tags are written by :func:`param_text`. The tags' dataset
+    is also logged as the run's MLflow dataset input (:func:`_log_dataset_input`).
     """
     import mlflow
 
@@ -307,23 +483,46 @@ def start_run(*, study: str, tags: Mapping[str, str], params: Mapping[str, Any] 
     flat = flatten(params or {})
     assert_no_identifiers(flat, "param")
 
-    mlflow.set_tracking_uri(tracking_uri())
+    uri = tracking_uri()
+    if uri.startswith("sqlite:///"):  # a store named in a folder that does not exist yet (audit-cohort's OUTPUT_DIR)
+        Path(uri.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+    mlflow.set_tracking_uri(uri)
     client = mlflow.MlflowClient()
     experiment_id = _experiment_id(client, EXPERIMENTS[study])
     if mlflow.active_run() is None:
         fail_orphaned_runs(study, client)
+    tags = {k: _tag_text(k, v) for k, v in tags.items()}
+    # MLflow caps a param value at 6000 characters.
+    texts = {k: param_text(v)[:6000] for k, v in flat.items()}
     run_tags = {**tags, **owner_tags()}
     if parent_run_id:
         run_tags["mlflow.parentRunId"] = parent_run_id
-    with mlflow.start_run(experiment_id=experiment_id, run_name=run_name, tags=run_tags,
+    previous = None
+    if parent_run_id not in _FRESH_PARENTS:  # a run created new by this process has no failed children to resume
+        previous = resumable_run(client, experiment_id, run_name, parent_run_id, tags, texts)
+    if previous is not None:
+        run_tags[RESUMED_TAG] = str(_count(previous.data.tags.get(RESUMED_TAG)) + 1)
+        if "failed_reason" in previous.data.tags:
+            client.delete_tag(previous.info.run_id, "failed_reason")
+        log.info("resuming %s run %s (%s)", previous.info.status, run_name, previous.info.run_id)
+    with mlflow.start_run(run_id=previous.info.run_id if previous else None,
+                          experiment_id=None if previous else experiment_id, run_name=run_name, tags=run_tags,
                           nested=mlflow.active_run() is not None) as run:
+        if previous is None:
+            _FRESH_PARENTS.add(run.info.run_id)
         _log_dataset_input(client, run.info.run_id, tags)
-        if flat:
-            # MLflow caps one batch at 100 params and a value at 6000 characters.
-            items = [(k, str(v)[:6000]) for k, v in flat.items()]
-            for start in range(0, len(items), 100):
-                mlflow.log_params(dict(items[start:start + 100]))
-        yield run
+        # Params a resumed run already holds are not sent again (equal by resumable_run's rule).
+        items = [(k, v) for k, v in texts.items() if previous is None or k not in previous.data.params]
+        for start in range(0, len(items), 100):  # MLflow caps one batch at 100 params
+            mlflow.log_params(dict(items[start:start + 100]))
+        try:
+            yield run
+        except BaseException as err:
+            # this run failed: a retry under the same parent may resume it, so look it up from now on
+            _FRESH_PARENTS.discard(parent_run_id)
+            if isinstance(err, KeyboardInterrupt):  # Ctrl-C: KILLED, as the UI should show it (MLflow says FAILED)
+                mlflow.end_run("KILLED")
+            raise
 
 
 def log_metrics(metrics: Mapping[str, float], step: int | None = None) -> None:
@@ -355,7 +554,7 @@ def log_to_named_run(study: str, run_name: str, metrics: Mapping[str, float] | N
     assert_no_identifiers(safe, "metric")
     for key, value in safe.items():
         client.log_metric(run_id, key, value)
-    safe_tags = {"".join(ch if ch.isalnum() or ch in "_-./ " else "_" for ch in str(k)): str(v)
+    safe_tags = {"".join(ch if ch.isalnum() or ch in "_-./ " else "_" for ch in str(k)): _tag_text(str(k), v)
                  for k, v in (tags or {}).items()}
     assert_no_identifiers(safe_tags, "tag")
     for key, value in safe_tags.items():
@@ -400,5 +599,5 @@ def has_finished_run(study: str, uri: str | None = None, **tags: str) -> bool:
     experiment = client.get_experiment_by_name(EXPERIMENTS[study])
     if experiment is None:
         return False
-    clauses = ["attributes.status = 'FINISHED'", *(f"tags.{k} = '{v}'" for k, v in tags.items())]
+    clauses = ["attributes.status = 'FINISHED'", *(f"tags.{k} = '{_tag_text(k, v)}'" for k, v in tags.items())]
     return bool(client.search_runs([experiment.experiment_id], filter_string=" and ".join(clauses), max_results=1))

@@ -1,0 +1,252 @@
+"""``eegprivacy audit-cohort`` as a data steward meets it, always through the installed command in a subprocess:
+BIDS-App arguments and selection, results (and the MLflow store) under OUTPUT_DIR with nothing written to the
+working folder, bad recordings each named on the console, label checks before any signal is read, one-line errors
+whose hints name flags, a quiet console with one progress line and a readable last line, Ctrl-C then a rerun that
+resumes, and ``eegprivacy --help`` with user commands apart from the pipeline's stages.
+
+The cohort is 12 real MSU subjects written as BIDS trees (EDF, and BrainVision where a float sample must be NaN).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from _cohort_audit_data import MiniMSU
+
+EEGPRIVACY = str(Path(sys.executable).with_name("eegprivacy"))
+# The same small settings as tests/test_audit_cohort.py (two noise seeds, ε 1 and 10, one mechanism).
+SMALL = ["--epsilons", "1", "10", "--mechanisms", "gaussian_analytic", "--noise-seeds", "2", "--baseline-seeds", "2",
+         "--permutations", "3", "--nested-seeds", "1", "--bootstrap", "400", "--membership-trials", "4", "--jobs", "2",
+         "--no-progress"]
+pytestmark = pytest.mark.realdata
+
+
+def _env(**extra) -> dict:
+    env = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_TRACKING_URI", "EEGPRIVACY_CACHE")}
+    return {**env, "MPLBACKEND": "Agg", **extra}
+
+
+def _run(args, cwd: Path, timeout: float = 600, **env) -> subprocess.CompletedProcess:
+    return subprocess.run([EEGPRIVACY, *map(str, args)], cwd=cwd, env=_env(**env), capture_output=True, text=True,
+                          timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def trees(tmp_path_factory, data_root):
+    """The 12 subjects as EDF and as BrainVision BIDS trees (written once, copied and damaged per test)."""
+    from eegprivacy.data.bids import to_bids
+
+    tmp = tmp_path_factory.mktemp("trees")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("EEGPRIVACY_DATA", str(data_root))
+        to_bids(MiniMSU(), tmp / "edf", format="EDF")
+        to_bids(MiniMSU(), tmp / "bv", format="BrainVision")
+    return tmp
+
+
+def _copy(trees: Path, kind: str, tmp_path: Path) -> Path:
+    return Path(shutil.copytree(trees / kind, tmp_path / f"bids-{kind}"))
+
+
+def _empty(tmp_path: Path) -> Path:
+    folder = tmp_path / "cwd"
+    folder.mkdir(exist_ok=True)
+    return folder
+
+
+def _no_traceback(text: str) -> None:
+    assert "Traceback" not in text, text
+
+
+def test_group_level_from_an_empty_folder_with_participant_selection_and_a_truncated_file(trees, tmp_path):
+    """BIDS-App form from an empty working folder: results, MLflow store and work folder under OUTPUT_DIR, nothing
+    in the working folder; --participant-label and --task select; the cohort's name from dataset_description.json
+    titles the report and tags the runs; a truncated EDF is one console line naming the file; MNE's and MLflow's
+    INFO lines are off; the last line is a sentence."""
+    import mlflow
+
+    tree = _copy(trees, "edf", tmp_path)
+    description = json.loads((tree / "dataset_description.json").read_text())
+    (tree / "dataset_description.json").write_text(json.dumps({**description, "Name": "Steward cohort"}))
+    edf = tree / "sub-03" / "eeg" / "sub-03_task-rest_eeg.edf"
+    with open(edf, "r+b") as handle:
+        handle.truncate(edf.stat().st_size // 2)
+    cwd, out = _empty(tmp_path), tmp_path / "audit"
+    labels = ["01", "02", "03", "04", "sub-07", "08", "09", "10"]
+    with_progress = [arg for arg in SMALL if arg != "--no-progress"]
+    done = _run(["audit-cohort", tree, out, "group", "--label", "label", "--participant-label", *labels, "--task",
+                 "rest", *with_progress], cwd)
+    assert done.returncode == 0, done.stderr
+    assert list(cwd.iterdir()) == []
+    assert {"report.html", "rows.csv", "summary.json", "mlflow.db", "work"} <= {p.name for p in out.iterdir()}
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["dataset"] == "Steward cohort" and summary["cohort"]["n_patients"] == 8
+    assert "Cohort audit: Steward cohort" in (out / "report.html").read_text()
+    client = mlflow.MlflowClient(f"sqlite:///{out / 'mlflow.db'}")
+    run = client.get_run(summary["mlflow_summary_run"])
+    assert run.data.tags["dataset"] == "Steward cohort"
+    # the bad file, by name, once, on the console
+    # one overall progress line (tqdm rewrites it in place), with elapsed time and an ETA
+    bars = [part for part in re.split(r"[\r\n]", done.stderr) if part.startswith("audit: ")]
+    assert any(re.match(r"audit: utility and attack cells: \d+/\d+ steps .* elapsed, ETA ", b) for b in bars), bars
+    warned = [line for line in done.stderr.splitlines() if "truncated" in line]
+    assert len(warned) == 1 and warned[0].startswith("warning: ") and str(edf) in warned[0], done.stderr
+    # a quiet console: no per-file MNE lines, no MLflow INFO lines, no Python warning source lines
+    for noise in ("Reading 0", " INFO ", "Setting up band-pass filter", "warnings.warn("):
+        assert noise not in done.stderr + done.stdout, noise
+    last = done.stdout.strip().splitlines()[-1]
+    assert re.fullmatch(r"Steward cohort: 8 patients, non-private AUROC \d\.\d{3} \[\d\.\d{3}, \d\.\d{3}\]; "
+                        r"gaussian_analytic keeps (utility from ε = \d+|no utility at any ε ≤ 10) \(ε per patient; "
+                        r"\d+ cells computed, 0 resumed\)\.", last), last
+    experiment = client.get_experiment_by_name("study-a-dp-release").experiment_id
+    assert (f"mlflow ui --backend-store-uri sqlite:///{out / 'mlflow.db'} --port 5000, then open "
+            f"http://127.0.0.1:5000/#/experiments/{experiment}/runs?workflowType=machine_learning") in done.stdout
+
+
+def test_a_session_with_no_recordings_is_one_line(trees, tmp_path):
+    cwd = _empty(tmp_path)
+    done = _run(["audit-cohort", trees / "edf", tmp_path / "out", "group", "--label", "label", "--session", "2", *SMALL], cwd)
+    assert done.returncode == 2
+    _no_traceback(done.stderr)
+    [line] = done.stderr.strip().splitlines()
+    assert line.startswith("error: ") and "in session '2'" in line, line
+    assert not (tmp_path / "out").exists()
+
+
+def test_nan_samples_end_as_one_line_naming_the_file(trees, tmp_path):
+    tree = _copy(trees, "bv", tmp_path)
+    samples = tree / "sub-05" / "eeg" / "sub-05_task-rest_eeg.eeg"
+    data = np.fromfile(samples, dtype="<f4")
+    data[1000:1010] = np.nan
+    data.tofile(samples)
+    done = _run(["audit-cohort", tree, tmp_path / "out", "group", "--label", "label", *SMALL], _empty(tmp_path))
+    assert done.returncode == 2
+    _no_traceback(done.stderr)
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and "sub-05_task-rest_eeg.vhdr" in errors[0] and "NaN" in errors[0], done.stderr
+
+
+def test_participant_level_checks_each_participant_and_goes_on(trees, tmp_path):
+    """The participant level reads every selected participant on its own: a participant with NaN samples is one
+    error line naming its file, the others get their QC table, and the exit status says one failed."""
+    tree = _copy(trees, "bv", tmp_path)
+    samples = tree / "sub-05" / "eeg" / "sub-05_task-rest_eeg.eeg"
+    data = np.fromfile(samples, dtype="<f4")
+    data[:4] = np.inf
+    data.tofile(samples)
+    out = tmp_path / "out"
+    done = _run(["audit-cohort", tree, out, "participant", "--label", "label", "--participant-label", "04", "05", "06",
+                 "--no-progress"], _empty(tmp_path))
+    assert done.returncode == 1
+    _no_traceback(done.stderr)
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and errors[0].startswith("error: sub-05: ") and "sub-05_task-rest_eeg.vhdr" in errors[0]
+    assert sorted(p.name for p in out.glob("*_qc.tsv")) == ["sub-04_qc.tsv", "sub-06_qc.tsv"]
+    qc = pd.read_csv(out / "sub-04_qc.tsv", sep="\t")
+    assert list(qc["file"]) == ["sub-04/eeg/sub-04_task-rest_eeg.vhdr"] and qc["windows"].iloc[0] > 0
+    assert "1 of 3 participant(s)" not in done.stdout and "2 of 3 participant(s) passed" in done.stderr
+
+
+def test_one_class_is_refused_before_any_signal_is_read(trees, tmp_path):
+    tree = _copy(trees, "edf", tmp_path)
+    table = pd.read_csv(tree / "participants.tsv", sep="\t", dtype=str)
+    table["label"] = "1"
+    table.to_csv(tree / "participants.tsv", sep="\t", index=False)
+    out = tmp_path / "out"
+    done = _run(["audit-cohort", tree, out, "group", "--label", "label", *SMALL], _empty(tmp_path))
+    assert done.returncode == 2
+    _no_traceback(done.stderr)
+    [line] = done.stderr.strip().splitlines()
+    assert "both classes" in line
+    assert not out.exists()  # no feature table, no work folder, no store: nothing was read past the headers
+
+
+def test_error_hints_name_the_flags_not_python_arguments(trees, tmp_path):
+    tree = _copy(trees, "edf", tmp_path)
+    table = pd.read_csv(tree / "participants.tsv", sep="\t", dtype=str)
+    table["label"] = table["label"].map({"0": "HC", "1": "SZ"})
+    table.to_csv(tree / "participants.tsv", sep="\t", index=False)
+    done = _run(["audit-cohort", tree, tmp_path / "out", "group", "--label", "label", *SMALL], _empty(tmp_path))
+    assert done.returncode == 2
+    [line] = done.stderr.strip().splitlines()
+    assert "--label-map HC=0 SZ=1" in line and "label_map" not in line, line
+    done = _run(["audit-cohort", tree, tmp_path / "out", "group", "--label", "diagnosis", *SMALL], _empty(tmp_path))
+    [line] = done.stderr.strip().splitlines()
+    assert "pass --label with one of them" in line and "label=" not in line, line
+    mapped = _run(["audit-cohort", tree, tmp_path / "out", "participant", "--label", "label", "--label-map", "HC=0", "SZ=1",
+                   "--participant-label", "01", "--no-progress"], _empty(tmp_path))
+    assert mapped.returncode == 0, mapped.stderr
+
+
+def test_ctrl_c_stops_cleanly_and_the_rerun_resumes(trees, tmp_path):
+    """Ctrl-C (SIGINT to the whole process group, as a terminal sends it) in the middle of the cells: exit 130 and
+    the hint, no traceback; the same command again finishes, resuming the cells already done, and the MLflow store
+    holds no FAILED run."""
+    import mlflow
+
+    out = tmp_path / "out"
+    command = [EEGPRIVACY, "audit-cohort", str(trees / "edf"), str(out), "group", "--label", "label", *SMALL]
+    cwd = _empty(tmp_path)
+    process = subprocess.Popen(command, cwd=cwd, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True, start_new_session=True)
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and len(list((out / "work" / "cells").rglob("*.csv"))) < 3:
+        assert process.poll() is None, process.communicate()
+        time.sleep(0.1)
+    os.killpg(process.pid, signal.SIGINT)
+    stdout, stderr = process.communicate(timeout=120)
+    assert process.returncode == 130, stderr
+    _no_traceback(stderr)
+    assert stderr.strip().splitlines()[-1] == "interrupted; rerun the same command to resume", stderr
+    done = subprocess.run(command, cwd=cwd, env=_env(), capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    resumed = int(re.search(r"(\d+) resumed\)", done.stdout).group(1))
+    assert resumed >= 3
+    client = mlflow.MlflowClient(f"sqlite:///{out / 'mlflow.db'}")
+    experiment = client.get_experiment_by_name("study-a-dp-release")
+    runs = client.search_runs([experiment.experiment_id], max_results=5000)
+    statuses = [r.info.status for r in runs]
+    assert statuses and set(statuses) == {"FINISHED"}, sorted(statuses)
+    assert any(r.data.tags.get("resumed") for r in runs)  # reopened, not duplicated
+    # child runs are named for a person: sweep · mechanism, ε, seed (no cache hash)
+    children = [r.info.run_name for r in runs if "mlflow.parentRunId" in r.data.tags]
+    release = [n for n in children if " · arm=release mechanism=gaussian_analytic ε=10 " in n]
+    assert release and all(re.fullmatch(r"audit_cohort-mini_msu-utility-gaussian_analytic · arm=release "
+                                        r"mechanism=gaussian_analytic ε=10 noise_scale=\d+(\.\d{1,3})? seed=\d", n)
+                           for n in release), release
+
+
+def test_verbose_shows_the_libraries_messages(trees, tmp_path):
+    quiet = _run(["audit-cohort", trees / "edf", tmp_path / "q", "participant", "--label", "label", "--participant-label", "01",
+                  "--no-progress"], _empty(tmp_path))
+    loud = _run(["audit-cohort", trees / "edf", tmp_path / "v", "participant", "--label", "label", "--participant-label", "01",
+                 "--no-progress", "--verbose"], tmp_path)
+    assert quiet.returncode == loud.returncode == 0, loud.stderr
+    detail = re.compile(r"^sub-01: 1 recording\(s\), \d+ window\(s\), 16 channel\(s\) kept$", re.M)
+    assert not detail.search(quiet.stderr) and detail.search(loud.stderr), (quiet.stderr, loud.stderr)
+
+
+def test_help_lists_user_commands_apart_from_pipeline_stages(tmp_path):
+    done = _run(["--help"], tmp_path)
+    assert done.returncode == 0
+    text = done.stdout
+    users, stages = text.index("user commands"), text.index("pipeline stages")
+    assert users < stages
+    user_block, stage_block = text[users:stages], text[stages:]
+    for command in ("audit-cohort", "to-bids", "datasets", "report"):
+        assert re.search(rf"^  {command} ", user_block, re.M), command
+        assert not re.search(rf"^  {command} ", stage_block, re.M), command
+    assert re.search(r"^  dp-release ", stage_block, re.M)
+    usage = _run(["audit-cohort", "--help"], tmp_path).stdout
+    assert "BIDS_DIR OUTPUT_DIR {participant,group}" in usage and "--participant-label" in usage
