@@ -106,9 +106,11 @@ def test_group_level_from_an_empty_folder_with_participant_selection_and_a_trunc
     for noise in ("Reading 0", " INFO ", "Setting up band-pass filter", "warnings.warn("):
         assert noise not in done.stderr + done.stdout, noise
     last = done.stdout.strip().splitlines()[-1]
-    assert re.fullmatch(r"Steward cohort: 8 patients, non-private AUROC \d\.\d{3} \[\d\.\d{3}, \d\.\d{3}\]; "
-                        r"gaussian_analytic keeps (utility from ε = \d+|no utility at any ε ≤ 10) \(ε per patient; "
-                        r"\d+ cells computed, 0 resumed\)\.", last), last
+    ci = r"-?\d\.\d{3} \[-?\d\.\d{3}, -?\d\.\d{3}\]"
+    assert re.fullmatch(rf"Steward cohort: 8 patients, non-private AUROC {ci} vs permuted-label control {ci} "
+                        rf"\(difference {ci.replace('-?', '[+-]')}\), 95% intervals over subjects\+seeds; "
+                        r"gaussian_analytic beats its matched null (from ε = \d+|at no ε ≤ 10) \(ε per patient, on "
+                        r"the features; \d+ cells computed, 0 resumed\)\.", last), last
     experiment = client.get_experiment_by_name("study-a-dp-release").experiment_id
     assert (f"mlflow ui --backend-store-uri sqlite:///{out / 'mlflow.db'} --port 5000, then open "
             f"http://127.0.0.1:5000/#/experiments/{experiment}/runs?workflowType=machine_learning") in done.stdout

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 import eegprivacy
-from eegprivacy.commands import audit_cohort
+from eegprivacy.commands import audit_cohort, key_values
 from eegprivacy.paths import DATA_ENV, data_root, repo_root
 from eegprivacy.pipeline import executors, stages
 
@@ -108,13 +108,11 @@ def cmd_to_bids(args) -> int:
     from eegprivacy.data.bids import RecordingReadError, to_bids
     from eegprivacy.errors import InputDataError
 
-    kwargs = {}
-    for item in args.dataset_arg or []:
-        key, sep, value = item.partition("=")
-        if not sep:
-            print(f"eegprivacy to-bids: --dataset-arg {item!r} must look like KEY=VALUE", file=sys.stderr)
-            return 2
-        kwargs[key.strip()] = value.strip()
+    try:
+        kwargs = key_values(args.dataset_arg, "--dataset-arg")
+    except ValueError as err:
+        print(f"eegprivacy to-bids: {err}", file=sys.stderr)
+        return 2
     try:
         conversion = to_bids(get_dataset(args.dataset, **kwargs), args.out, label_column=args.label_column,
                              task=None if args.task == "condition" else args.task, overwrite=args.overwrite,

@@ -22,6 +22,8 @@ import sys
 import warnings
 from pathlib import Path
 
+from eegprivacy.commands import key_values
+
 DESCRIPTION = """\
 What would a differentially private release of your cohort's EEG features cost and leak? Study A's pipeline on
 your own labelled cohort: one feature vector per patient, released by each DP mechanism at each ε (per patient),
@@ -43,7 +45,8 @@ unless MLFLOW_TRACKING_URI or --tracking-uri names another, and the work folder 
 OUTPUT_DIR/work: the feature table and every finished cell; it names subjects, keep it private). A rerun of the
 same command computes only what is missing; Ctrl-C stops it cleanly.
 
-ε is per patient (one released vector per patient); labels travel in the clear. Numbers depend on the recordings,
+ε is per patient (one released vector per patient) and covers the released features only: the robust-scaling
+statistics are fitted on the private patients outside ε, and the labels travel in the clear. Numbers depend on the recordings,
 labels and seeds only (patients are put in a canonical order by their feature vectors), not on subject ids, file
 paths or the dataset's name. The default mechanisms are the formally calibrated ones; the paper's
 laplace_implemented (no formal guarantee for d > 1) runs only when named, and is flagged so in the report.
@@ -58,13 +61,10 @@ log = logging.getLogger("eegprivacy.audit_cohort")
 
 
 def _mapping(items: list[str] | None, flag: str) -> dict:
-    out = {}
-    for item in items or []:
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise argparse.ArgumentTypeError(f"{flag} {item!r} must look like KEY=VALUE")
-        out[key.strip()] = value.strip()
-    return out
+    try:
+        return key_values(items, flag)
+    except ValueError as err:
+        raise UsageError(str(err)) from None
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -352,7 +352,7 @@ def _guarded(args, level: str) -> int:
     except KeyboardInterrupt:
         print(INTERRUPTED, file=sys.stderr)
         return 130
-    except (UsageError, argparse.ArgumentTypeError) as err:
+    except UsageError as err:
         print(f"eegprivacy audit-cohort: error: {err}\nusage: {USAGE}", file=sys.stderr)
         return 2
     except Exception as err:  # noqa: BLE001 - bad input ends as one line; anything else keeps its traceback
@@ -471,15 +471,27 @@ def runs_link(uri: str, port: int = 5000) -> str:
 
 
 def summary_line(summary: dict, counts: dict) -> str:
-    """The last console line: the cohort, its non-private AUROC and, per mechanism, from which ε utility holds."""
+    """The last console line: the cohort, its non-private AUROC beside the permuted-label control (and the
+    difference, what is tested), and per mechanism from which ε the release beats its matched null."""
+    def ci(entry: dict, sign: str = "") -> str:
+        return f"{entry['value']:{sign}.3f} [{entry['ci_low']:{sign}.3f}, {entry['ci_high']:{sign}.3f}]"
+
+    controls = summary.get("controls") or {}
     base = summary["baseline"]["auroc"]
+    gap = (controls.get("baseline_minus_permuted") or {}).get("auroc")
+    permuted = (controls.get("permuted") or summary.get("permuted_labels") or {}).get("auroc")
     parts = []
     for mechanism, horizon in summary["horizons"].items():
         if isinstance(horizon, (int, float)) and math.isfinite(horizon):
-            parts.append(f"{mechanism} keeps utility from ε = {horizon:g}")
+            parts.append(f"{mechanism} beats its matched null from ε = {horizon:g}")
+        elif horizon == "not tested":
+            parts.append(f"{mechanism} not tested (too few noise seeds)")
         else:
-            parts.append(f"{mechanism} keeps no utility at any ε ≤ {max(summary['config']['epsilons']):g}")
+            parts.append(f"{mechanism} beats its matched null at no ε ≤ {max(summary['config']['epsilons']):g}")
+    control = (f" vs permuted-label control {ci(permuted)} (difference {ci(gap, '+')})"
+               if permuted and gap else "")
     synthetic = "SYNTHETIC " if summary.get("synthetic") else ""
     return (f"{synthetic}{summary['dataset']}: {summary['cohort']['n_patients']} patients, non-private AUROC "
-            f"{base['value']:.3f} [{base['ci_low']:.3f}, {base['ci_high']:.3f}]; " + "; ".join(parts)
-            + f" (ε per patient; {counts['cells_computed']} cells computed, {counts['cells_resumed']} resumed).")
+            f"{ci(base)}{control}, 95% intervals over {base.get('ci_over', 'subjects')}; " + "; ".join(parts)
+            + f" (ε per patient, on the features; {counts['cells_computed']} cells computed, "
+            f"{counts['cells_resumed']} resumed).")

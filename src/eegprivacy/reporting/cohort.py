@@ -241,10 +241,14 @@ def verdict_text(summary: dict) -> list[str]:
                      else f"ε covers the {covers}" + (f" ({note})." if note else "."))
 
     baseline = ((summary.get("controls") or {}).get("baseline") or summary.get("baseline") or {}).get("auroc") or {}
+    permuted = ((summary.get("controls") or {}).get("permuted") or {}).get("auroc") or {}
+    shuffled = "" if permuted.get("value") is None else (
+        f", against {permuted['value']:.2f}{_interval(permuted, '.2f', confidence)} when the same protocol learns "
+        "shuffled labels (its control)")
     reference = "" if baseline.get("value") is None else (
         f"; for comparison, the same features without noise predict the label with AUROC {baseline['value']:.2f}"
-        f"{_interval(baseline, '.2f', confidence)}, where {_g(baseline.get('chance', 0.5))} is a coin flip and 1 is "
-        "perfect")
+        f"{_interval(baseline, '.2f', confidence)}{shuffled}, where {_g(baseline.get('chance', 0.5))} is a coin flip "
+        "and 1 is perfect")
     test = (f"a test at the {1 - confidence:.0%} level that the noised vectors predict the label better than the "
             "same noise added to a blank table with no patient information")
     horizons = summary["horizons"]
@@ -270,10 +274,14 @@ def verdict_text(summary: dict) -> list[str]:
     entry = ((reid.get("results") or {}).get(mechanism) or {}).get(_g(epsilon), {}).get("top1_accuracy") or {}
     if reid.get("applies") and entry.get("value") is not None:
         noiseless = ((reid["results"].get("none") or {}).get("none") or {}).get("top1_accuracy") or {}
+        control = ((reid["results"].get(mechanism) or {}).get(_g(epsilon)) or {}).get(
+            "top1_accuracy_shuffled_control") or {}
         attacker = _REID_ATTACKER.get(reid.get("kind"), "a second recording of each patient")
         first = (f"{where}, an attacker holding {attacker} matched {entry['value']:.0%} of the released vectors to the "
                  f"right patient{_interval(entry, '.0%')}, against {entry['chance']:.0%} by pure guessing"
-                 + (f" and {noiseless['value']:.0%} without any noise" if noiseless.get("value") is not None else ""))
+                 + (f" and {noiseless['value']:.0%} without any noise" if noiseless.get("value") is not None else "")
+                 + (f", and {control['value']:.0%} with the patients' identities shuffled (the attack's control)"
+                    if control.get("value") is not None else ""))
     else:
         reason = (reid.get("reason") or "it was not run").removeprefix("re-identification does not apply: ")
         if reason == "one recording per subject":
@@ -292,10 +300,30 @@ def verdict_text(summary: dict) -> list[str]:
     return sentences
 
 
+_RESAMPLED = {"subjects": "patients", "subjects+seeds": "patients and seeds", "seeds": "noise seeds"}
+
+
+def intervals_note(summary: dict) -> str:
+    """What the verdict's intervals resample, one clause per quantity, from each entry's ``ci_over`` (patients are
+    the privacy unit; the membership rows are resampled over noise seeds)."""
+    baseline = ((summary.get("controls") or {}).get("baseline") or {}).get("auroc") or {}
+    mechanism, epsilon, _ = _attack_point(summary)
+    parts = [("the AUROCs", baseline.get("ci_over"))]
+    for kind, metric, what in (("reidentification", "top1_accuracy", "re-identification"),
+                               ("membership", "auroc_likelihood", "membership")):
+        results = (summary["attacks"].get(kind) or {}).get("results") or {}
+        entry = ((results.get(mechanism) or {}).get(_g(epsilon)) or {}).get(metric) or {}
+        parts.append((what, entry.get("ci_over")))
+    said = [f"{what} over {_RESAMPLED.get(over, over)}" for what, over in parts if over]
+    return "Intervals resample " + "; ".join(said) + "." if said else ""
+
+
 def verdict_html(summary: dict) -> str:
-    """The verdict's sentences (:func:`verdict_text`), one short paragraph each."""
+    """The verdict's sentences (:func:`verdict_text`), one short paragraph each, then what the intervals resample."""
     paragraphs = "".join(f'<p class="verdict-sentence mb-2">{html.escape(s)}</p>' for s in verdict_text(summary))
-    return f'<div class="verdict" style="font-size:1.05rem">{paragraphs}</div>'
+    note = intervals_note(summary)
+    note = f'<p class="text-muted small mb-0">{html.escape(note)}</p>' if note else ""
+    return f'<div class="verdict" style="font-size:1.05rem">{paragraphs}{note}</div>'
 
 
 # ---------------------------------------------------------------------------------------------------------------
