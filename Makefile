@@ -47,15 +47,22 @@ LINKAGE_KEY_FILE := data/secrets/linkage.key
 # wall time and peak RSS to STAGE_LOG (emptied first), and `make bench` reports both.
 REPRODUCE_WALL := benchmarks/reproduce_wall.json
 STAGE_LOG := data/cache/reproduce_stages.jsonl
+# Written before `dvc repro` (stages to run, their recorded seconds): each stage prints "stage k of n, elapsed, ETA".
+REPRODUCE_PLAN := data/cache/reproduce_plan.json
 # Resumable per-cell caches: with them, a rerun recomputes only new cells (`reproduce-scratch` moves them aside).
 CELL_CACHES := data/sweeps data/embedding_audit $(wildcard data/optuna/*.db)
 
-# PROFILE=default (the README's `make reproduce`: under 30 minutes on 2 cores) or full (today's paper-scale
-# settings: 20 noise seeds and an inner LOSO in study A, 5 seeds and every round attacked in study B, the
-# published encoders in study C, 80 / 120 Optuna trials; several hours). `full` runs as a DVC experiment that
-# writes these values into params/ (`git checkout params/` returns to the default profile).
+# PROFILE=default (the README's `make reproduce`: the headline cohorts of params/profile.yaml — study A on MSU + the
+# synthetic sanity check, study B on eegmmidb, study C's three cohorts) or full (paper scale: eegmat's study A and B
+# arms and study B's synthetic cohort added, 20 noise seeds and an inner LOSO in study A, 5 seeds and every round
+# attacked on every study B cohort, the published encoders in study C, 80 / 120 Optuna trials; several hours).
+# `full` runs as a DVC experiment that writes these values into params/ (`git checkout params/` returns to default).
 PROFILE ?= default
 FULL_PROFILE := \
+	-S 'params/profile.yaml:profile.name=full' \
+	-S 'params/profile.yaml:profile.study_a=[synthetic_clinical,eegmat,msu_schizophrenia]' \
+	-S 'params/profile.yaml:profile.study_a_attacks=[eegmat,msu_schizophrenia]' \
+	-S 'params/profile.yaml:++profile.study_b={eegmmidb: data/versions/eegmmidb.json, eegmat: data/versions/eegmat.json, synthetic_mi: src/eegprivacy/data/synthetic.py}' \
 	-S 'params/dp_release.yaml:dp_release.noise_seeds=20' \
 	-S 'params/dp_release.yaml:dp_utility.baseline_mlp_seeds=20' \
 	-S 'params/dp_release.yaml:dp_utility.nested_inner_folds=loso' \
@@ -88,7 +95,9 @@ reproduce: $(STAMP)  ## run the DVC pipeline (real public data) on the default p
 	cached=$$(find $(CELL_CACHES) -type f ! -name .gitignore 2>/dev/null | wc -l); start=$$(date +%s.%N); \
 	export PATH=$(abspath $(BIN)):$$PATH \
 		EEGPRIVACY_LINKAGE_KEY_FILE=$${EEGPRIVACY_LINKAGE_KEY_FILE:-$$( [ -n "$$EEGPRIVACY_LINKAGE_KEY" ] || echo $(abspath $(LINKAGE_KEY_FILE)))} \
-		EEGPRIVACY_STAGE_LOG=$(abspath $(STAGE_LOG)); \
+		EEGPRIVACY_STAGE_LOG=$(abspath $(STAGE_LOG)) EEGPRIVACY_REPRODUCE_PLAN=$(abspath $(REPRODUCE_PLAN)); \
+	$(BIN)/python benchmarks/reproduce_times.py plan --start $$start --out $(REPRODUCE_PLAN) --profile $(PROFILE) \
+		--repro-args="$(REPRO_ARGS)" || rm -f $(REPRODUCE_PLAN); \
 	$(DVC_RUN); rc=$$?; \
 	if [ $$rc -eq 0 ] && [ "$(PROFILE)" = default ]; then \
 		missing=$$(EEGPRIVACY_STAGE_LOG= eegprivacy stages --missing-runs | tr '\n' ' '); \

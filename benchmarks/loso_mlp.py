@@ -4,9 +4,10 @@ The tasks are one nested cell's: the 84 outer LOSO fits and the inner-LOSO fits 
 j" (84·83/2 = 3,486 in the full cell; an evenly spaced subset here, the same subset for every path). Three paths,
 each on one core (BLAS and torch at one thread; the pipeline runs cells in parallel processes instead):
 
-- ``sklearn``: today's path, ``StandardScaler + MLPClassifier`` cloned and fitted per task;
+- ``sklearn``: ``StandardScaler + MLPClassifier`` cloned and fitted per task (``LOSOEvaluation(batched=False)``,
+  the path before issue 37);
 - ``serial``: the batched code one task at a time (``tasks_per_batch=1``), the same maths' own reference;
-- ``batched``: every task of the subset in one tensor program.
+- ``batched``: the subset in cache-sized batches of tasks, what ``LOSOEvaluation`` runs for this MLP since issue 37.
 
 All three must give the same probabilities (to 1e-9) and the same epoch counts, on the real table and on a DP
 release of it (ε = 10, which stops earlier). ``gemm_floor_ms_per_fit`` is what a fit costs if only its two
@@ -25,7 +26,9 @@ from benchmarks._common import best_of, timed
 
 NAME = "loso_mlp"
 DESCRIPTION = "LOSO MLP fits on MSU (one nested cell's tasks): batched AdamMLP vs scikit-learn one at a time"
-TARGET_RATIO = 20.0  # the issue's target for batched vs one-at-a-time
+# Issue 37 (lever 4) sets the target at 1.8x: a fit on MSU's table is compute-bound (see gemm_floor_ms_per_fit),
+# so batching can only remove scikit-learn's per-epoch overhead; the earlier 20x was out of reach on one core.
+TARGET_RATIO = 1.8
 ATOL = 1e-9
 ROOT = Path(__file__).resolve().parents[1]
 

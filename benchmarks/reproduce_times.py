@@ -13,6 +13,10 @@ Two sources, both read-only:
    stage does before it opens its first run (imports, loading; the features stage opens its run after computing)
    and stages that log none (``dataset_version``), so this total is a lower bound; it is there for past runs.
 
+Before ``dvc repro``, ``make reproduce`` also turns (1) into a *plan* (``plan`` below): the stages DVC is expected to
+run and each one's recorded seconds, from which every stage prints one overall progress line as it starts and ends
+(stage k of n, elapsed, ETA; ``eegprivacy.reproduce_progress``).
+
 A pipeline run ("batch") is found by walking parent runs from the newest back: DVC runs each stage once, in one
 process, so the batch ends where a stage already seen reappears, where a stage's runs come from another process
 (``owner_pid`` tag), or after an idle gap of more than an hour.
@@ -27,7 +31,8 @@ same machine and from the same sitting (started within 24 h of each other).
 
     python benchmarks/reproduce_times.py                 # breakdown of the latest batch (and the Makefile record)
     python benchmarks/reproduce_times.py --batches 3     # the three latest batches
-    python benchmarks/reproduce_times.py record ...      # what `make reproduce` calls
+    python benchmarks/reproduce_times.py record ...      # what `make reproduce` calls when it ends
+    python benchmarks/reproduce_times.py plan ...        # and before `dvc repro`: each stage's progress line
 """
 
 from __future__ import annotations
@@ -43,6 +48,9 @@ import time
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
+
+# The stage a log line names, and DVC's name for it: one definition, shared with the stages' own progress line.
+from eegprivacy.reproduce_progress import clock, dvc_name, stage_label
 
 NAME = "reproduce"
 DESCRIPTION = ("make reproduce wall time on the default profile (target <= 1800 s on 2 cores), per stage: a stored "
@@ -80,12 +88,6 @@ def this_machine() -> dict:
             "python": platform.python_version()}
 
 
-def stage_label(command: str, dataset: str | None) -> str:
-    """The ``dvc_stage`` tag a command's runs carry (``version`` is the ``dataset_version`` stage)."""
-    name = "dataset_version" if command == "version" else command.replace("-", "_")
-    return f"{name}@{dataset}" if dataset else name
-
-
 # ---- the Makefile's own record ------------------------------------------------------------------------------
 
 def read_stage_log(path: str | Path) -> list[dict]:
@@ -116,12 +118,10 @@ def record(start: float, end: float, rc: int, stage_log: str | Path | None, out:
     was written. The machine (``this_machine``) is stored with the record, because seconds from another machine
     are not a measurement of this one."""
     stages = read_stage_log(stage_log) if stage_log else []
-    if pipeline is not None:  # a single-dataset stage (`table_attacks`) logs `table_attacks@eegmat`: use DVC's name
+    if pipeline is not None:  # a single-dataset stage (`federated_lira`) logs `federated_lira@eegmmidb`: DVC's name
         known = set(pipeline)
         for s in stages:
-            base = s["stage"].split("@")[0]
-            if s["stage"] not in known and base in known:
-                s["stage"] = base
+            s["stage"] = dvc_name(s["stage"], known)
     stage_s = sum(s["seconds"] for s in stages)
     peaks = [max(s.get("peak_rss_mb") or 0, s.get("peak_child_rss_mb") or 0) for s in stages]
     ran = {s["stage"] for s in stages}
@@ -174,6 +174,124 @@ def from_scratch_record(record: dict | None) -> dict | None:
     if not record:
         return None
     return record if record.get("from_scratch") else record.get("last_from_scratch")
+
+
+# ---- the plan behind each stage's progress line ---------------------------------------------------------------
+
+def expected_seconds(record: dict | None, pipeline: list[str] | None = None) -> dict[str, dict]:
+    """Per DVC stage, the seconds its progress line expects and where they come from (``latest`` or
+    ``last_from_scratch``); stages with neither are absent, and their ETA says "unknown".
+
+    The stage's latest successful run in ``record`` (the profile's latest ``make reproduce``) comes first: it ran
+    on the code and the cell caches closest to this run. A stage that run skipped takes its time from the run from
+    scratch the record kept. A failed run's seconds are left out: they time a crash, not the stage."""
+    out: dict[str, dict] = {}
+    record = record or {}
+    for source, rec in (("last_from_scratch", record.get("last_from_scratch")), ("latest", record)):
+        for s in (rec or {}).get("stages") or []:
+            if s.get("seconds") is not None and (s.get("rc") or 0) == 0:
+                out[dvc_name(s["stage"], pipeline)] = {"seconds": s["seconds"], "source": source}
+    return out
+
+
+def parse_repro_args(repro_args: str | list[str] | None) -> dict:
+    """What the plan needs from ``REPRO_ARGS``: ``--force``, ``--single-item`` and the targets (every word that is
+    not a flag; ``dvc repro``'s options take no values)."""
+    import shlex
+
+    words = shlex.split(repro_args) if isinstance(repro_args, str) else list(repro_args or [])
+    return {"force": any(w in ("-f", "--force") for w in words),
+            "single": any(w in ("-s", "--single-item") for w in words),
+            "targets": [w.removeprefix("dvc.yaml:") for w in words if not w.startswith("-")]}
+
+
+def stages_named(pipeline: list[str], targets: list[str]) -> list[str]:
+    """The stages of ``pipeline`` that ``targets`` name (``dp_utility`` names every ``dp_utility@...``)."""
+    return [name for name in pipeline if any(name == t or name.startswith(f"{t}@") for t in targets)]
+
+
+def _dvc(*args: str) -> str | None:
+    """stdout of ``dvc ARGS`` run in the checkout; None when DVC cannot answer."""
+    import shutil
+    import subprocess
+
+    dvc = shutil.which("dvc") or str(Path(sys.executable).parent / "dvc")
+    try:
+        return subprocess.run([dvc, *args], capture_output=True, text=True, check=True, timeout=120,
+                              cwd=HERE.parent).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def dvc_status(targets: list[str] | None = None, with_deps: bool = False) -> list[str] | None:
+    """Names of the stages ``dvc status`` reports changed (those ``dvc repro`` will run first); None on failure."""
+    out = _dvc("status", "--json", *(["--with-deps"] if with_deps and targets else []), *(targets or []))
+    if out is None:
+        return None
+    try:
+        return list(json.loads(out or "{}"))
+    except ValueError:
+        return None
+
+
+def planned_stages(repro_args: str | list[str] | None, pipeline: list[str], status=dvc_status
+                   ) -> tuple[list[str], str] | None:
+    """The stages ``dvc repro REPRO_ARGS`` is expected to run, in ``pipeline`` order, and how that was decided;
+    None when DVC cannot say.
+
+    ``--force`` runs every stage (of the targets, when named). Otherwise DVC runs what ``dvc status`` reports
+    changed, plus whatever sits downstream of a stage whose outputs change, which no one can know before it runs:
+    those stages make n grow as they start (``eegprivacy.reproduce_progress``). So do the values ``dvc exp run -S``
+    writes into params/ (PROFILE=full), which ``dvc status`` does not see beforehand."""
+    args = parse_repro_args(repro_args)
+    targets = args["targets"]
+    if args["force"]:
+        return (stages_named(pipeline, targets) if targets else list(pipeline)), "--force: every stage" + (
+            " of the targets" if targets else "")
+    changed = status(targets, with_deps=not args["single"])
+    if changed is None:
+        return None
+    changed_set = {dvc_name(name, pipeline) for name in changed}
+    return [name for name in pipeline if name in changed_set], "dvc status: the stages changed now"
+
+
+def build_plan(start: float, planned: list[str], basis: str, pipeline: list[str], record: dict | None,
+               profile: str = "default") -> dict:
+    """The plan each stage's progress line reads (``eegprivacy.reproduce_progress``): when ``make`` started, the
+    stages planned, every stage's name and expected seconds from ``record`` (see ``expected_seconds``)."""
+    expected = expected_seconds(record, pipeline)
+    known = [expected[name]["seconds"] for name in planned if name in expected]
+    return {"started": start, "started_iso": _iso(start), "profile": profile, "basis": basis, "stages": planned,
+            "pipeline": list(pipeline), "expected_s": {k: v["seconds"] for k, v in expected.items()},
+            "expected_from": {k: v["source"] for k, v in expected.items()},
+            "planned_known_s": round(sum(known), 1), "planned_unknown": len(planned) - len(known)}
+
+
+def plan_summary(plan: dict) -> str:
+    """One line for the top of ``make reproduce``: how many stages, how long the recorded ones took."""
+    n, unknown = len(plan["stages"]), plan["planned_unknown"]
+    expected = ("no recorded stage times" if unknown == n else
+                f"about {clock(plan['planned_known_s'])} from recorded stage times"
+                + (f" ({unknown} never timed)" if unknown else ""))
+    return f"[reproduce] {n} stage{'s' if n != 1 else ''} to run ({plan['basis']}), {expected}"
+
+
+def write_plan(out: str | Path, start: float, repro_args: str | None = None, profile: str = "default",
+               wall: str | Path = WALL_PATH, pipeline: list[str] | None = None, status=dvc_status) -> dict | None:
+    """Write the plan to ``out`` (atomically) and return it; when DVC cannot list the stages, remove any old plan
+    and return None, so no stage prints a progress line from a stale one."""
+    out = Path(out)
+    pipeline = pipeline_stages() if pipeline is None else pipeline
+    found = planned_stages(repro_args, pipeline, status=status) if pipeline else None
+    if found is None:
+        out.unlink(missing_ok=True)
+        return None
+    plan = build_plan(start, *found, pipeline, read_records(wall).get(profile), profile=profile)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.tmp")
+    tmp.write_text(json.dumps(plan, indent=2) + "\n", encoding="utf-8")
+    os.replace(tmp, out)
+    return plan
 
 
 # ---- the MLflow store ---------------------------------------------------------------------------------------
@@ -320,14 +438,8 @@ def mlflow_breakdowns(n: int = 1, uri: str | None = None) -> dict:
 
 def pipeline_stages() -> list[str] | None:
     """Every stage of dvc.yaml (foreach expanded), from ``dvc stage list``; None when DVC cannot say."""
-    import shutil
-    import subprocess
-
-    dvc = shutil.which("dvc") or str(Path(sys.executable).parent / "dvc")
-    try:
-        out = subprocess.run([dvc, "stage", "list", "--name-only"], capture_output=True, text=True, check=True,
-                             timeout=120, cwd=Path(__file__).resolve().parents[1]).stdout
-    except (OSError, subprocess.SubprocessError):
+    out = _dvc("stage", "list", "--name-only")
+    if out is None:
         return None
     return [line.strip() for line in out.splitlines() if line.strip()]
 
@@ -490,6 +602,12 @@ def main(argv: list[str] | None = None) -> int:
     rec.add_argument("--profile", default="default", help="params profile of the run (Makefile PROFILE)")
     rec.add_argument("--cached-files", type=int, default=None,
                      help="files in the sweep caches when the run started (0 = from scratch)")
+    plan = sub.add_parser("plan", help="write the plan behind each stage's progress line (called by `make reproduce`)")
+    plan.add_argument("--start", type=float, required=True, help="epoch seconds `make reproduce` started")
+    plan.add_argument("--out", required=True, help="the plan file ($EEGPRIVACY_REPRODUCE_PLAN)")
+    plan.add_argument("--profile", default="default", help="params profile of the run: whose record gives the times")
+    plan.add_argument("--repro-args", default="", help="the Makefile's REPRO_ARGS (pass as --repro-args=...)")
+    plan.add_argument("--wall", default=str(WALL_PATH), help="the stored record to take stage times from")
     parser.add_argument("--batches", type=int, default=1, help="how many of the latest pipeline runs to show")
     parser.add_argument("--uri", default=None, help="tracking URI (default: the project's)")
     parser.add_argument("--json", action="store_true")
@@ -500,6 +618,10 @@ def main(argv: list[str] | None = None) -> int:
         kind = "from scratch" if doc["from_scratch"] else "incremental or partial"
         print(f"make reproduce ({doc['profile']} profile, {kind}): {doc['total_s']:.0f} s wall "
               f"({len(doc['stages'])} stages ran) -> {args.out}")
+        return 0
+    if args.command == "plan":
+        found = write_plan(args.out, args.start, args.repro_args, profile=args.profile, wall=args.wall)
+        print(plan_summary(found) if found else "[reproduce] DVC could not list the stages: no overall progress line")
         return 0
     doc = mlflow_breakdowns(args.batches, args.uri)
     wall = read_wall()

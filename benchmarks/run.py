@@ -41,6 +41,8 @@ MODULES = {  # name -> module; run in this order
     "features": "benchmarks.feature_extraction",
     "dp_release": "benchmarks.dp_release",
     "federated": "benchmarks.federated",
+    "federated_round": "benchmarks.federated_round",
+    "lira_shadows": "benchmarks.lira_shadows",
     "loso_mlp": "benchmarks.loso_mlp",
     "reproduce": "benchmarks.reproduce_times",
     "absolute": "benchmarks.absolute",

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from eegprivacy.pipeline.profile import cohorts
 from eegprivacy.reporting.figures import save_figure
 from eegprivacy.reporting.format import write_json
 from eegprivacy.reporting.release import balanced_accuracy_plot_rows, release_figures
@@ -16,8 +17,10 @@ from eegprivacy.tracking import log_artifact, log_metrics, required_tags, start_
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--metrics-dir", default="metrics", help="where the per-seed CSVs are and results go")
-    parser.add_argument("--figures-dir", default="reports/figures")
+    parser.add_argument("--metrics-dir", default="metrics",
+                        help="where results go; the per-seed CSVs are read from its dp_release/ and dp_utility/ folders")
+    parser.add_argument("--figures-dir", default="reports/figures/dp_aggregate",
+                        help="the per-cohort figures' folder (one file set per cohort of the profile)")
     parser.add_argument("--plots-dir", default="plots")
 
 
@@ -38,7 +41,7 @@ def run(args) -> int:
     metrics_dir, figures_dir, plots_dir = Path(args.metrics_dir), Path(args.figures_dir), Path(args.plots_dir)
 
     aggregated, summary, plot_frames = [], {}, []
-    for dataset in release.datasets:
+    for dataset in [d for d in release.datasets if d in cohorts("study_a")]:  # the profile's study A cohorts
         per_seed, agg = load_rows(metrics_dir, dataset)
         utility = load_summary(metrics_dir, dataset)
         aggregated.append(agg)

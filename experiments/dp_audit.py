@@ -36,8 +36,10 @@ def run(args) -> int:
     params = {"dp_audit": config.to_dict()}
     plan = [(sweep_runner(mechanism, params, args), audit.cells_for(config, mechanism, code_hash))
             for mechanism in config.mechanisms]
-    # Whole cells in n_jobs processes: the audit's own threads only overlap the noise draws, not the sorting.
-    tidy = pd.concat(run_prefetched(plan, audit.audit_cell, n_jobs=config.n_jobs), ignore_index=True)
+    # Whole cells in n_jobs processes, the larger d first: the audit's own threads only overlap the noise draws,
+    # not the sorting.
+    tidy = pd.concat(run_prefetched(plan, audit.audit_cell, n_jobs=config.n_jobs, cost=audit.audit_cost),
+                     ignore_index=True)
     summary = audit.headline(tidy, config)
     out = Path(args.out or args.stage.outs[0])
     out.parent.mkdir(parents=True, exist_ok=True)

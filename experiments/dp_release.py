@@ -13,7 +13,7 @@ def run(args) -> int:
     label = spec.label
     table = load_patient_table(args.dataset, label, features_dir=args.features_dir, condition=spec.condition)
     frames = release_sweeps(table, config, label, cells_dir=args.cells, progress=not args.no_progress)
-    out = args.out or f"metrics/dp_release_{args.dataset}.csv"
+    out = args.out or f"metrics/dp_release/dp_release_{args.dataset}.csv"
     tidy = write_rows(frames, out, args.stage.tolerance)
     print(f"{args.dataset}: {tidy['config_key'].nunique()} configs x {config.noise_seeds} seeds -> {out}")
     return 0

@@ -5,6 +5,8 @@ every release beside its matched null, LOSO AUROC as the headline, then the summ
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from eegprivacy.studies.release.config import DPReleaseConfig, DPUtilityConfig
 from eegprivacy.studies.release.scaling import predictions_dir, scaling_sweeps
 from eegprivacy.studies.release.scaling_summary import summarise
@@ -32,13 +34,15 @@ def run(args) -> int:
     full = load_patient_table(args.dataset, spec.label, features_dir=args.features_dir, condition=spec.condition)
     plan, frames, cohorts = scaling_sweeps(full, config, release, spec.label, cells_dir=args.cells,
                                            progress=not args.no_progress)
-    out = args.out or f"metrics/dp_scaling_{args.dataset}.csv"
+    out = args.out or f"metrics/dp_scaling/dp_scaling_{args.dataset}.csv"
     tidy = write_rows(frames, out, args.stage.tolerance)
     summary = summarise(plan, predictions_dir(args.cells, args.dataset), cohorts.private.y,
                         n_resamples=utility.bootstrap, confidence=utility.confidence)
     summary = summary.assign(dataset=args.dataset, dataset_version=full.dataset_version, synthetic=full.synthetic,
                              n_public=cohorts.n_public, n_features=int(full.X.shape[1]), eps_unit="subject")
-    summary_out = out.removesuffix(".csv").replace("dp_scaling_", "dp_scaling_summary_") + ".csv"
+    name = Path(out).name
+    summary_out = str(Path(out).with_name(name.replace("dp_scaling_", "dp_scaling_summary_", 1)
+                                          if name.startswith("dp_scaling_") else f"{Path(out).stem}_summary.csv"))
     write_rows([summary], summary_out, args.stage.tolerance)
     print(f"{args.dataset}: {len(cohorts.private.X)} private / {cohorts.n_public} public patients, "
           f"{tidy['config_key'].nunique()} configs x {config.noise_seeds} seeds -> {out}; summary -> {summary_out}")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from eegprivacy.pipeline.profile import cohorts
 from eegprivacy.reporting.figures import save_figure
 from eegprivacy.reporting.format import write_json
 from eegprivacy.reporting.release_figures import scaling_vs_epsilon
@@ -15,7 +16,8 @@ from eegprivacy.tracking import log_artifact, log_metrics, required_tags, start_
 
 def add_arguments(parser) -> None:
     parser.add_argument("--metrics-dir", default="metrics",
-                        help="where the dp_scaling summaries (dp_scaling_summary_<dataset>.csv) are and results go")
+                        help="where the results go; the dp_scaling summaries are read from its dp_scaling/ folder "
+                             "(dp_scaling_summary_<dataset>.csv)")
     parser.add_argument("--figures-dir", default="reports/figures")
     parser.add_argument("--plots-dir", default="plots")
 
@@ -23,13 +25,14 @@ def add_arguments(parser) -> None:
 def run(args) -> int:
     config = args.config
     metrics_dir, figures_dir, plots_dir = Path(args.metrics_dir), Path(args.figures_dir), Path(args.plots_dir)
-    rows = load_summaries(metrics_dir, config.datasets)
-    summary = {d: dataset_summary(rows, d) for d in config.datasets}
+    datasets = [d for d in config.datasets if d in cohorts("study_a")]  # the profile's study A cohorts
+    rows = load_summaries(metrics_dir, datasets)
+    summary = {d: dataset_summary(rows, d) for d in datasets}
 
     write_json(metrics_dir / "dp_scaling.json", summary)
     plots_dir.mkdir(parents=True, exist_ok=True)
     plot_rows(rows).to_csv(plots_dir / "dp_scaling.csv", index=False)
-    figure = save_figure(scaling_vs_epsilon(rows, config.datasets), figures_dir / "dp_scaling.png", dpi=110)
+    figure = save_figure(scaling_vs_epsilon(rows, datasets), figures_dir / "dp_scaling.png", dpi=110)
 
     for dataset, values in summary.items():
         tags = required_tags(study="a", stage="dp_scaling_aggregate", dataset=dataset,

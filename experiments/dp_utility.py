@@ -37,7 +37,7 @@ def run(args) -> int:
     table = load_patient_table(args.dataset, spec.label, features_dir=args.features_dir, condition=spec.condition)
     plan, frames = utility_sweeps(table, release, args.config, spec.label, cells_dir=args.cells,
                                   progress=not args.no_progress)
-    out = args.out or f"metrics/dp_utility_{args.dataset}.csv"
+    out = args.out or f"metrics/dp_utility/dp_utility_{args.dataset}.csv"
     tidy = write_rows(frames, out, args.stage.tolerance)
     summary = summarise(plan, predictions_dir(args.cells, args.dataset), table.y, n_resamples=args.config.bootstrap,
                         confidence=args.config.confidence, epsilons=release.epsilons)

@@ -101,7 +101,7 @@ def run(args) -> int:
     tidy = pd.concat(frames, ignore_index=True)
     export = Path(args.arrays or f"data/federated_mia/{args.dataset}")
     export_arrays(plan, arrays_dir, export)
-    out = Path(args.out or f"metrics/federated_mia_{args.dataset}.csv")
+    out = Path(args.out or f"metrics/federated_mia/federated_mia_{args.dataset}.csv")
     out.parent.mkdir(parents=True, exist_ok=True)
     with atomic_path(out) as tmp:
         tidy.to_csv(tmp, index=False)

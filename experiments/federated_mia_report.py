@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from eegprivacy.atomic import atomic_path, write_text_atomic
+from eegprivacy.pipeline.profile import cohorts
 from eegprivacy.reporting.federated import figures, headline, tables_md, with_test_sizes, write_headline
 from eegprivacy.tracking import log_artifact, log_metrics, required_tags, start_run
 from eegprivacy.studies.federated.cumulative import Cumulative
@@ -26,9 +27,9 @@ from eegprivacy.studies.federated.report import (
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--inputs", nargs="+", default=["metrics/federated_mia_eegmmidb.csv",
-                                                         "metrics/federated_mia_eegmat.csv",
-                                                         "metrics/federated_mia_synthetic_mi.csv"])
+    parser.add_argument("--inputs", nargs="+", default=None,
+                        help="federated-mia's per-cohort rows (default: metrics/federated_mia/federated_mia_<cohort>"
+                             ".csv for each study B cohort of the profile, params/profile.yaml)")
     parser.add_argument("--json", default="metrics/federated_mia.json")
     parser.add_argument("--summary", default="metrics/federated_mia.csv")
     parser.add_argument("--tables", default="reports/federated_mia_tables.md")
@@ -62,7 +63,8 @@ def log_dataset_run(dataset: str, rows, metrics: dict, artifacts: list[Path], ce
 
 
 def run(args) -> int:
-    tidy = read_rows(args.inputs)
+    inputs = args.inputs or [f"metrics/federated_mia/federated_mia_{d}.csv" for d in cohorts("study_b")]
+    tidy = read_rows(inputs)
     replicates = read_replicates({d: Path(args.arrays) / d for d in tidy["dataset"].unique()})
     summary = with_test_sizes(across_rounds(tidy, replicates), tidy)
     clients = client_utility(tidy)

@@ -101,11 +101,11 @@ def run_small_pipeline(root: Path, features_dir: Path, key_file: Path) -> Path:
         study_a = ["--dataset", CLINICAL, "--features-dir", str(features_dir), *common]
         for stage in ("dp_release", "dp_utility"):
             assert main([stage.replace("_", "-"), "--params", str(params["dp_release"]),
-                         "--out", str(metrics / f"{stage}_{CLINICAL}.csv"), *study_a]) == 0
+                         "--out", str(metrics / stage / f"{stage}_{CLINICAL}.csv"), *study_a]) == 0
         aggregate = ["--metrics-dir", str(metrics), "--figures-dir", str(figures), "--plots-dir", str(plots)]
         assert main(["dp-aggregate", "--params", str(params["dp_release"]), *aggregate]) == 0
         assert main(["dp-scaling", "--params", str(params["dp_scaling"]), "--release-params", str(params["dp_release"]),
-                     "--out", str(metrics / f"dp_scaling_{CLINICAL}.csv"), *study_a]) == 0
+                     "--out", str(metrics / "dp_scaling" / f"dp_scaling_{CLINICAL}.csv"), *study_a]) == 0
         assert main(["dp-scaling-aggregate", "--params", str(params["dp_scaling"]), *aggregate]) == 0
         assert main(["table-attacks", "--dataset", REST_TASK, "--params", str(params["table_attacks"]),
                      "--release-params", str(params["dp_release"]),

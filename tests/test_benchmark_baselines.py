@@ -6,7 +6,6 @@ Correctness only: no timing is asserted here (that is `make bench`).
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 from pathlib import Path
@@ -15,22 +14,12 @@ import numpy as np
 import pytest
 from scipy.stats import ks_2samp
 
+from _benchmarks import load_benchmark
 from eegprivacy.privacy.mechanisms import make_mechanism
 from eegprivacy.signal.features import BANDS, FEATURE_NAMES, FeatureConfig, window_features
 
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
-
-
-def _load(name: str):
-    """A benchmarks module by file path: opacus installs its own top-level `benchmarks` package."""
-    spec = importlib.util.spec_from_file_location(f"_eegprivacy_bench_{name}", BENCHMARKS / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-baselines = _load("baselines")
-reproduce_times = _load("reproduce_times")
+baselines = load_benchmark("baselines")
+reproduce_times = load_benchmark("reproduce_times")
 
 
 def _windows(n_windows: int, n_channels: int, n_samples: int, sfreq: float, seed: int = 0) -> np.ndarray:
@@ -289,8 +278,8 @@ def test_old_single_record_files_are_read_as_one_profile(tmp_path, monkeypatch):
 
 def test_absolute_seconds_slower_than_the_reference_do_not_fail_the_run(monkeypatch):
     """Seconds measure the machine: a case twice as slow as its reference is reported, never a failure."""
-    absolute = _load("absolute")
-    runner = _load("run")
+    absolute = load_benchmark("absolute")
+    runner = load_benchmark("run")
     monkeypatch.setattr(absolute, "CASES", {"synthetic slow case": (lambda repeats: 2.0, 1.0),
                                              "synthetic missing data": (lambda repeats: None, 1.0)})
     result = absolute.run(quick=True)

@@ -272,3 +272,43 @@ def test_inner_k_fold_held_out_patient_cannot_move_its_own_threshold():
         y2[i] = 1 - y2[i]
         X2[i] = X2[i] * -3 + 5
         assert evaluation.evaluate(X2, y2, np.arange(12))["nested"].thresholds[i] == base["nested"].thresholds[i]
+
+
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+@pytest.mark.parametrize("inner_folds", [None, 3])
+def test_batched_mlp_equals_scikit_learns_path(inner_folds, torch_one_thread):
+    """Issue 37: the paper's MLP is fitted by eegprivacy.batched.AdamMLP by default; every probability equals
+    scikit-learn's one-fit-at-a-time path to AdamMLP's 1e-9, the decisions and metrics exactly, for any n_jobs.
+    Two rows per patient (grouped tasks) and a fold whose training set holds one class are included."""
+    X, y = cohort(10, 12, seed=3, shift=0.6)
+    y[:] = 0
+    y[[2, 7]] = 1  # holding out patient 2 or 7 leaves one positive; inner folds without both see one class
+    X, y, groups = np.repeat(X, 2, axis=0), np.repeat(y, 2), np.repeat(np.arange(10), 2)
+    X += np.random.default_rng(0).normal(scale=0.1, size=X.shape)
+    kw = dict(random_state=4, threshold_grid=DP_GRID, inner_folds=inner_folds)
+    evaluation = LOSOEvaluation(**kw)
+    prototype = evaluation.make_estimator()
+    assert evaluation.batched_engine(prototype, [(np.arange(18), np.arange(2))]) is not None
+    batched = evaluation.evaluate(X, y, groups)
+    parallel = LOSOEvaluation(**kw, n_jobs=2).evaluate(X, y, groups)
+    reference = LOSOEvaluation(**kw, batched=False).evaluate(X, y, groups)
+    np.testing.assert_allclose(batched.proba, reference.proba, rtol=0, atol=1e-9)
+    np.testing.assert_allclose(batched.inner_proba, reference.inner_proba, rtol=0, atol=1e-9)
+    for name in ("optimistic", "nested"):
+        np.testing.assert_array_equal(batched[name].thresholds, reference[name].thresholds)
+        np.testing.assert_array_equal(batched[name].y_pred, reference[name].y_pred)
+    assert batched.metrics == reference.metrics
+    np.testing.assert_array_equal(parallel.proba, batched.proba)  # batches do not depend on n_jobs
+    np.testing.assert_array_equal(parallel.inner_proba, batched.inner_proba)
+
+
+def test_batched_path_is_taken_only_where_it_reproduces_scikit_learn():
+    """Other estimators, fit_params, minibatch-sized training sets and batched=False keep scikit-learn's path."""
+    small = [(np.arange(50), np.arange(50, 60))]
+    evaluation = LOSOEvaluation(random_state=0)
+    assert evaluation.batched_engine(evaluation.make_estimator(), small) is not None
+    assert evaluation.batched_engine(evaluation.make_estimator(), [(np.arange(201), np.arange(1))]) is None
+    assert evaluation.batched_engine(evaluation.make_estimator(), small, {"clients": np.zeros(60)}) is None
+    assert LOSOEvaluation(random_state=None).batched_engine(default_mlp(None), small) is None  # unseeded
+    assert LOSOEvaluation(batched=False).batched_engine(default_mlp(0), small) is None
+    assert evaluation.batched_engine(Pipeline([("s", StandardScaler()), ("c", LogisticRegression())]), small) is None

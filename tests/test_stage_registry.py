@@ -130,6 +130,46 @@ def test_stages_without_runs_are_what_make_reproduce_reruns(tmp_path, capsys):
         client.set_terminated(run.info.run_id, status)
     missing = stages.stages_without_runs(uri)
     expected = [name for stage in STAGES if stage.in_dvc for name in stage.dvc_names() if name != "linkage"]
-    assert missing == expected and "dp_release@eegmat" in missing and "dp_audit" in missing
+    assert missing == expected and "dp_release@msu_schizophrenia" in missing and "dp_audit" in missing
+    assert "dp_release@eegmat" not in missing  # eegmat's study A arm runs in the full profile only
     assert main(["stages", "--missing-runs", "--tracking-uri", uri]) == 0
     assert capsys.readouterr().out.split() == expected
+
+
+FULL_PROFILE = {"profile": {"name": "full", "study_a": ["synthetic_clinical", "eegmat", "msu_schizophrenia"],
+                            "study_a_attacks": ["eegmat", "msu_schizophrenia"],
+                            "study_b": {"eegmmidb": "data/versions/eegmmidb.json",
+                                        "eegmat": "data/versions/eegmat.json",
+                                        "synthetic_mi": "src/eegprivacy/data/synthetic.py"}}}
+
+
+def test_the_profile_decides_each_stages_cohorts(tmp_path, monkeypatch):
+    """params/profile.yaml is the one list: the default profile leaves eegmat's study A and B arms out, the full
+    profile's lists (the Makefile's PROFILE=full) bring them back; a foreach that fixes its list is caught."""
+    from eegprivacy.pipeline import profile
+
+    default = [name for stage in STAGES if stage.in_dvc for name in stage.dvc_names()]
+    assert "dp_utility@msu_schizophrenia" in default and "federated_mia@eegmmidb" in default
+    assert not [n for n in default if n.split("@")[0] in ("dp_utility", "federated_mia", "table_attacks")
+                and n.endswith(("@eegmat", "@synthetic_mi"))]
+    assert "embedding_audit@eegmat" in default and "dataset_version@eegmat" in default  # study C keeps eegmat
+    makefile = (REPO / "Makefile").read_text()
+    for key in ("study_a", "study_a_attacks", "study_b"):
+        assert f"params/profile.yaml:{'++' if key == 'study_b' else ''}profile.{key}=" in makefile, key
+
+    full = tmp_path / "profile.yaml"
+    full.write_text(yaml.safe_dump(FULL_PROFILE))
+    real = profile.cohorts
+    monkeypatch.setattr(profile, "cohorts", lambda key, params_file=None: real(key, full))
+    names = [name for stage in STAGES if stage.in_dvc for name in stage.dvc_names()]
+    assert {"dp_utility@eegmat", "table_attacks@eegmat", "federated_mia@eegmat", "federated_mia@synthetic_mi",
+            "csp_exploration@synthetic_mi"} <= set(names)
+
+    fixed = copy.deepcopy(DVC)
+    fixed["stages"]["dp_utility"]["foreach"] = ["synthetic_clinical", "eegmat", "msu_schizophrenia"]
+    assert any(p.startswith("dp_utility: dvc.yaml runs it for a fixed list") for p in dvc_mismatches(fixed))
+    unknown = tmp_path / "unknown.yaml"
+    unknown.write_text(yaml.safe_dump({"profile": {**FULL_PROFILE["profile"], "study_a": ["bonn"]}}))
+    monkeypatch.setattr(profile, "cohorts", lambda key, params_file=None: real(key, unknown))
+    with pytest.raises(ValueError, match="cannot run on"):
+        get_stage("dp_utility").dvc_names()

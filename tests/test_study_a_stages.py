@@ -43,14 +43,15 @@ def test_study_a_sweep_end_to_end(tmp_path, features_dir, monkeypatch):
     params.write_text(yaml.safe_dump(SMALL))
     common = ["--dataset", "synthetic_clinical", "--params", str(params), "--cells", str(tmp_path / "cells"),
               "--features-dir", str(features_dir), "--no-progress"]
-    assert main(["dp-release", "--out", str(tmp_path / "dp_release_synthetic_clinical.csv"), *common]) == 0
-    assert main(["dp-utility", "--out", str(tmp_path / "dp_utility_synthetic_clinical.csv"), *common]) == 0
+    for stage in ("dp_release", "dp_utility"):  # the folders dp-aggregate reads (dvc.yaml's outs)
+        assert main([stage.replace("_", "-"), "--out", str(tmp_path / stage / f"{stage}_synthetic_clinical.csv"),
+                     *common]) == 0
 
-    release_rows = pd.read_csv(tmp_path / "dp_release_synthetic_clinical.csv")
+    release_rows = pd.read_csv(tmp_path / "dp_release" / "dp_release_synthetic_clinical.csv")
     assert set(release_rows["seed"]) == {0, 1} and release_rows["config_key"].nunique() == 4
     snr = release_rows[(release_rows.metric == "snr_db")].groupby(["mechanism", "epsilon"])["value"].mean()
     assert snr["gaussian_analytic", 10.0] > snr["gaussian_analytic", 1.0]  # less noise, better SNR
-    utility_rows = pd.read_csv(tmp_path / "dp_utility_synthetic_clinical.csv")
+    utility_rows = pd.read_csv(tmp_path / "dp_utility" / "dp_utility_synthetic_clinical.csv")
     assert set(utility_rows["mechanism"]) == {"none", "permuted_labels", "gaussian_analytic", "laplace_implemented"}
     assert set(utility_rows["arm"]) == {"baseline", "clipped", "permuted", "release", "matched_null"}
     assert set(utility_rows[utility_rows.metric == "auroc"]["protocol"]) == {"threshold_free"}

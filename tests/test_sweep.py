@@ -110,6 +110,43 @@ def test_prefetched_cells_in_two_processes_give_the_serial_tables(tmp_path):
         shuffled(cells[1].config, cells[1].seed)
 
 
+def _epsilon_cost(config: dict, seed: int) -> float:
+    return float(config["epsilon"])
+
+
+class _RecordingExecutor:
+    """Computes in this process, in the order it is handed the jobs, and remembers that order."""
+
+    def __init__(self):
+        self.order: list[tuple[float, int]] = []
+
+    def map(self, cell_fn, jobs, n_jobs=1):
+        jobs = list(jobs)
+        self.order = [(config["epsilon"], seed) for config, seed in jobs]
+        return (cell_fn(config, seed) for config, seed in jobs)
+
+
+def test_longest_first_schedule_changes_the_order_of_work_not_the_tables(tmp_path):
+    """Issue 37: with a cost estimate the costliest cells are handed to the workers first (ties in job order) and
+    their rows held until the runner asks, so the tables, files and MLflow runs are those of a serial run."""
+    from eegprivacy.pipeline.sweep import PrefetchedCells, longest_first, run_prefetched
+
+    cells = expand_grid({"epsilon": [1, 10, 5]}, seeds=[0, 1])
+    jobs = [(c.config, c.seed) for c in cells]
+    assert longest_first(jobs, _epsilon_cost) == [2, 3, 4, 5, 0, 1]
+    serial = _runner(tmp_path / "serial").run(cells, _noisy_cell)
+
+    recorder = _RecordingExecutor()
+    compute = PrefetchedCells(_noisy_cell, jobs, n_jobs=2, executor=recorder, cost=_epsilon_cost)
+    assert recorder.order == [(10, 0), (10, 1), (5, 0), (5, 1), (1, 0), (1, 1)]
+    pd.testing.assert_frame_equal(serial, _runner(tmp_path / "recorded").run(cells, compute))
+    assert compute.remaining() == 0
+
+    [parallel] = run_prefetched([(_runner(tmp_path / "parallel"), cells)], _noisy_cell, n_jobs=2,
+                                cost=_epsilon_cost)
+    pd.testing.assert_frame_equal(serial, parallel)
+
+
 def _linkage_key_seen(config: dict, seed: int) -> list[dict]:
     import os
 

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 import eegprivacy
+from eegprivacy import reproduce_progress
 from eegprivacy.commands import audit_cohort, key_values
 from eegprivacy.paths import DATA_ENV, data_root, repo_root
 from eegprivacy.pipeline import executors, stages
@@ -224,7 +225,8 @@ def _command_groups(registered: set[str]) -> str:
 
 
 # `make reproduce` sets this to a file; every command then appends one JSON line with its wall time and peak memory,
-# which benchmarks/reproduce_times.py turns into the per-stage breakdown. Unset, nothing is written.
+# which benchmarks/reproduce_times.py turns into the per-stage breakdown, and from which each stage counts the
+# stages done for its progress line (eegprivacy.reproduce_progress). Unset, nothing is written or printed.
 STAGE_LOG_ENV = "EEGPRIVACY_STAGE_LOG"
 
 
@@ -301,11 +303,14 @@ def main(argv: list[str] | None = None) -> int:
     if not log_path:
         return int(args.func(args) or 0)
     started, rc = _process_start(), 1
+    # Under `make reproduce` a stage also says where the whole run stands: one line as it starts, one as it ends.
+    progress = reproduce_progress.announce_start(args.command, getattr(args, "dataset", None), log_path)
     try:
         rc = int(args.func(args) or 0)
         return rc
     finally:
         _log_stage(log_path, args, started, rc)
+        reproduce_progress.announce_end(progress, time.time() - started, rc)
 
 
 if __name__ == "__main__":

@@ -155,13 +155,20 @@ class AdamMLP:
                 trainable.append(k)
         if trainable:
             init = self._initial_weights(X.shape[1])
-            per_batch = self.tasks_per_batch or max(1, _SCRATCH_BYTES // (8 * X.shape[0] * X.shape[1]))
+            per_batch = self.tasks_per_batch or self.batch_size(X.shape)
             for start in range(0, len(trainable), per_batch):
                 chunk = trainable[start:start + per_batch]
                 probas, n_iter, loss = self._train([tasks[k] for k in chunk], X, y, init)
                 for k, p, it, lo in zip(chunk, probas, n_iter, loss):
                     out[k], self.n_iter_[k], self.loss_[k] = p, it, lo
         return out
+
+    @staticmethod
+    def batch_size(shape: tuple[int, int]) -> int:
+        """Tasks per batch when ``tasks_per_batch`` is None: as many as keep their scaled (rows × features)
+        inputs within ~2 MB, a core's L2 cache. A function of the table's shape alone, so a caller that splits
+        its tasks into batches of this size gets the same batches however it then spreads them."""
+        return max(1, _SCRATCH_BYTES // (8 * int(shape[0]) * int(shape[1])))
 
     def _validate(self, X, y, tasks):
         X = np.asarray(X, dtype=np.float64)

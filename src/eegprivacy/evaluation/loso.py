@@ -15,6 +15,12 @@ to the naive double loop (every fit uses the same seed and the same row order). 
 inner LOSO by a k-fold split of the outer training patients (``GroupKFold``), n*k extra fits: on 36 patients
 and k = 5, 180 instead of 630, for sweeps that cannot afford the full inner loop.
 
+Batched fits (issue 37): when the estimator is one that :class:`eegprivacy.batched.AdamMLP` reproduces (the
+paper's ``default_mlp`` with a seed, on full-batch training sets of at most 200 rows), every fold is trained in a
+few batched tensor programs instead of one scikit-learn fit at a time: the same probabilities to 1e-9 and the
+same epoch counts (``tests/test_batched_mlp.py``), ~1.85x faster per core (``benchmarks/loso_mlp.py``). Every
+other estimator, and ``fit_params``, take scikit-learn's path; ``batched=False`` forces it.
+
 Released labels: ``evaluate(..., y_fit=...)`` trains every model on labels other than the truth (e.g. labels
 released under randomized response, :class:`eegprivacy.privacy.RandomizedResponse`) and selects the nested
 thresholds on them too, as an analyst who only holds the release must, while every metric is scored against the
@@ -36,6 +42,7 @@ from sklearn.pipeline import Pipeline
 from sklearn.preprocessing import StandardScaler
 from threadpoolctl import threadpool_limits
 
+from eegprivacy.batched import MAX_FULL_BATCH_ROWS, AdamMLP
 from eegprivacy.evaluation.metrics import classification_metrics, confusion_counts, confusion_matrix
 from eegprivacy.evaluation.thresholds import ORIGINAL_GRID, best_f1_threshold
 
@@ -151,6 +158,22 @@ def _fit_predict_many(prototype, X, y, tasks, blas_threads: int | None = 1,
     return out
 
 
+def _fit_predict_batched(engine: AdamMLP, X, y, batches, threads: int | None = 1) -> list[np.ndarray]:
+    """:func:`_fit_predict_many` for an estimator :class:`AdamMLP` reproduces: each batch of tasks is one
+    ``fit_predict_tasks`` call. torch and BLAS run on ``threads`` (None: as they are; torch's setting restored
+    after), as scikit-learn's path does, so the numbers are one thread's wherever this runs."""
+    import torch
+
+    before = torch.get_num_threads()
+    if threads is not None:
+        torch.set_num_threads(int(threads))
+    try:
+        with threadpool_limits(threads):
+            return [p for batch in batches for p in engine.fit_predict_tasks(X, y, batch)]
+    finally:
+        torch.set_num_threads(before)
+
+
 class LOSOEvaluation:
     """MOABB-style evaluation object: configure once, then `evaluate(X, y, groups)` per feature table.
 
@@ -162,6 +185,8 @@ class LOSOEvaluation:
     `blas_threads` caps BLAS threads during fits (1 suits patient tables; None leaves them alone).
     `inner_folds`: the nested protocol's inner split of the outer training patients; None is LOSO (the
     reference), an integer k a ``GroupKFold(k)`` (cheaper; still never sees the held-out patient).
+    `batched`: fit the folds with :class:`eegprivacy.batched.AdamMLP` when it reproduces the estimator (see the
+    module docstring); False always takes scikit-learn's one-fit-at-a-time path.
     """
 
     def __init__(
@@ -174,6 +199,7 @@ class LOSOEvaluation:
         confidence: float = 0.95,
         blas_threads: int | None = 1,
         inner_folds: int | None = None,
+        batched: bool = True,
     ):
         self.estimator = estimator
         self.threshold_grid = np.asarray(threshold_grid, dtype=float)
@@ -183,6 +209,7 @@ class LOSOEvaluation:
         self.confidence = confidence
         self.blas_threads = blas_threads
         self.inner_folds = inner_folds
+        self.batched = batched
 
     def make_estimator(self):
         """The seeded prototype that every fold clones."""
@@ -199,7 +226,17 @@ class LOSOEvaluation:
             return self.estimator(rs)
         raise TypeError("estimator must be None, a scikit-learn estimator, or a factory f(random_state)")
 
+    def batched_engine(self, prototype, tasks, fit_params=None) -> AdamMLP | None:
+        """The :class:`AdamMLP` that fits ``tasks`` exactly as ``prototype`` would, or None for scikit-learn's path
+        (another estimator, fit_params, a training set above the full-batch size, or ``batched=False``)."""
+        if not self.batched or fit_params or any(len(train) > MAX_FULL_BATCH_ROWS for train, _ in tasks):
+            return None
+        return AdamMLP.from_estimator(prototype)  # None for anything it does not reproduce exactly
+
     def _run(self, prototype, X, y, tasks, fit_params=None) -> list[np.ndarray]:
+        engine = self.batched_engine(prototype, tasks, fit_params)
+        if engine is not None:
+            return self._run_batched(engine, X, y, tasks)
         if self.n_jobs == 1 or len(tasks) < 2:
             return _fit_predict_many(prototype, X, y, tasks, self.blas_threads, fit_params)
         from joblib import Parallel, delayed, effective_n_jobs
@@ -210,6 +247,25 @@ class LOSOEvaluation:
         chunks = [tasks[a:b] for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
         parts = Parallel(n_jobs=workers)(
             delayed(_fit_predict_many)(prototype, X, y, c, self.blas_threads, fit_params) for c in chunks
+        )
+        return [p for part in parts for p in part]
+
+    def _run_batched(self, engine: AdamMLP, X, y, tasks) -> list[np.ndarray]:
+        """The tasks in batches of a size fixed by the table's shape alone (AdamMLP's cache-sized default), so
+        which tasks share a batch, and hence every number, is the same for any ``n_jobs``; ``n_jobs`` > 1 spreads
+        whole batches over processes."""
+        per_batch = engine.tasks_per_batch or AdamMLP.batch_size(X.shape)
+        batches = [tasks[a:a + per_batch] for a in range(0, len(tasks), per_batch)]
+        if self.n_jobs == 1 or len(batches) < 2:
+            return _fit_predict_batched(engine, X, y, batches, self.blas_threads)
+        from joblib import Parallel, delayed, effective_n_jobs
+
+        workers = effective_n_jobs(self.n_jobs)
+        n_chunks = min(len(batches), 4 * workers)
+        bounds = np.linspace(0, len(batches), n_chunks + 1).astype(int)
+        parts = Parallel(n_jobs=workers)(
+            delayed(_fit_predict_batched)(engine, X, y, batches[a:b], self.blas_threads)
+            for a, b in zip(bounds[:-1], bounds[1:]) if b > a
         )
         return [p for part in parts for p in part]
 

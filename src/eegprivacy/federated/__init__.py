@@ -9,6 +9,8 @@
 - :mod:`apps` — study B's module-level ``server_app``/``client_app`` for Flower's deployment engine (``flwr run``,
   app project ``deploy/flower``), configured by Flower's run and node config; :mod:`cohort` — the per-client
   data they and the stage share. Imported on use (torch).
+- :mod:`lockstep` — ``run_fedavg_many``: several in-process federations in lock-step, every round's local training
+  of all of them batched (LiRA's shadow federations). Imported on use.
 - :mod:`estimator` — ``FedAvgClassifier``, the scikit-learn face of it all.
 - :mod:`torch_task` — ``TorchTask``, a PyTorch model (study B) as a task; imported on first use, so study A's
   stages do not pay for importing torch.

@@ -32,6 +32,7 @@ expect exactly one ArrayRecord and one ConfigRecord in the train message, which 
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -40,8 +41,9 @@ from flwr.clientapp import ClientApp
 
 from eegprivacy.federated.task import Task, derive_seed
 
-__all__ = ["make_client_app", "add_client_handlers", "partition_loader", "CLIENT_INFO", "ARRAYS", "METRICS", "CONFIG",
-           "LOCAL_STATE", "DIAGNOSTICS", "PUBLIC_METRICS", "PUBLIC_CLIENT_INFO", "is_private"]
+__all__ = ["make_client_app", "add_client_handlers", "partition_loader", "context_partition", "train_job",
+           "prime_train_result", "clear_primed", "CLIENT_INFO", "ARRAYS", "METRICS", "CONFIG", "LOCAL_STATE",
+           "DIAGNOSTICS", "PUBLIC_METRICS", "PUBLIC_CLIENT_INFO", "is_private"]
 
 ARRAYS = "arrays"
 METRICS = "metrics"
@@ -104,6 +106,58 @@ def _config(msg: Message) -> ConfigRecord:
     return next(iter(records.values())) if records else ConfigRecord()
 
 
+def _train_inputs(task, msg: Message, context: Context, partition: ContextPartition):
+    """(partition id, weights, local state, standardised X, y, epochs, seed): everything a train call reads."""
+    pid, X, y = partition(context)
+    config = _config(msg)
+    weights = next(iter(msg.content.array_records.values())).to_numpy_ndarrays()
+    seed = derive_seed(int(config["seed"]), pid, int(config["server-round"]))
+    return pid, weights, _local_state(task, context), _standardise(X, config), y, int(config["local-epochs"]), seed
+
+
+def train_job(task, msg: Message, context: Context, partition: ContextPartition):
+    """The :class:`~eegprivacy.federated.torch_task.TrainJob` the train handler would run for `msg` on this node:
+    how a driver collects a round's local trainings to run them together (``task.train_many``)."""
+    from eegprivacy.federated.torch_task import TrainJob
+
+    _, weights, local, X, y, epochs, seed = _train_inputs(task, msg, context, partition)
+    return TrainJob(weights, local, X, y, epochs, seed)
+
+
+# Results computed ahead of the handler (a batched round), keyed by the node's Context object: the handler takes
+# its own and trains only when none matches. Each Context belongs to one node of one grid, so federations run
+# side by side in threads never see each other's results.
+_PRIMED: dict[int, tuple[tuple, tuple]] = {}
+
+
+def _job_key(weights, local, epochs: int, seed: int) -> tuple:
+    digest = hashlib.sha256()
+    for array in [*weights, *(local or [])]:
+        array = np.ascontiguousarray(array)
+        digest.update(f"{array.dtype.str}{array.shape}".encode())
+        digest.update(array.tobytes())
+    return int(seed), int(epochs), local is None, digest.hexdigest()
+
+
+def prime_train_result(context: Context, job, result) -> None:
+    """Hand the train handler of `context`'s node the `result` (``(weights, local, metrics)``, what
+    ``train_local`` returns) of `job`: the next train message with the same seed, epochs, weights and local state
+    uses it instead of training again; any other message trains as usual."""
+    _PRIMED[id(context)] = (_job_key(job.weights, job.local, job.epochs, job.seed), result)
+
+
+def clear_primed(context: Context) -> None:
+    """Drop a primed result the handler did not take (a mod changed the message, the delivery failed)."""
+    _PRIMED.pop(id(context), None)
+
+
+def _take_primed(context: Context, weights, local, epochs: int, seed: int):
+    entry = _PRIMED.pop(id(context), None)
+    if entry is None or entry[0] != _job_key(weights, local, epochs, seed):
+        return None
+    return entry[1]
+
+
 def make_client_app(task_factory: Callable[[], Task], load_partition: PartitionLoader, *,
                     train_mods: list | None = None) -> ClientApp:
     """A ClientApp whose nodes train `task_factory()`'s model on ``load_partition(partition_id)``.
@@ -118,12 +172,18 @@ def make_client_app(task_factory: Callable[[], Task], load_partition: PartitionL
             cache["task"] = task_factory()
         return cache["task"]
 
+    return add_client_handlers(ClientApp(), task, context_partition(load_partition), train_mods=train_mods)
+
+
+def context_partition(load_partition: PartitionLoader) -> ContextPartition:
+    """``partition(context) -> (partition_id, X, y)`` from a loader by index (the node's ``partition-id``)."""
+
     def partition(context: Context) -> tuple[int, np.ndarray, np.ndarray]:
         pid = int(context.node_config["partition-id"])
         X, y = load_partition(pid)
         return pid, X, y
 
-    return add_client_handlers(ClientApp(), task, partition, train_mods=train_mods)
+    return partition
 
 
 def add_client_handlers(app: ClientApp, task: Callable[[Context], Task], partition: ContextPartition, *,
@@ -137,13 +197,14 @@ def add_client_handlers(app: ClientApp, task: Callable[[Context], Task], partiti
 
     @app.train(mods=list(train_mods or []))
     def train(msg: Message, context: Context) -> Message:
-        pid, X, y = partition(context)
-        config = _config(msg)
-        weights = next(iter(msg.content.array_records.values())).to_numpy_ndarrays()
-        seed = derive_seed(int(config["seed"]), pid, int(config["server-round"]))
         model = task(context)
-        new_weights, local, metrics = _train(model, weights, _local_state(model, context), _standardise(X, config),
-                                             y, epochs=int(config["local-epochs"]), seed=seed)
+        pid, weights, local, X, y, epochs, seed = _train_inputs(model, msg, context, partition)
+        primed = _take_primed(context, weights, local, epochs, seed)
+        if primed is None:
+            new_weights, local, metrics = _train(model, weights, local, X, y, epochs=epochs, seed=seed)
+        else:  # trained together with the round's other clients (InProcessGrid): the same numbers
+            new_weights, new_local, metrics = primed
+            local = None if local is None else new_local
         if local is not None:
             context.state[LOCAL_STATE] = ArrayRecord([np.asarray(a) for a in local])
         diagnostics = {k: float(v) for k, v in metrics.items()}

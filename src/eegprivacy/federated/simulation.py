@@ -39,7 +39,8 @@ from flwr.serverapp import Grid
 from flwr.supercore.run import Run
 from flwr.supercore.task_identity import TaskIdentity
 
-from eegprivacy.federated.client_app import DIAGNOSTICS, LOCAL_STATE, make_client_app, partition_loader
+from eegprivacy.federated.client_app import (DIAGNOSTICS, LOCAL_STATE, clear_primed, context_partition,
+                                             make_client_app, partition_loader, prime_train_result, train_job)
 from eegprivacy.federated.server_app import FederationLog, make_server_app
 from eegprivacy.federated.task import Task
 
@@ -109,10 +110,20 @@ class InProcessGrid(Grid):
 
     Each node gets its own Context (``partition-id``, ``num-partitions``, a persistent ``state``) as in
     Flower's simulation, and each message is delivered as its own copy, as a real transport would.
+
+    Batched rounds: given the `task` and `partition` (``context -> (partition_id, X, y)``) the ClientApp serves,
+    and when the task has ``train_many``, a delivery of several train messages first trains every recipient at
+    once — ``train_batcher(task, jobs)`` (default ``task.train_many(jobs)``), jobs from
+    :func:`~eegprivacy.federated.client_app.train_job` — and primes each node's handler with its result. The
+    messages are then delivered one by one as before (mods, replies, local state, diagnostics unchanged); a
+    handler whose input no longer matches its primed job (a mod changed it) trains on its own.
     """
 
-    def __init__(self, client_app: ClientApp, num_nodes: int, run_id: int | None = None):
+    def __init__(self, client_app: ClientApp, num_nodes: int, run_id: int | None = None, *, task=None,
+                 partition: Callable | None = None, train_batcher: Callable | None = None):
         self.client_app = client_app
+        self.task, self.partition = task, partition
+        self.train_batcher = train_batcher
         self._run = Run.create_empty(run_id if run_id is not None else next(_run_ids))
         self._contexts = {
             _NODE_ID_OFFSET + p: Context(run_id=self._run.run_id, node_id=_NODE_ID_OFFSET + p,
@@ -150,15 +161,41 @@ class InProcessGrid(Grid):
         return self._deliver(messages)
 
     def _deliver(self, messages: Iterable[Message]) -> list[Message]:
-        replies = []
+        copies = []
         for msg in messages:
             msg = copy.deepcopy(msg)  # FedAvg shares one RecordDict between all its messages of a round
             # Flower's runtimes assign the id on push the same way (there is no public setter).
             msg.metadata.__dict__["_message_id"] = str(next(self._message_ids))
-            context = self._contexts[msg.metadata.dst_node_id]
-            replies.append(self.client_app(msg, context))
-            self._observe(msg, context)
+            copies.append(msg)
+        primed = self._prime(copies)
+        replies = []
+        try:
+            for msg in copies:
+                context = self._contexts[msg.metadata.dst_node_id]
+                replies.append(self.client_app(msg, context))
+                self._observe(msg, context)
+        finally:
+            for context in primed:
+                clear_primed(context)
         return sorted(replies, key=lambda m: m.metadata.src_node_id)  # node order: deterministic FedAvg sums
+
+    def _prime(self, messages: list[Message]) -> list[Context]:
+        """Train the recipients of several train messages in one batched call; the contexts it primed."""
+        task = self.task
+        if task is None or self.partition is None or not callable(getattr(task, "train_many", None)):
+            return []
+        train = [m for m in messages if m.metadata.message_type.split(".")[0] == "train"]
+        contexts = [self._contexts[m.metadata.dst_node_id] for m in train]
+        if len(train) < 2 or len({id(c) for c in contexts}) != len(contexts):
+            return []
+        jobs = [train_job(task, m, c, self.partition) for m, c in zip(train, contexts)]
+        batcher = self.train_batcher or (lambda t, js: t.train_many(js))
+        results = list(batcher(task, jobs))
+        if len(results) != len(jobs):
+            raise RuntimeError(f"train_batcher returned {len(results)} results for {len(jobs)} jobs")
+        for context, job, result in zip(contexts, jobs, results):
+            prime_train_result(context, job, result)
+        return contexts
 
 
     def _observe(self, msg: Message, context: Context) -> None:
@@ -211,8 +248,8 @@ def _blas_limit(threads: int | None):
     return _controller.limit(limits=threads)
 
 
-def _run_inprocess(server_app, client_app, num_clients: int) -> InProcessGrid:
-    grid = InProcessGrid(client_app, num_clients)
+def _run_inprocess(server_app, client_app, num_clients: int, **batching) -> InProcessGrid:
+    grid = InProcessGrid(client_app, num_clients, **batching)
     # Message() reads the sender's identity from TaskIdentity, as in a Flower ServerApp process.
     TaskIdentity.task_id = 1
     TaskIdentity.run_id = grid.run.run_id
@@ -279,7 +316,8 @@ def run_fedavg(task_factory: Callable[[], Task], partitions: Sequence[tuple[np.n
                standardize: bool = False, keep_updates: bool = False, federated_evaluation: bool = False,
                train_mods: list | None = None, strategy_factory: Callable | None = None,
                blas_threads: int | None = 1, num_cpus: int | None = None, client_cpus: float = 1.0,
-               verbose: bool = False) -> FederationResult:
+               verbose: bool = False, batch_clients: bool = False, train_batcher: Callable | None = None
+               ) -> FederationResult:
     """FedAvg of `task_factory()`'s model over `partitions` (one client per (X, y) pair).
 
     The server draws the initial weights from `seed` and sends them to every client; client c's local
@@ -288,6 +326,13 @@ def run_fedavg(task_factory: Callable[[], Task], partitions: Sequence[tuple[np.n
     from per-client moments in one query round; rows never leave a client). `train_mods`/`strategy_factory`
     are the hooks for DP (client mods, strategy wrappers). `blas_threads` caps BLAS threads while the
     in-process backend runs (None: leave them); `num_cpus`/`client_cpus` size Ray for the flower backend.
+    `batch_clients` (in-process backend, a task with ``train_many``): train all clients of a round as one
+    tensor program, equal to the one-at-a-time loop to ~1e-7, not bit for bit (False, the default: the loop).
+    Opt-in because it pays for small models only: ``make bench`` (federated_round) measured SimpleNet 3-4x faster
+    and EEGNet no faster (its 64-tap convolution is arithmetic-bound either way), and a stage switching paths
+    must be rerun and compared against its old intervals (issue 37). `train_batcher`: a callable
+    ``(task, jobs) -> results`` that runs a round's jobs instead of ``task.train_many`` (e.g. to batch several
+    federations run in lock-step, :mod:`eegprivacy.federated.lockstep`); it implies `batch_clients`.
     """
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
@@ -307,9 +352,12 @@ def run_fedavg(task_factory: Callable[[], Task], partitions: Sequence[tuple[np.n
         with _flower_output(verbose):
             if backend == "inprocess":
                 # The task built above serves every in-process client; Ray workers build their own.
-                client_app = make_client_app(lambda: task, partition_loader(parts), train_mods=train_mods)
+                loader = partition_loader(parts)
+                client_app = make_client_app(lambda: task, loader, train_mods=train_mods)
+                batching = dict(task=task, partition=context_partition(loader), train_batcher=train_batcher) \
+                    if batch_clients or train_batcher is not None else {}
                 with _blas_limit(blas_threads):
-                    grid = _run_inprocess(server_app, client_app, len(parts))
+                    grid = _run_inprocess(server_app, client_app, len(parts), **batching)
             else:
                 client_app = make_client_app(task_factory, partition_loader(parts), train_mods=train_mods)
                 _run_flower(server_app, client_app, len(parts), num_cpus=num_cpus, client_cpus=client_cpus,

@@ -28,8 +28,11 @@ The federated layer checks that partitions are 2-D, so trials may arrive flatten
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+import warnings
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -37,11 +40,60 @@ import torch.nn.functional as F
 
 from eegprivacy.federated.task import Weights, derive_seed
 
-__all__ = ["TorchTask"]
+__all__ = ["TorchTask", "TrainJob"]
 
 # Sub-streams of a train call's seed.
 _SHUFFLE, _NOISE, _DROPOUT = 0, 1, 2
 BATCHNORM_STATS = ("shared", "local")
+# braindecode's max-norm layers call renorm, which vmap runs client by client (correct; the weights are tiny).
+warnings.filterwarnings("ignore", message="There is a performance drop because we have not yet implemented the "
+                        "batching rule for aten::renorm", category=UserWarning)
+# Adam's defaults, as torch.optim.Adam(params, lr=...) uses them in train_local.
+_BETA1, _BETA2, _ADAM_EPS = 0.9, 0.999, 1e-8
+
+
+@dataclass(frozen=True)
+class TrainJob:
+    """One client's local training in a round: the arguments of :meth:`TorchTask.train_local`.
+
+    A value, so a driver can collect the jobs of every client of a round (or of several federations) and hand
+    them to :meth:`TorchTask.train_many` in one call.
+    """
+
+    weights: Weights
+    local: Weights | None
+    X: Any
+    y: Any
+    epochs: int
+    seed: int
+
+
+class _SuppliedMask(torch.nn.Module):
+    """Stands in for an ``nn.Dropout`` in the batched path: multiplies by a mask drawn outside the forward pass.
+
+    torch's CPU dropout computes ``input * (empty_like(input).bernoulli_(1 - p) / (1 - p))`` from the global
+    RNG; the batched path draws that same mask from each client's own generator and sets it here before the
+    (vmapped) forward pass. ``mask`` None: the identity (p = 0, or a dry run recording shapes).
+    """
+
+    def __init__(self, p: float):
+        super().__init__()
+        self.p = float(p)
+        self.mask: torch.Tensor | None = None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x if self.mask is None else x * self.mask
+
+
+def _train_metrics(losses: list, steps: int, norms: list, new_weights) -> dict[str, float]:
+    """A train call's diagnostics (last-epoch loss, steps, pre-clip gradient norms), after checking that the
+    weights it produced are finite: the one summary of both training paths."""
+    metrics = {"train_loss": losses[-1] if losses else float("nan"), "local_steps": float(steps)}
+    if norms:
+        metrics.update(grad_norm_mean=float(np.mean(norms)), grad_norm_max=float(np.max(norms)))
+    if not all(np.isfinite(w).all() for w in new_weights):
+        raise FloatingPointError("local training produced non-finite weights (diverged)")
+    return metrics
 
 
 class TorchTask:
@@ -282,12 +334,83 @@ class TorchTask:
                     steps += 1
                 losses.append(total / n)
             new_weights, new_local = self.weights_of(model), self.local_of(model)
-        metrics = {"train_loss": losses[-1] if losses else float("nan"), "local_steps": float(steps)}
-        if norms:
-            metrics.update(grad_norm_mean=float(np.mean(norms)), grad_norm_max=float(np.max(norms)))
-        if not all(np.isfinite(w).all() for w in new_weights):
-            raise FloatingPointError("local training produced non-finite weights (diverged)")
-        return new_weights, new_local, metrics
+        return new_weights, new_local, _train_metrics(losses, steps, norms, new_weights)
+
+    # -- all clients of a round at once -----------------------------------------------------------------------
+    def batch_fallback_reason(self, model: torch.nn.Module | None = None) -> str | None:
+        """Why :meth:`train_many` runs the per-client loop instead of one batched program; None when it batches.
+
+        The batched path reproduces :meth:`train_local` only where it knows every source of randomness and every
+        state update: the named models (SimpleNet, EEGNet: their only RNG consumers are ``nn.Dropout`` modules,
+        each called once per forward pass; their BatchNorms use a fixed momentum), and no DP or
+        :class:`~eegprivacy.federated.dp.LaplaceGradientDP`. A model given as a callable may draw from the global
+        RNG where no mask can be supplied, another DP object's ``privatise_`` is opaque, and a BatchNorm with
+        ``momentum=None`` reads its step counter: those run the loop. With `model` (a built instance), its
+        modules are checked too.
+        """
+        from eegprivacy.federated.dp import LaplaceGradientDP
+        from eegprivacy.models import MODELS
+
+        if not (isinstance(self.model_spec, str) and self.model_spec in MODELS):
+            return "the model is given as a callable: only the named models are known to batch exactly"
+        if self.dp is not None and type(self.dp) is not LaplaceGradientDP:
+            return f"a {type(self.dp).__name__} DP step: only LaplaceGradientDP is batched"
+        for module in (model.modules() if model is not None else ()):
+            if isinstance(module, torch.nn.modules.dropout._DropoutNd) and type(module) is not torch.nn.Dropout:
+                return f"{type(module).__name__}: only nn.Dropout masks are reproduced"
+            if isinstance(module, torch.nn.modules.batchnorm._BatchNorm) and module.momentum is None \
+                    and module.track_running_stats:
+                return "a BatchNorm with momentum=None (cumulative averages read the per-client step counter)"
+        return None
+
+    def _train_job(self, job: TrainJob) -> tuple[Weights, Weights, dict[str, float]]:
+        return self.train_local(job.weights, job.local, job.X, job.y, epochs=job.epochs, seed=job.seed)
+
+    def train_many(self, jobs: Iterable[TrainJob]) -> list[tuple[Weights, Weights, dict[str, float]]]:
+        """``[train_local(job) for job in jobs]`` computed as one tensor program over all clients.
+
+        Why: a round's clients each run the same small network on a few dozen rows, so one at a time every step
+        pays the per-op overhead (SimpleNet) or runs convolutions too small to use the core well (EEGNet). Here
+        each trainable parameter, Adam moment and BatchNorm statistic carries a leading client axis, the forward
+        pass is ``torch.func.vmap`` over ``functional_call`` of one model (a convolution of every client is then
+        one grouped convolution), and the backward pass of the summed per-client losses gives each client its
+        own gradient (client c's loss depends only on its own slice).
+
+        The numbers equal the loop's (to float32 rounding of reordered sums; ``tests/test_batched_federated.py``
+        holds them to 1e-6) because every per-client stream is reproduced, not merely re-seeded:
+
+        - mini-batch order: ``torch.randperm(n, generator=shuffle)`` per epoch from each job's own generator;
+        - steps: client c's t-th step joins the program's t-th step. Clients whose t-th batch has the same size
+          run together; a client with another size (its last batch of an epoch, or a smaller partition) runs in
+          its own group, and a client that has finished takes no step at all: no Adam update, no noise draw, no
+          dropout draw. Grouping by size instead of padding keeps BatchNorm statistics and the mean loss over
+          exactly the client's rows;
+        - dropout: the loop's ``nn.Dropout`` draws ``empty_like(x).bernoulli_(1 - p) / (1 - p)`` from torch's
+          global RNG seeded per client; here each Dropout is replaced by a module applying a mask drawn, in the
+          loop's call order and shape, from a per-client ``torch.Generator`` seeded the same way
+          (``vmap(randomness="error")`` guarantees nothing else in the forward pass draws);
+        - BatchNorm in train mode: vmap keeps batch statistics and running-statistic updates per client;
+        - EEGNet's max-norm layers are braindecode's own parametrisations (``renorm`` in the forward pass), run
+          per client under vmap;
+        - DP: per-client global L2 norm (float64, as ``privatise_``), clip, and Laplace noise from each client's
+          own generator: one draw of all parameters' values in ``privatise_``'s order, which is the same stream
+          as its parameter-by-parameter draws (uniforms are drawn serially);
+        - Adam: torch.optim.Adam's single-tensor update (betas 0.9/0.999, eps 1e-8) with each client's own
+          bias correction from its own step count.
+
+        Metrics are the loop's (last-epoch loss, local steps, pre-clip gradient norms). Configurations the path
+        cannot reproduce exactly (:meth:`batch_fallback_reason`) and single jobs run :meth:`train_local`.
+        """
+        jobs = list(jobs)
+        if len(jobs) < 2 or self.batch_fallback_reason() is not None:
+            return [self._train_job(job) for job in jobs]
+        with self._threads(), torch.random.fork_rng(devices=[]):
+            model = self.build().train()
+            if self.batch_fallback_reason(model) is None:
+                result = _BatchedTraining(self, model, jobs).run()
+                if result is not None:
+                    return result
+        return [self._train_job(job) for job in jobs]
 
     def _forward(self, weights: Weights, X, fn, local: Weights | None = None) -> torch.Tensor:
         if local is None and self._local_spec():
@@ -335,3 +458,194 @@ class TorchTask:
         if self.dp is not None and hasattr(self.dp, "to_dict"):
             out.update(self.dp.to_dict())
         return out
+
+
+class _BatchedTraining:
+    """One :meth:`TorchTask.train_many` call: the stacked state of every client and the step loop over them.
+
+    `model` is a fresh model in train mode, used only as the function that ``functional_call`` runs with each
+    client's tensors; its Dropout modules are swapped for :class:`_SuppliedMask`. :meth:`run` returns None when
+    the model turns out not to fit the path (a Dropout called other than once per forward pass), and the caller
+    runs the loop instead.
+    """
+
+    def __init__(self, task: TorchTask, model: torch.nn.Module, jobs: list[TrainJob]):
+        self.task, self.model, self.jobs = task, model, jobs
+        self.names = task._spec(model)
+        state = model.state_dict()
+        self.trainable = [k for k, p in model.named_parameters() if p.requires_grad]
+        trainable = set(self.trainable)
+        floating = [k for k, v in state.items() if torch.is_floating_point(v)]
+        self.others = [k for k in floating if k not in trainable]  # BatchNorm statistics, frozen parameters
+        self.inputs, self.targets, states = [], [], []
+        for job in jobs:  # the loop's checks and loading, per job
+            x, t = task._inputs(job.X), task._targets(job.y)
+            if x.shape[0] != t.shape[0]:
+                raise ValueError(f"X has {x.shape[0]} rows but y has {t.shape[0]}")
+            client = {k: state[k].detach().clone() for k in floating}
+            with torch.no_grad():
+                task._copy_in(client, self.names, job.weights, "weight")
+                if job.local is not None:
+                    task._copy_in(client, task._buffer_names, job.local, "local state")
+            self.inputs.append(x)
+            self.targets.append(t)
+            states.append(client)
+        self.params = {k: torch.stack([s[k] for s in states]) for k in self.trainable}
+        self.buffers = {k: torch.stack([s[k] for s in states]) for k in self.others}
+
+    # -- dropout ---------------------------------------------------------------------------------------------
+    def _swap_dropout(self) -> list[_SuppliedMask] | None:
+        """Replace every nn.Dropout by a :class:`_SuppliedMask`; return those that draw, in forward-call order."""
+        swapped = []
+        for parent in list(self.model.modules()):
+            for name, child in list(parent.named_children()):
+                if type(child) is torch.nn.Dropout:
+                    mask = _SuppliedMask(child.p)
+                    setattr(parent, name, mask)
+                    swapped.append(mask)
+        calls: list[tuple[_SuppliedMask, tuple[int, ...]]] = []
+        hooks = [m.register_forward_hook(lambda mod, args, out: calls.append((mod, tuple(args[0].shape[1:]))))
+                 for m in swapped]
+        try:  # a dry run on one row records the order and the per-row shape of each dropout call
+            with torch.no_grad():
+                self.model.eval()
+                self.model(self.inputs[0][:1])
+        finally:
+            self.model.train()
+            for hook in hooks:
+                hook.remove()
+        if sorted(id(m) for m, _ in calls) != sorted(id(m) for m in swapped):
+            return None
+        self.mask_shapes = {id(m): shape for m, shape in calls}
+        for m in swapped:  # torch's dropout: p = 0 is the identity and p = 1 zeros; neither draws
+            m.mask = torch.zeros(()) if m.p >= 1 else None
+        return [m for m, _ in calls if 0 < m.p < 1]
+
+    def _masks(self, clients: list[int], size: int) -> tuple[torch.Tensor, ...]:
+        out = []
+        for m in self.drawing:
+            keep = 1.0 - m.p
+            shape = (size, *self.mask_shapes[id(m)])
+            out.append(torch.stack([torch.empty(shape).bernoulli_(keep, generator=self.dropout_rng[c]).div_(keep)
+                                    for c in clients]))
+        return tuple(out)
+
+    # -- the program -----------------------------------------------------------------------------------------
+    def run(self) -> list[tuple[Weights, Weights, dict[str, float]]] | None:
+        from torch.func import functional_call, vmap
+
+        from eegprivacy.federated.dp import laplace_noise
+
+        task, jobs = self.task, self.jobs
+        drawing = self._swap_dropout()
+        if drawing is None:
+            return None
+        self.drawing = drawing
+        n_clients, bs = len(jobs), task.batch_size
+        sizes = [x.shape[0] for x in self.inputs]
+        epochs = [int(job.epochs) for job in jobs]
+        per_epoch = [math.ceil(n / bs) for n in sizes]
+        total_steps = [e * k for e, k in zip(epochs, per_epoch)]
+        shuffle = [torch.Generator().manual_seed(derive_seed(job.seed, _SHUFFLE)) for job in jobs]
+        noise_rng = [torch.Generator().manual_seed(derive_seed(job.seed, _NOISE)) for job in jobs]
+        self.dropout_rng = [torch.Generator().manual_seed(derive_seed(job.seed, _DROPOUT)) for job in jobs]
+        orders = [[torch.randperm(n, generator=g) for _ in range(e)] for n, g, e in zip(sizes, shuffle, epochs)]
+        n_max = max(sizes)
+        X = torch.zeros((n_clients, n_max, *task.input_shape))
+        Y = torch.zeros((n_clients, n_max), dtype=torch.int64)
+        for c, (x, t) in enumerate(zip(self.inputs, self.targets)):
+            X[c, :x.shape[0]], Y[c, :t.shape[0]] = x, t
+
+        dp = task.dp
+        clips = dp is not None and dp.clips
+        noisy = dp is not None and math.isfinite(dp.epsilon)
+        n_values = sum(p[0].numel() for p in self.params.values())
+        moments = {k: (torch.zeros_like(p), torch.zeros_like(p)) for k, p in self.params.items()}
+        counts = [0] * n_clients
+        totals, losses, norms = [0.0] * n_clients, [[] for _ in jobs], [[] for _ in jobs]
+        model, trainable = self.model, self.trainable
+
+        def client_loss(params, buffers, x, y, masks):
+            for m, mask in zip(drawing, masks):
+                m.mask = mask
+            try:
+                return F.cross_entropy(functional_call(model, (params, buffers), (x,)), y)
+            finally:
+                for m in drawing:
+                    m.mask = None
+
+        batched_loss = vmap(client_loss, randomness="error")
+        for t in range(max(total_steps, default=0)):
+            groups: dict[int, list[int]] = {}
+            for c in range(n_clients):
+                if t < total_steps[c]:
+                    start = (t % per_epoch[c]) * bs
+                    groups.setdefault(min(bs, sizes[c] - start), []).append(c)
+            for size, clients in sorted(groups.items()):
+                whole = len(clients) == n_clients
+                index = torch.tensor(clients)
+                rows = torch.stack([orders[c][t // per_epoch[c]][(t % per_epoch[c]) * bs:][:size] for c in clients])
+                x, y = X[index[:, None], rows], Y[index[:, None], rows]
+                with torch.no_grad():
+                    params = {k: (p if whole else p[index]).detach().requires_grad_() for k, p in self.params.items()}
+                    buffers = {k: b if whole else b[index] for k, b in self.buffers.items()}
+                loss = batched_loss(params, buffers, x, y, self._masks(clients, size))
+                grads = torch.autograd.grad(loss.sum(), [params[k] for k in trainable])
+                with torch.no_grad():
+                    g_count = len(clients)
+                    if dp is not None:
+                        per = torch.stack([torch.linalg.vector_norm(g.reshape(g_count, -1), dim=1, dtype=torch.float64)
+                                           for g in grads], dim=1)
+                        norm = torch.linalg.vector_norm(per, dim=1)
+                        for c, value in zip(clients, norm.tolist()):
+                            if not math.isfinite(value):
+                                raise ValueError(f"gradient norm is {value}: the loss or the model diverged; DP "
+                                                 "cannot clip it")
+                            norms[c].append(value)
+                        if clips:
+                            factor = torch.where(norm > dp.clip_norm, dp.clip_norm / norm, 1.0).float()
+                            grads = [g * factor.view(-1, *[1] * (g.dim() - 1)) for g in grads]
+                        if noisy:
+                            noise = torch.stack([laplace_noise((n_values,), dp.noise_scale, noise_rng[c])
+                                                 for c in clients])
+                            offset, noised = 0, []
+                            for g in grads:
+                                size_g = g[0].numel()
+                                noised.append(g + noise[:, offset:offset + size_g].reshape(g.shape))
+                                offset += size_g
+                            grads = noised
+                    for c in clients:
+                        counts[c] += 1
+                    steps = torch.tensor([counts[c] for c in clients], dtype=torch.float64)
+                    step_size = (task.learning_rate / (1 - _BETA1 ** steps)).float()
+                    bc2_sqrt = ((1 - _BETA2 ** steps) ** 0.5).float()
+                    for k, g in zip(trainable, grads):
+                        view = (-1, *[1] * (g.dim() - 1))
+                        m_all, v_all = moments[k]
+                        m, v = (m_all, v_all) if whole else (m_all[index], v_all[index])
+                        m.lerp_(g, 1 - _BETA1)
+                        v.mul_(_BETA2).addcmul_(g, g, value=1 - _BETA2)
+                        denom = (v.sqrt() / bc2_sqrt.view(view)).add_(_ADAM_EPS)
+                        p = params[k]
+                        p.add_(-step_size.view(view) * m / denom)
+                        if not whole:  # whole: p, m, v share storage with the stacked tensors already
+                            m_all[index], v_all[index] = m, v
+                            self.params[k][index] = p.detach()
+                    if not whole:
+                        for k, b in buffers.items():
+                            self.buffers[k][index] = b
+                for c, value in zip(clients, loss.detach().double().tolist()):
+                    totals[c] += value * size
+                    if (t + 1) % per_epoch[c] == 0:
+                        losses[c].append(totals[c] / sizes[c])
+                        totals[c] = 0.0
+        return [self._result(c, losses[c], norms[c], counts[c]) for c in range(n_clients)]
+
+    def _result(self, c: int, losses: list[float], norms: list[float], steps: int):
+        def array(k):
+            tensor = self.params[k][c] if k in self.params else self.buffers[k][c]
+            return tensor.detach().cpu().numpy().copy()
+
+        new_weights = [array(k) for k in self.names]
+        new_local = [array(k) for k in self.task._buffer_names]
+        return new_weights, new_local, _train_metrics(losses, steps, norms, new_weights)

@@ -50,7 +50,8 @@ class Stage:
     inputs: tuple[str, ...] = ()    # data it reads (other stages' outputs, version files); "{item}" per item
     outs: tuple[str, ...] = ()      # everything it writes; "{item}" per item
     reads: tuple[str, ...] = ()     # params it reads from other sections, "file:dotted.key"
-    items: tuple[str, ...] = ()     # foreach items (datasets); empty for a single stage
+    items: tuple[str, ...] = ()     # foreach items (datasets) it can run on; empty for a single stage
+    profile_list: str | None = None  # the params/profile.yaml list its items come from in the active profile
     flags: tuple[str, ...] = ()     # shared CLI flags: dataset, progress, cells, features_dir, out
     tolerance: float = 0.0          # 0: bit-stable across machines; else relative tolerance (module docstring)
     in_dvc: bool = True             # False for commands run on a user's own data (not in dvc.yaml)
@@ -63,9 +64,22 @@ class Stage:
     def entry_file(self) -> str:
         return f"experiments/{self.entry.rsplit('.', 1)[-1]}.py"
 
+    def active_items(self) -> tuple[str, ...]:
+        """The items the active profile runs it on (``params/profile.yaml``), else every item."""
+        if self.profile_list is None:
+            return self.items
+        from eegprivacy.pipeline.profile import cohorts
+
+        active = cohorts(self.profile_list)
+        unknown = sorted(set(active) - set(self.items))
+        if unknown:
+            raise ValueError(f"params/profile.yaml: profile.{self.profile_list} names {unknown}, which stage "
+                             f"{self.name} cannot run on (it runs on {', '.join(self.items)})")
+        return active
+
     def dvc_names(self) -> list[str]:
-        """The DVC stage names (``name@item`` for a foreach stage)."""
-        return [f"{self.name}@{item}" for item in self.items] if self.items else [self.name]
+        """The DVC stage names in the active profile (``name@item`` for a foreach stage)."""
+        return [f"{self.name}@{item}" for item in self.active_items()] if self.items else [self.name]
 
     def config_type(self):
         if self.config is None:
@@ -150,7 +164,8 @@ def _source_name(root: Path, path: Path) -> str:
 # ---- The sources, by role ----------------------------------------------------------------------------------
 MACHINERY = (f"{SRC}/pipeline", f"{SRC}/tracking", f"{SRC}/params.py", f"{SRC}/validation.py")
 REPORTING = (f"{SRC}/reporting",)
-RELEASE = (f"{SRC}/signal/table.py", f"{SRC}/privacy", f"{SRC}/evaluation", f"{SRC}/studies/release")
+# batched: LOSOEvaluation fits the paper's MLP with eegprivacy.batched.AdamMLP (issue 37)
+RELEASE = (f"{SRC}/signal/table.py", f"{SRC}/privacy", f"{SRC}/evaluation", f"{SRC}/batched", f"{SRC}/studies/release")
 FEDERATED = (f"{SRC}/data", f"{SRC}/signal", f"{SRC}/federated", f"{SRC}/models", f"{SRC}/attacks",
              f"{SRC}/evaluation", f"{SRC}/studies/federated")
 EEGMAT_VERSION = ("data/versions/eegmat.json",)
@@ -178,15 +193,15 @@ STAGES: tuple[Stage, ...] = (
           code=(f"{SRC}/data", f"{SRC}/signal"), support=(*MACHINERY, *REPORTING),
           inputs=("data/versions/{item}.json",),
           outs=("data/features/{item}.parquet", "metrics/features_{item}.json", "reports/figures/features_{item}.png"),
-          items=STUDY_A, flags=("dataset", "progress"), tolerance=1e-9),
+          items=STUDY_A, profile_list="study_a", flags=("dataset", "progress"), tolerance=1e-9),
     # ---- Study A: DP feature release -------------------------------------------------------------------------
     Stage("dp_release", "Study A: release the patient-level feature table with each DP mechanism at each ε over "
           "many noise seeds; per-seed intrinsic utility (tidy CSV), one MLflow parent run per mechanism.",
           entry="experiments.dp_release", section="dp_release", params_file="params/dp_release.yaml",
           config="eegprivacy.studies.release.config:DPReleaseConfig", code=RELEASE, support=MACHINERY,
           inputs=("data/features/{item}.parquet", "data/versions/{item}.json"),
-          outs=("metrics/dp_release_{item}.csv",), items=STUDY_A, flags=("dataset", "progress", "cells", "out",
-                                                                          "features_dir"),
+          outs=("metrics/dp_release/dp_release_{item}.csv",), items=STUDY_A, profile_list="study_a",
+          flags=("dataset", "progress", "cells", "out", "features_dir"),
           tolerance=1e-9),
     Stage("dp_utility", "Study A: LOSO utility (MLP; AUROC, the nested and the paper's optimistic threshold "
           "protocols, one grid) of the non-private table, a permuted-label control, every DP release and its matched "
@@ -196,21 +211,20 @@ STAGES: tuple[Stage, ...] = (
           section_keys=("mechanisms", "baseline_mlp_seeds", "nested_seeds", "nested_inner_folds", "permutations",
                         "n_jobs", "bootstrap", "confidence"),
           inputs=("data/features/{item}.parquet", "data/versions/{item}.json"),
-          outs=("metrics/dp_utility_{item}.csv", "metrics/dp_utility_summary_{item}.csv"),
-          reads=("params/dp_release.yaml:dp_release",), items=STUDY_A,
+          outs=("metrics/dp_utility/dp_utility_{item}.csv", "metrics/dp_utility/dp_utility_summary_{item}.csv"),
+          reads=("params/dp_release.yaml:dp_release",), items=STUDY_A, profile_list="study_a",
           flags=("dataset", "progress", "cells", "out", "features_dir"), tolerance=1e-9),
     Stage("dp_aggregate", "Study A: each dataset's headline (release vs matched null, utility horizons), the "
           "per-seed aggregate and the figures.",
           entry="experiments.dp_aggregate", section="dp_utility", params_file="params/dp_release.yaml",
           config="eegprivacy.studies.release.config:DPUtilityConfig", section_keys=("figure_epsilon",), code=RELEASE,
           support=(*MACHINERY, *REPORTING),
-          inputs=tuple(f"metrics/{s}_{d}.csv" for d in STUDY_A
-                       for s in ("dp_release", "dp_utility", "dp_utility_summary")),
-          outs=("metrics/dp_release.csv", "metrics/dp_release.json",
-                *(f"reports/figures/dp_{kind}_{d}.png" for d in STUDY_A for kind in ("utility", "intrinsic",
-                                                                                       "confusion")),
+          # Folders: a profile's cohorts (params/profile.yaml) decide which files they hold.
+          inputs=("metrics/dp_release", "metrics/dp_utility"),
+          outs=("metrics/dp_release.csv", "metrics/dp_release.json", "reports/figures/dp_aggregate",
                 "plots/dp_balanced_accuracy.csv"),
-          reads=("params/dp_release.yaml:dp_release.datasets",), tolerance=1e-9),
+          reads=("params/dp_release.yaml:dp_release.datasets", "params/profile.yaml:profile.study_a"),
+          tolerance=1e-9),
     Stage("table_attacks", "Study A: re-identification (eegmat: task release vs resting-state auxiliary, "
           "cross-condition; MSU: first vs second half of each recording, same-session halves) and membership "
           "inference on the released tables, per mechanism, ε and noise seed.",
@@ -222,7 +236,8 @@ STAGES: tuple[Stage, ...] = (
                 "reports/figures/table_attacks_{item}.png"),
           reads=("params/dp_release.yaml:dp_release.clip_norm", "params/dp_release.yaml:dp_release.delta",
                  "params/dp_release.yaml:dp_release.common_random_numbers"), items=("eegmat", "msu_schizophrenia"),
-          flags=("dataset", "progress", "cells", "out", "features_dir"), tolerance=1e-9),
+          profile_list="study_a_attacks", flags=("dataset", "progress", "cells", "out", "features_dir"),
+          tolerance=1e-9),
     Stage("dp_scenarios", "Study A: deployment scenarios (client-side, server-side with HMAC GlobalIDs, "
           "decentralised Flower FedAvg) of the DP release, scored under LOSO.",
           entry="experiments.dp_scenarios", section="deployment", params_file="params/deployment.yaml",
@@ -234,7 +249,7 @@ STAGES: tuple[Stage, ...] = (
           reads=("params/dp_release.yaml:dp_release.clip_norm", "params/dp_release.yaml:dp_release.delta",
                  "params/dp_release.yaml:dp_release.datasets",
                  "params/dp_release.yaml:dp_release.common_random_numbers"),
-          items=("eegmat", "msu_schizophrenia"),
+          items=("eegmat", "msu_schizophrenia"), profile_list="study_a_attacks",
           flags=("dataset", "progress", "cells", "out", "features_dir"), tolerance=1e-9),
     Stage("optuna_study_a", "Study A: multi-objective Optuna search over (mechanism, ε, C) on MSU: LOSO AUROC of "
           "the release minus its matched null vs same-session re-identification top-1; the Pareto front re-evaluated "
@@ -267,20 +282,20 @@ STAGES: tuple[Stage, ...] = (
           entry="experiments.dp_scaling", section="dp_scaling", params_file="params/dp_scaling.yaml",
           config="eegprivacy.studies.release.config:DPScalingConfig", code=RELEASE, support=MACHINERY,
           inputs=("data/features/{item}.parquet", "data/versions/{item}.json"),
-          outs=("metrics/dp_scaling_{item}.csv", "metrics/dp_scaling_summary_{item}.csv"),
+          outs=("metrics/dp_scaling/dp_scaling_{item}.csv", "metrics/dp_scaling/dp_scaling_summary_{item}.csv"),
           reads=("params/dp_release.yaml:dp_release.datasets", "params/dp_release.yaml:dp_release.clip_norm",
                  "params/dp_release.yaml:dp_release.delta", "params/dp_release.yaml:dp_release.common_random_numbers",
                  "params/dp_release.yaml:dp_utility.bootstrap", "params/dp_release.yaml:dp_utility.confidence"),
-          items=SCALING_DATASETS,
+          items=SCALING_DATASETS, profile_list="study_a",
           flags=("dataset", "progress", "cells", "out", "features_dir"), tolerance=1e-9),
     Stage("dp_scaling_aggregate", "Study A: the scaling alternatives' summaries (AUROC vs matched null, cost vs "
           "private scaling), their figure and JSON.",
           entry="experiments.dp_scaling_aggregate", section="dp_scaling", params_file="params/dp_scaling.yaml",
           config="eegprivacy.studies.release.config:DPScalingConfig", section_keys=("datasets",), code=RELEASE,
           support=(*MACHINERY, *REPORTING),
-          inputs=tuple(f"metrics/dp_scaling_summary_{d}.csv" for d in SCALING_DATASETS),
-          outs=("metrics/dp_scaling.json", "reports/figures/dp_scaling.png", "plots/dp_scaling.csv"),
-          tolerance=1e-9),
+          inputs=("metrics/dp_scaling",), outs=("metrics/dp_scaling.json", "reports/figures/dp_scaling.png",
+                                                "plots/dp_scaling.csv"),
+          reads=("params/profile.yaml:profile.study_a",), tolerance=1e-9),
     Stage("dp_end_to_end", "Study A beyond the paper: releases private end to end (public PCA/PLS projections, "
           "DP-PCA, DP synthetic patients; the paper's mechanism with public scaling as reference), each beside its "
           "matched null, LOSO AUROC on the private patients, a fixed-sequence utility horizon per design.",
@@ -300,13 +315,14 @@ STAGES: tuple[Stage, ...] = (
           entry="experiments.federated_mia", section="federated_mia", params_file="params/federated_mia.yaml",
           config="eegprivacy.studies.federated.config:FederatedMIAConfig", code=FEDERATED, support=MACHINERY,
           inputs=("data/versions/{item}.json",),
-          outs=("metrics/federated_mia_{item}.csv", "data/federated_mia/{item}"), items=STUDY_B,
+          outs=("metrics/federated_mia/federated_mia_{item}.csv", "data/federated_mia/{item}"), items=STUDY_B,
+          profile_list="study_b",
           flags=("dataset", "progress", "out", "cells")),
     Stage("federated_mia_report", "Study B: the per-round attack rows summarised (intervals over seeds, "
           "cumulative ε beside each per-step ε), the paper-shaped tables and figures.",
           entry="experiments.federated_mia_report", code=FEDERATED, support=(*MACHINERY, *REPORTING),
-          inputs=(*(f"metrics/federated_mia_{d}.csv" for d in STUDY_B), *(f"data/federated_mia/{d}" for d in STUDY_B),
-                  "metrics/federated_accounting.csv"),
+          inputs=("metrics/federated_mia", "data/federated_mia", "metrics/federated_accounting.csv"),
+          reads=("params/profile.yaml:profile.study_b",),
           outs=("metrics/federated_mia.csv", "reports/federated_mia_tables.md", "metrics/federated_mia.json",
                 *(f"reports/figures/federated_mia_{f}.png" for f in ("rla_rounds", "grad_norms", "client_accuracy",
                                                                       "loss_gap")))),
@@ -364,19 +380,19 @@ STAGES: tuple[Stage, ...] = (
           "federation: non-member AUROC vs record-level attack TPR at 1% FPR.",
           entry="experiments.optuna_study_b", section="optuna_study_b", params_file="params/optuna.yaml",
           config="eegprivacy.studies.federated.config:OptunaStudyBConfig",
-          code=(*FEDERATED, f"{SRC}/pipeline/search.py"), support=(*MACHINERY, *REPORTING), inputs=EEGMAT_VERSION,
+          code=(*FEDERATED, f"{SRC}/pipeline/search.py"), support=(*MACHINERY, *REPORTING), inputs=EEGMMIDB_VERSION,
           outs=("data/optuna/study_b.db", "metrics/optuna_study_b_trials.csv", "metrics/optuna_study_b.json",
                 "reports/figures/optuna_pareto_study_b.png"),
           reads=tuple(f"params/federated_mia.yaml:federated_mia.{k}" for k in (
-              "datasets.eegmat", "test_size", "split_seed", "csp_components", "clients_per_round", "learning_rate",
-              "batch_size", "attackers", "rf_estimators")), flags=("progress",)),
+              "datasets.eegmmidb", "test_size", "split_seed", "csp_components", "clients_per_round",
+              "learning_rate", "batch_size", "attackers", "rf_estimators")), flags=("progress",)),
     Stage("csp_exploration", "Study B inputs before training: PCA of the per-client CSP features and the top-10 "
           "feature-label correlations.",
           entry="experiments.csp_exploration", code=FEDERATED, support=(*MACHINERY, *REPORTING),
           outs=("metrics/csp_correlations_{item}.csv", "reports/figures/csp_pca_{item}.png"),
           reads=tuple(f"params/federated_mia.yaml:federated_mia.{k}" for k in (
               "datasets", "test_size", "split_seed", "csp_components")),
-          items=STUDY_B, flags=("dataset",)),
+          items=STUDY_B, profile_list="study_b", flags=("dataset",)),
     # ---- Study C: embedding audit ---------------------------------------------------------------------------
     Stage("embedding_audit", "Study C on one cohort: split-controlled audit of frozen EEG-encoder embeddings "
           "(BIOT, LaBraM, EEGPT, random-init and band-power references): attribute, identity, membership, "
@@ -521,6 +537,15 @@ def dvc_mismatches(dvc: dict, stages: tuple[Stage, ...] = STAGES) -> list[str]:
         entry = declared[stage.name]
         body = _dvc_body(entry)
         items = entry.get("foreach")
+        if isinstance(items, str):  # ${profile.<list>}: the profile decides
+            listed = items.strip().removeprefix("${profile.").removesuffix("}")
+            if listed != stage.profile_list:
+                problems.append(f"{stage.name}: dvc.yaml runs it for {items}, the registry for "
+                                f"{'${profile.' + stage.profile_list + '}' if stage.profile_list else list(stage.items)}")
+            items = []
+        elif stage.profile_list is not None:
+            problems.append(f"{stage.name}: dvc.yaml runs it for a fixed list {items}; the registry reads its cohorts "
+                            f"from params/profile.yaml (foreach: ${{profile.{stage.profile_list}}})")
         items = list(items) if isinstance(items, (list, dict)) else []
         if stage.items and (items and sorted(items) != sorted(stage.items)):
             problems.append(f"{stage.name}: dvc.yaml runs it for {items}, the registry for {list(stage.items)}")
@@ -530,7 +555,7 @@ def dvc_mismatches(dvc: dict, stages: tuple[Stage, ...] = STAGES) -> list[str]:
                 problems.append(f"{stage.name}: runs {source} but dvc.yaml does not list it (or a folder above it) "
                                 "as a dependency, so a change to it would not rerun the stage")
         for data in stage.inputs:
-            if data not in deps and not any("${item." in d for d in deps):  # a per-item dep (federated_mia)
+            if data not in deps and "{item}" not in deps:  # "${item}": the profile names each cohort's file
                 problems.append(f"{stage.name}: reads {data} but dvc.yaml does not list it as a dependency")
         outs = {_norm(o) for key in ("outs", "metrics", "plots") for o in _paths(body.get(key))}
         for out in stage.outs:

@@ -33,7 +33,7 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from eegprivacy.evaluation.intervals import mean_ci
-from eegprivacy.pipeline.executors import Executor, current_executor
+from eegprivacy.pipeline.executors import Executor, LocalExecutor, current_executor
 from eegprivacy.tracking.runs import _host_key, log_metrics, param_text, start_run
 
 log = logging.getLogger(__name__)
@@ -261,45 +261,72 @@ class SweepRunner:
         return tidy
 
 
+CostFn = Callable[[Mapping[str, Any], int], float]
+
+
+def longest_first(jobs: list[tuple[dict, int]], cost: CostFn) -> list[int]:
+    """Job positions in decreasing ``cost(config, seed)``, ties in job order: the order to hand cells to a pool of
+    workers so that the expensive ones start first and the cheap ones fill the gaps at the end (longest processing
+    time first), instead of one slow cell running alone on one core while the others idle."""
+    costs = [float(cost(config, seed)) for config, seed in jobs]
+    return sorted(range(len(jobs)), key=lambda k: -costs[k])  # sorted() is stable: ties keep the job order
+
+
 class PrefetchedCells:
-    """A ``cell_fn`` for ``SweepRunner.run`` whose results are computed ahead, in order, by ``n_jobs`` processes.
+    """A ``cell_fn`` for ``SweepRunner.run`` whose results are computed ahead by ``n_jobs`` processes.
 
     ``jobs`` lists every (config, seed) the runners will ask for, in the order they will ask (build it from
     ``SweepRunner.pending``). Each call checks that it is asked for the next job, then waits for that job's rows,
     so logging, cell files and the returned tables are exactly those of a serial run. A cell must be a pure
     function of (config, seed) and picklable arguments; on a crash the cells already handed over are on disk and
-    at most the ones being computed ahead are lost. ``executor`` (default: the process-wide one,
+    the ones computed ahead are lost. ``executor`` (default: the process-wide one,
     :func:`~eegprivacy.pipeline.executors.current_executor`) computes them: local processes, where ``n_jobs``
     counts them, or a Ray cluster, whose CPUs do.
+
+    ``cost``: an estimate of a cell's compute time from its (config, seed) (any unit; only the order matters).
+    Given it, the cells are handed to the workers longest first (:func:`longest_first`) and their rows held until
+    the runners ask for them, so both cores stay busy to the end of a sweep whose slow cells would otherwise come
+    last. Rows never depend on it: every cell is seeded by its config alone and runs on one thread wherever it
+    runs. A single local process (``n_jobs`` 1) computes in job order: there is nothing to balance.
     """
 
     def __init__(self, cell_fn: Callable[[dict, int], list[dict]], jobs: Iterable[tuple[Mapping[str, Any], int]],
-                 n_jobs: int = 1, executor: Executor | None = None):
-        self._expected = deque((config_key(config), int(seed)) for config, seed in jobs)
+                 n_jobs: int = 1, executor: Executor | None = None, cost: CostFn | None = None):
         jobs = [(dict(config), int(seed)) for config, seed in jobs]
-        self._results = (executor or current_executor()).map(cell_fn, jobs, n_jobs=n_jobs)
+        self._expected = deque((k, config_key(config), seed) for k, (config, seed) in enumerate(jobs))
+        executor = executor or current_executor()
+        balance = cost is not None and len(jobs) > 1 and (int(n_jobs) > 1
+                                                          or not isinstance(executor, LocalExecutor))
+        self._order = longest_first(jobs, cost) if balance else list(range(len(jobs)))
+        self._results = executor.map(cell_fn, [jobs[k] for k in self._order], n_jobs=n_jobs)
+        self._computed = 0  # how many of self._order the executor has handed back
+        self._held: dict[int, list[dict]] = {}  # rows computed ahead of their turn, by job position
 
     def __call__(self, config: dict, seed: int) -> list[dict]:
         if not self._expected:
             raise RuntimeError("a runner asked for a cell that was not prefetched")
-        expected = self._expected.popleft()
-        if expected != (config_key(config), int(seed)):
+        position, *expected = self._expected.popleft()
+        if tuple(expected) != (config_key(config), int(seed)):
             raise RuntimeError("cells were requested in another order than they were prefetched")
-        return next(self._results)
+        while position not in self._held:
+            self._held[self._order[self._computed]] = next(self._results)
+            self._computed += 1
+        return self._held.pop(position)
 
     def remaining(self) -> int:
         return len(self._expected)
 
 
 def run_prefetched(plan: Iterable[tuple[SweepRunner, list[Cell]]], cell_fn: Callable[[dict, int], list[dict]],
-                   n_jobs: int = 1, executor: Executor | None = None) -> list[pd.DataFrame]:
+                   n_jobs: int = 1, executor: Executor | None = None,
+                   cost: CostFn | None = None) -> list[pd.DataFrame]:
     """Run each (runner, cells) in turn with every pending cell computed ahead by ``n_jobs`` processes, or by the
     Ray cluster when that is the executor (:class:`PrefetchedCells`), so the cores stay busy across the runners
     while the tables, cell files and MLflow runs are exactly those of running them one by one. ``cell_fn`` serves
-    every runner (dispatch on the config)."""
+    every runner (dispatch on the config); ``cost`` estimates a cell's time, to start the slow ones first."""
     plan = list(plan)
     jobs = [(cell.config, cell.seed) for runner, cells in plan for cell in runner.pending(cells)]
-    compute = PrefetchedCells(cell_fn, jobs, n_jobs=n_jobs, executor=executor)
+    compute = PrefetchedCells(cell_fn, jobs, n_jobs=n_jobs, executor=executor, cost=cost)
     return [runner.run(cells, compute) for runner, cells in plan]
 
 

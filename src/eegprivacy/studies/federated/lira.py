@@ -331,31 +331,37 @@ def _federate(model: str, eps: float, seed: int, fed, training: FederatedMIAConf
 
 def _train_shadows(indices, trials, masks, config: FederatedLiRAConfig, training: FederatedMIAConfig, epsilons,
                    output: str) -> dict:
-    """φ of every trial under shadows ``indices`` at every ε, and under their untrained initial models."""
+    """φ of every trial under shadows ``indices`` at every ε, and under their untrained initial models. All of
+    them (shadows × ε) train in lock-step (:func:`~eegprivacy.studies.federated.mia.federate_many`): each round's
+    local training of every shadow is one batched tensor program per ε, and each shadow's numbers are what
+    :func:`_federate` gives it alone."""
+    feds = {int(j): mia.Federation(trials, masks[j], output, training.csp_components) for j in indices}
+    runs = [({"model": config.model, "epsilon": eps}, config.shadow_seed + j, fed)
+            for j, fed in feds.items() for eps in epsilons]
+    trained = iter(mia.federate_many(runs, training))
     out = {}
     y = None
-    for j in indices:
-        fed = mia.Federation(trials, masks[j], output, training.csp_components)
+    for j, fed in feds.items():
         order = client_index(trials, masks[j])
-        seed = config.shadow_seed + int(j)
         phis = {}
         for eps in epsilons:
-            task, result = _federate(config.model, eps, seed, fed, training)
+            task, result = next(trained)
             y = task._targets(trials.y).numpy() if y is None else y
             phis[epsilon_key(eps)] = logit_confidence(trial_logits(task, result.weights, fed, order,
                                                                     mia.client_locals(result, len(fed.clients))), y)
             if "untrained" not in phis:
                 phis["untrained"] = logit_confidence(trial_logits(task, _initial_weights(result), fed, order,
                                                                      mia.client_locals(result, len(fed.clients), 0)), y)
-        out[int(j)] = phis
+        out[j] = phis
     return out
 
 
 def shadow_phis(trials, masks, config: FederatedLiRAConfig, training: FederatedMIAConfig, epsilons, output: str,
                 cache: Path) -> dict:
-    """{"inf"/"5"/…/"untrained": (n_shadows, n_trials) φ}, trained in ``workers`` processes (each shadow's
-    numbers depend only on its own seed and mask, so the split over processes does not change them) and cached
-    on disk under a key of everything they depend on."""
+    """{"inf"/"5"/…/"untrained": (n_shadows, n_trials) φ}, trained in ``workers`` processes, each training its
+    share of the shadows at every ε in lock-step (:func:`_train_shadows`; each shadow's numbers depend only on its
+    own seed and mask, so neither the split over processes nor the batching changes them), and cached on disk
+    under a key of everything they depend on."""
     if cache.exists():
         with np.load(cache) as saved:
             return {k: saved[k] for k in saved.files}

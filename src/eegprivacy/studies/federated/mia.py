@@ -111,23 +111,47 @@ def seed_split(trials, config: FederatedMIAConfig, seed: int) -> np.ndarray:
                         run_split_seed(config.split_seed, int(seed)))
 
 
+def federation_call(cell: dict, seed: int, fed: Federation, config: FederatedMIAConfig) -> tuple:
+    """(task, ``run_fedavg`` keyword arguments) of one seeded FedAvg run of the cell's model at its ε (``cell``:
+    ``model``, ``epsilon``), keeping every round's client updates: what :func:`federate` runs, and what
+    :func:`federate_many` runs in lock-step with others."""
+    from eegprivacy.federated.dp import LaplaceGradientDP
+    from eegprivacy.federated.torch_task import TorchTask
+
+    eps = float(cell["epsilon"])
+    dp = LaplaceGradientDP(float(config.clip_norm), eps) if math.isfinite(eps) else None
+    task = TorchTask(cell["model"], fed.input_shape, learning_rate=float(config.learning_rate),
+                     batch_size=config.batch_size, dp=dp, batchnorm_stats=config.batchnorm_stats)
+    return task, dict(task_factory=task, partitions=fed.partitions(), num_rounds=config.num_rounds,
+                      local_epochs=config.local_epochs, seed=seed, backend="inprocess", keep_updates=True,
+                      strategy_factory=sampling_strategy(config.clients_per_round, seed))
+
+
 def federate(cell: dict, seed: int, fed: Federation, config: FederatedMIAConfig):
     """One seeded FedAvg run of the cell's model at its ε (``cell``: ``model``, ``epsilon``), keeping every
     round's client updates."""
     import torch
 
     from eegprivacy.federated import run_fedavg
-    from eegprivacy.federated.dp import LaplaceGradientDP
-    from eegprivacy.federated.torch_task import TorchTask
 
     torch.set_num_threads(1)
-    eps = float(cell["epsilon"])
-    dp = LaplaceGradientDP(float(config.clip_norm), eps) if math.isfinite(eps) else None
-    task = TorchTask(cell["model"], fed.input_shape, learning_rate=float(config.learning_rate),
-                     batch_size=config.batch_size, dp=dp, batchnorm_stats=config.batchnorm_stats)
-    result = run_fedavg(task, fed.partitions(), config.num_rounds, config.local_epochs, seed, "inprocess",
-                        keep_updates=True, strategy_factory=sampling_strategy(config.clients_per_round, seed))
-    return task, result
+    task, call = federation_call(cell, seed, fed, config)
+    return task, run_fedavg(**call)
+
+
+def federate_many(runs: list[tuple[dict, int, Federation]], config: FederatedMIAConfig) -> list[tuple]:
+    """:func:`federate` of every (cell, seed, federation) in ``runs``, the federations in lock-step
+    (:func:`~eegprivacy.federated.lockstep.run_fedavg_many`): each round's local training of all of them is one
+    batched tensor program per ε, and every run's numbers are its own :func:`federate`'s. One torch thread, as
+    :func:`federate`: the batch is the parallelism, processes split the runs."""
+    import torch
+
+    from eegprivacy.federated.lockstep import run_fedavg_many
+
+    torch.set_num_threads(1)
+    prepared = [federation_call(cell, seed, fed, config) for cell, seed, fed in runs]
+    results = run_fedavg_many([call for _, call in prepared])
+    return [(task, result) for (task, _), result in zip(prepared, results)]
 
 
 def _flat(X: np.ndarray) -> np.ndarray:

@@ -38,15 +38,17 @@ def interval(row) -> dict:
 
 
 def load_rows(metrics_dir: str | Path, dataset: str) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """The dataset's ``dp_release`` and ``dp_utility`` rows, one table, and their mean and CI over seeds."""
-    per_seed = pd.concat([pd.read_csv(Path(metrics_dir) / f"dp_release_{dataset}.csv").assign(arm="release"),
-                          pd.read_csv(Path(metrics_dir) / f"dp_utility_{dataset}.csv")], ignore_index=True)
+    """The dataset's ``dp_release`` and ``dp_utility`` rows (``<metrics_dir>/dp_release/`` and ``dp_utility/``), one
+    table, and their mean and CI over seeds."""
+    metrics_dir = Path(metrics_dir)
+    per_seed = pd.concat([pd.read_csv(metrics_dir / "dp_release" / f"dp_release_{dataset}.csv").assign(arm="release"),
+                          pd.read_csv(metrics_dir / "dp_utility" / f"dp_utility_{dataset}.csv")], ignore_index=True)
     return per_seed, aggregate(per_seed, BY)
 
 
 def load_summary(metrics_dir: str | Path, dataset: str) -> pd.DataFrame:
     """The dataset's ``dp_utility`` summary rows (see :func:`eegprivacy.studies.release.utility.summarise`)."""
-    return pd.read_csv(Path(metrics_dir) / f"dp_utility_summary_{dataset}.csv")
+    return pd.read_csv(Path(metrics_dir) / "dp_utility" / f"dp_utility_summary_{dataset}.csv")
 
 
 def summary_entry(summary: pd.DataFrame, arm: str, metric: str, mechanism: str | None = None,

@@ -55,6 +55,12 @@ def cell_seed(config: dict, seed: int) -> list[int]:
     return [int(seed), zlib.crc32(key.encode())]
 
 
+def audit_cost(config: dict, seed: int) -> float:
+    """A cell's estimated time: noise draws of ``n_trials`` vectors of ``dim`` coordinates (the longest-first
+    schedule's estimate; the larger d goes first)."""
+    return float(config["n_trials"]) * float(config["dim"])
+
+
 def audit_cell(config: dict, seed: int, n_jobs: int = 1) -> list[dict]:
     """One audit -> tidy rows; ``epsilon_lower_bound`` carries n (evaluation trials per side) and chance 0."""
     mechanism = make_mechanism(config["mechanism"], config["epsilon"], config["delta"])  # Laplace ignores δ

@@ -149,7 +149,7 @@ def summarise(plan: list, folder: str | Path, y: np.ndarray, *, n_resamples: int
 # dp_scaling_aggregate: the summaries read back
 # ---------------------------------------------------------------------------------------------------------------
 def summary_path(metrics_dir: str | Path, dataset: str) -> Path:
-    return Path(metrics_dir) / f"dp_scaling_summary_{dataset}.csv"
+    return Path(metrics_dir) / "dp_scaling" / f"dp_scaling_summary_{dataset}.csv"
 
 
 def load_summaries(metrics_dir: str | Path, datasets) -> pd.DataFrame:

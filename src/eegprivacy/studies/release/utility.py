@@ -40,7 +40,7 @@ from __future__ import annotations
 import functools
 import math
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import numpy as np
@@ -161,6 +161,17 @@ def released_labels(config: dict, seed: int, y: np.ndarray) -> np.ndarray | None
     return RandomizedResponse(label_epsilon).release(y, np.random.default_rng([_LABEL_STREAM_TAG, code, seed]))
 
 
+def loso_fits(config: Mapping, seed: int, n_patients: int) -> float:
+    """How many LOSO fits a :func:`utility_cell` runs: one per patient, plus the nested protocol's inner fits on
+    the nested seeds (n(n-1)/2 for the inner LOSO, n·k for k inner folds). Every fit is one MLP on about as many
+    rows, so this orders cells by their time, which is all the longest-first schedule needs."""
+    n = int(n_patients)
+    if seed >= int(config["nested_seeds"]):
+        return float(n)
+    inner = config["nested_inner"]
+    return float(n + (n * (n - 1) / 2 if inner == "loso" else n * int(inner)))
+
+
 def utility_cell(config: dict, seed: int, *, X: np.ndarray, y: np.ndarray) -> list[dict]:
     """One LOSO evaluation of one arm (see the module docstring). A pure function of (config, seed), so cells can
     be computed in any process. With label DP the models train (and the nested protocol picks thresholds) on the
@@ -213,8 +224,9 @@ def load_predictions(folder: str | Path, cells: list[Cell]) -> dict[int, dict[st
 
 
 def run_keeping_predictions(plan: list, cell_fn: Callable[[dict, int], list[dict]], folder: str | Path,
-                            n_jobs: int) -> list[pd.DataFrame]:
-    """Run every (runner, cells) of ``plan``, pending cells computed ahead in ``n_jobs`` processes, each cell's
+                            n_jobs: int, cost: Callable[[dict, int], float] | None = None) -> list[pd.DataFrame]:
+    """Run every (runner, cells) of ``plan``, pending cells computed ahead in ``n_jobs`` processes (the costliest
+    first when ``cost`` estimates a cell's time, :class:`~eegprivacy.pipeline.sweep.PrefetchedCells`), each cell's
     per-patient predictions kept under ``folder`` (:func:`keeping_predictions`). A cell whose rows are on disk but
     whose predictions were lost is computed again, so a summary never lacks a cell's patients."""
     for runner, cells in plan:
@@ -222,7 +234,7 @@ def run_keeping_predictions(plan: list, cell_fn: Callable[[dict, int], list[dict
             if runner.cell_path(cell).exists() and not predictions_path(folder, cell.key).exists():
                 runner.cell_path(cell).unlink()
     jobs = [(cell.config, cell.seed) for runner, cells in plan for cell in runner.pending(cells)]
-    compute = keeping_predictions(PrefetchedCells(cell_fn, jobs, n_jobs=n_jobs), folder)
+    compute = keeping_predictions(PrefetchedCells(cell_fn, jobs, n_jobs=n_jobs, cost=cost), folder)
     return [runner.run(cells, compute) for runner, cells in plan]
 
 
@@ -301,9 +313,11 @@ def utility_sweeps(table: PatientTable, release_config: DPReleaseConfig, config:
     plan and each sweep's per-seed rows. A cell whose predictions were lost is computed again."""
     plan = utility_plan(table, release_config, config, label, cells_dir=cells_dir, progress=progress)
     cell_fn = functools.partial(utility_cell, X=table.X.to_numpy(), y=table.y)
-    # Whole cells in n_jobs processes, each fitting one MLP at a time; every fit is seeded and single-threaded,
-    # so n_jobs changes no number.
-    return plan, run_keeping_predictions(plan, cell_fn, predictions_dir(cells_dir, table.dataset), config.n_jobs)
+    # Whole cells in n_jobs processes, the nested ones (3-40x the fits) first; every fit is seeded and
+    # single-threaded, so neither n_jobs nor the order changes a number.
+    cost = functools.partial(loso_fits, n_patients=len(table.y))
+    return plan, run_keeping_predictions(plan, cell_fn, predictions_dir(cells_dir, table.dataset), config.n_jobs,
+                                         cost=cost)
 
 
 # ---------------------------------------------------------------------------------------------------------------
