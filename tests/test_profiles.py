@@ -25,7 +25,10 @@ def test_every_full_profile_override_names_an_existing_param_and_changes_it():
     assert len(overrides) >= 9
     for path, dotted, value in overrides:
         node = yaml.safe_load((REPO / path).read_text())
-        for part in dotted.split("."):
+        # Hydra's `++key=value` replaces the value (a whole mapping, not a merge); the key must still exist.
+        for part in dotted.removeprefix("++").split("."):
             assert isinstance(node, dict) and part in node, f"{path}: {dotted} does not exist"
             node = node[part]
         assert str(node) != value, f"{path}: {dotted} is already {value} in the default profile"
+        if dotted.startswith("++"):
+            assert isinstance(node, dict), f"{path}: {dotted} replaces a mapping; a scalar needs no ++"
