@@ -23,8 +23,8 @@ process, so the batch ends where a stage already seen reappears, where a stage's
 
 The benchmark row (``run``) never times anything: ``make bench`` does not run the pipeline, so the row reports a
 *stored record* and says so (when, on which machine, from scratch or not, which profile). Two-core machines differ
-2.5-4x in speed, so the 1,800-s target is judged (``passed`` True/False) only on a record from scratch, every stage
-run, made on a machine like this one (same core count and processor model); otherwise ``passed`` is None and
+2.5-4x in speed, so the 2,700-s target (issue 37; stretch goal 1,800 s) is judged (``passed`` True/False) only on
+a record from scratch, every stage run, made on a machine like this one (same core count and processor model); otherwise ``passed`` is None and
 ``note`` says why. The machine-independent form of the target is a ratio measured side by side: the default
 profile's from-scratch wall time over another profile's, reported only when both records are from scratch, on the
 same machine and from the same sitting (started within 24 h of each other).
@@ -53,13 +53,14 @@ from pathlib import Path
 from eegprivacy.reproduce_progress import clock, dvc_name, stage_label
 
 NAME = "reproduce"
-DESCRIPTION = ("make reproduce wall time on the default profile (target <= 1800 s on 2 cores), per stage: a stored "
-               "record, judged only when from scratch on a machine like this one")
-TARGET_S = 1800.0
+DESCRIPTION = ("make reproduce wall time on the default profile (target <= 2700 s on 2 cores, stretch 1800 s), per "
+               "stage: a stored record, judged only when from scratch on a machine like this one")
+TARGET_S = 2700.0  # issue 37: 45 min on 2 cores from scratch (stretch goal STRETCH_S)
+STRETCH_S = 1800.0
 HERE = Path(__file__).resolve().parent
 WALL_PATH = HERE / "reproduce_wall.json"
 MAX_GAP_S = 3600.0
-JUDGED_PROFILE = "default"  # the profile the 1,800-s target and the side-by-side ratio's numerator refer to
+JUDGED_PROFILE = "default"  # the profile the 2,700-s target and the side-by-side ratio's numerator refer to
 REFERENCE_PROFILE = "reduced"  # the issue's "today's reduced default": the ratio's denominator when recorded
 RATIO_TARGET_MAX = 0.5  # issue 22: the default takes at most 0.5x the reduced profile's wall time
 SAME_SITTING_S = 24 * 3600.0  # two records started at most this far apart count as one sitting
@@ -556,6 +557,8 @@ def stored_row(records: dict[str, dict], here: dict, profile: str = JUDGED_PROFI
     ratio_note = (reference["note"] if reference is not None else
                   f"no record of the reference profile {reference_profile!r} (`record --profile {reference_profile}`)")
     return {"baseline_s": None, "ratio": ratio, "target_ratio": None, "target_s": TARGET_S, "passed": passed,
+            "stretch_s": STRETCH_S, "stretch_met": None if passed is None else bool(
+                passed and (record.get("total_s") or float("inf")) <= STRETCH_S),
             "note": note, "measured_by_this_run": False, "profile": profile, **_describe(record, here),
             "this_machine": here, "ratio_reference_profile": reference_profile, "ratio_note": ratio_note,
             "ratio_target_max": RATIO_TARGET_MAX, "ratio_met": None if ratio is None else ratio <= RATIO_TARGET_MAX,
