@@ -339,11 +339,13 @@ def run(args) -> int:
 def _quiet_interrupted_workers() -> None:
     """After Ctrl-C the worker pool (joblib/loky) winds down in background threads after this command has returned:
     a finished cell's callback finds the pool shut and logs a traceback, and joblib warns that computed cells went
-    unused. Both are expected (a rerun resumes from the cells on disk), so neither reaches the console."""
+    unused or that running ones were cancelled. All are expected (a rerun resumes from the cells on disk), so none
+    reaches the console."""
     pool = logging.getLogger("concurrent.futures")
     pool.addHandler(logging.NullHandler())
     pool.propagate = False
-    warnings.filterwarnings("ignore", message=r"\d+ tasks have been successfully executed", category=UserWarning)
+    for message in (r"\d+ tasks have been successfully executed", r"\d+ tasks which were still being processed"):
+        warnings.filterwarnings("ignore", message=message, category=UserWarning)
 
 
 def _guarded(args, level: str) -> int:
