@@ -102,7 +102,8 @@ def run(quick: bool = False) -> dict:
         "target_ratio": TARGET_RATIO, "passed": bool(same and min(ratios.values()) >= TARGET_RATIO),
         "same_numbers": same, "tolerance": {"atol": ATOL},
         "max_abs_difference": max(r["max_abs_difference"] for r in [*one.values(), *two.values()]),
-        "ratios": ratios, "ceiling_ratios": {m: r["ceiling_ratio"] for m, r in one.items()}, "one_thread": one, "two_threads": two,
+        "ratios": ratios, "ceiling_ratios": {m: r["ceiling_ratio"] for m, r in one.items()},
+        "one_thread": one, "two_threads": two,
         "clients": CLIENTS, "trials_per_client": TRIALS, "input_shapes": {m: list(s) for m, s in MODELS.items()},
         "local_epochs": EPOCHS, "batch_size": BATCH, "dp_epsilon": EPSILON, "batchnorm_stats": "local",
         "note": "ratio = the smaller of the SimpleNet and EEGNet ratios at 1 torch thread (per-client loop seconds / "
