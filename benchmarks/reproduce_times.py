@@ -26,8 +26,8 @@ The benchmark row (``run``) never times anything: ``make bench`` does not run th
 2.5-4x in speed, so the 2,700-s target (issue 37; stretch goal 1,800 s) is judged (``passed`` True/False) only on
 a record from scratch, every stage run, made on a machine like this one (same core count and processor model);
 otherwise ``passed`` is None and ``note`` says why. The machine-independent form of the target is a ratio measured
-side by side: the default profile's from-scratch wall time over another profile's, reported only when both records are from scratch, on the
-same machine and from the same sitting (started within 24 h of each other).
+side by side: the default profile's from-scratch wall time over another profile's, reported only when both records
+are from scratch, on the same machine and from the same sitting (started within 24 h of each other).
 
     python benchmarks/reproduce_times.py                 # breakdown of the latest batch (and the Makefile record)
     python benchmarks/reproduce_times.py --batches 3     # the three latest batches
