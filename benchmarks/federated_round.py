@@ -9,11 +9,14 @@ numbers must agree to 1e-6 (weights, local state, metrics); the round passes whe
 thread reach the target.
 
 Why EEGNet gains less than SimpleNet: SimpleNet's steps are per-op overhead, which batching removes; EEGNet's are
-dominated by the temporal convolution (1 -> 8 filters of 64 taps over 4 x 257 samples per trial), which costs the
-same arithmetic batched or not, so only its overhead share can be saved. The ``ceiling`` row measures how much that
-share is: one model trained on all clients' rows at once (batch 8 x 32, the same number of steps and rows per
-step as the batched round) has no per-client overhead at all, so loop / ceiling bounds what any batching of the
-round can reach on this machine. It is not a study B computation (one model, not eight), only a yardstick.
+per-row kernel work, the same batched or not, so only its overhead share can be saved. A torch profile of one
+step on 256 rows (1 thread): the temporal convolution (1 -> 8 filters of 64 taps over 4 x 257 samples per trial)
+takes 34 % of it forward and backward, the first BatchNorm 18 %, the depthwise spatial convolution 16 %, the
+separable depthwise one 10 %, pooling, ELU, dropout and the rest the remainder. The ``ceiling`` row measures how
+much that share is: one model trained on all clients' rows at once (batch 8 x 32, the same number of steps and
+rows per step as the batched round) has no per-client overhead at all, so loop / ceiling bounds what any
+batching of the round can reach on this machine. It is not a study B computation (one model, not eight), only a
+yardstick.
 """
 
 from __future__ import annotations
@@ -109,6 +112,6 @@ def run(quick: bool = False) -> dict:
         "note": "ratio = the smaller of the SimpleNet and EEGNet ratios at 1 torch thread (per-client loop seconds / "
                 "batched seconds, best of the repeats, the same jobs and seeds); two_threads is information. "
                 "ceiling_ratio = loop seconds / one model stepping on all clients' rows at once, the most any "
-                "batching of the round can gain here; EEGNet's step is dominated by its 64-tap temporal "
-                "convolution, the same arithmetic in both paths, so its ceiling sits near 1",
+                "batching of the round can gain here; EEGNet's step is per-row convolution, BatchNorm and "
+                "pooling work, the same in both paths, so its ceiling sits near 1",
     }
