@@ -238,6 +238,24 @@ def test_a_from_scratch_record_on_this_machine_is_judged_against_the_target(tmp_
     assert warm["passed"] is None and "not from scratch" in warm["note"]
 
 
+def test_the_stretch_goal_is_met_only_below_its_own_seconds(tmp_path, monkeypatch):
+    log, pipeline = _stage_log(tmp_path)
+    out = tmp_path / "wall.json"
+    _on(monkeypatch, HERE)
+    cases = ((reproduce_times.STRETCH_S - 1, True, True), (reproduce_times.TARGET_S - 1, True, False),
+             (reproduce_times.TARGET_S + 1, False, False))
+    for total, passed, stretch in cases:
+        reproduce_times.record(0.0, total, 0, log, out, cached_files=0, pipeline=pipeline)
+        row = reproduce_times.stored_row(reproduce_times.read_records(out), HERE)
+        assert row["passed"] is passed and row["stretch_met"] is stretch and row["stretch_s"] == 1800.0
+    # a record that is not judged (not from scratch) says nothing about the stretch goal either
+    reproduce_times.record(10_000.0, 10_010.0, 0, log, out, cached_files=5, pipeline=pipeline)
+    (out.parent / "only_warm.json").write_text(json.dumps(
+        reproduce_times.stored_row(reproduce_times.read_records(out), HERE)["latest_make_reproduce"]))
+    warm = reproduce_times.stored_row(reproduce_times.read_records(out.parent / "only_warm.json"), HERE)
+    assert warm["passed"] is None and warm["stretch_met"] is None
+
+
 def test_the_side_by_side_ratio_needs_two_from_scratch_records_of_one_machine_and_sitting(tmp_path, monkeypatch):
     """ratio = default / reduced only for two from-scratch runs on the same machine within 24 h; else None."""
     log, pipeline = _stage_log(tmp_path)
