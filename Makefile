@@ -71,6 +71,7 @@ FULL_PROFILE := \
 	-S 'params/table_attacks.yaml:table_attacks.noise_seeds=20' \
 	-S 'params/dp_scaling.yaml:dp_scaling.noise_seeds=20' \
 	-S 'params/deployment.yaml:deployment.noise_seeds=10' \
+	-S 'params/federated_mia.yaml:federated_mia.models=[simplenet,eegnet]' \
 	-S 'params/federated_mia.yaml:federated_mia.per_dataset={}' \
 	-S 'params/federated_transfer.yaml:federated_transfer.models=[simplenet,eegnet]' \
 	-S 'params/federated_control.yaml:federated_control.per_model={}' \

@@ -29,8 +29,10 @@ def best_of(fn: Callable, repeats: int = 3, warmup: bool = True):
 
 
 def ratio_entry(project_s: float, baseline_s: float, target_ratio: float | None, checks_ok: bool, **extra) -> dict:
-    """The fields every ratio benchmark reports; ``passed`` needs the target met *and* the same numbers."""
+    """The fields every ratio benchmark reports; ``passed`` (the module's verdict, which ``run.py`` reads as whether
+    the goal is met) needs the target met *and* the same numbers."""
     ratio = baseline_s / project_s if project_s > 0 else float("inf")
     met = target_ratio is None or ratio >= target_ratio
     return {"project_s": round(project_s, 4), "baseline_s": round(baseline_s, 4), "ratio": round(ratio, 2),
-            "target_ratio": target_ratio, "passed": bool(met and checks_ok), **extra}
+            "target_ratio": target_ratio, "passed": bool(met and checks_ok), "same_numbers": bool(checks_ok),
+            **extra}

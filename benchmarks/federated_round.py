@@ -5,8 +5,10 @@ Shapes are eegmmidb's per-subject federation: 8 clients of 36 trials each, 4 CSP
 log-variances (input (4,)) and EEGNet on the projected signals (input (4, 256): 2 s at 128 Hz, FedBN statistics),
 20 local epochs of batch 32 (two steps per epoch: 32 and 4 rows), per-step Laplace gradient DP with ε = 5. Both
 paths run at the same torch thread count, at 1 thread (the project's default) and, as information, at 2. The
-numbers must agree to 1e-6 (weights, local state, metrics); the round passes when both models' ratios at 1
-thread reach the target.
+numbers must agree to 1e-6 (weights, local state, metrics). A model's project path is whichever of the two is
+faster here (``paths``): SimpleNet's batched round; EEGNet's loop wherever batching does not win, which is what
+study B's stages run for it (batching never won by more than the noise: 0.85-1.12x). Its ratio is loop seconds /
+the chosen path's, so at least 1; the goal (5x for both models) stays printed as a goal.
 
 Why EEGNet gains less than SimpleNet: SimpleNet's steps are per-op overhead, which batching removes; EEGNet's are
 per-row kernel work, the same batched or not, so only its overhead share can be saved. A torch profile of one
@@ -72,7 +74,9 @@ def _compare(model: str, threads: int, repeats: int) -> dict:
         batched_s, got = best_of(lambda: task.train_many(jobs), repeats=repeats)
         ceiling_s = _ceiling_seconds(model, threads, jobs, repeats)
     diff = _max_difference(ref, got)
-    return {"loop_s": round(loop_s, 4), "batched_s": round(batched_s, 4), "ratio": round(loop_s / batched_s, 2),
+    path = "batched" if batched_s < loop_s else "loop"
+    return {"loop_s": round(loop_s, 4), "batched_s": round(batched_s, 4), "path": path,
+            "batched_ratio": round(loop_s / batched_s, 2), "ratio": round(loop_s / min(loop_s, batched_s), 2),
             "ceiling_s": round(ceiling_s, 4), "ceiling_ratio": round(loop_s / ceiling_s, 2),
             "max_abs_difference": diff, "same_numbers": bool(diff <= ATOL)}
 
@@ -98,19 +102,21 @@ def run(quick: bool = False) -> dict:
     two = {m: _compare(m, 2, 1 if quick else 2) for m in MODELS}
     same = all(r["same_numbers"] for r in [*one.values(), *two.values()])
     loop_s = sum(r["loop_s"] for r in one.values())
-    batched_s = sum(r["batched_s"] for r in one.values())
+    project_s = sum(min(r["loop_s"], r["batched_s"]) for r in one.values())
     ratios = {m: r["ratio"] for m, r in one.items()}
     return {
-        "project_s": round(batched_s, 4), "baseline_s": round(loop_s, 4), "ratio": round(min(ratios.values()), 2),
+        "project_s": round(project_s, 4), "baseline_s": round(loop_s, 4), "ratio": round(min(ratios.values()), 2),
         "target_ratio": TARGET_RATIO, "passed": bool(same and min(ratios.values()) >= TARGET_RATIO),
-        "same_numbers": same, "tolerance": {"atol": ATOL},
+        "same_numbers": same, "tolerance": {"atol": ATOL}, "paths": {m: r["path"] for m, r in one.items()},
+        "batched_ratios": {m: r["batched_ratio"] for m, r in one.items()},
         "max_abs_difference": max(r["max_abs_difference"] for r in [*one.values(), *two.values()]),
         "ratios": ratios, "ceiling_ratios": {m: r["ceiling_ratio"] for m, r in one.items()},
         "one_thread": one, "two_threads": two,
         "clients": CLIENTS, "trials_per_client": TRIALS, "input_shapes": {m: list(s) for m, s in MODELS.items()},
         "local_epochs": EPOCHS, "batch_size": BATCH, "dp_epsilon": EPSILON, "batchnorm_stats": "local",
         "note": "ratio = the smaller of the SimpleNet and EEGNet ratios at 1 torch thread (per-client loop seconds / "
-                "batched seconds, best of the repeats, the same jobs and seeds); two_threads is information. "
+                "the faster path's seconds, best of the repeats, the same jobs and seeds; batched_ratios: loop / "
+                "batched whichever wins); two_threads is information. "
                 "ceiling_ratio = loop seconds / one model stepping on all clients' rows at once, the most any "
                 "batching of the round can gain here; EEGNet's step is per-row convolution, BatchNorm and "
                 "pooling work, the same in both paths, so its ceiling sits near 1",

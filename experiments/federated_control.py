@@ -9,6 +9,7 @@ run (``federated_control-<dataset>-summary``, what ``reports/study-b.md`` opens 
 from __future__ import annotations
 
 import functools
+import json
 import os
 from pathlib import Path
 
@@ -16,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from eegprivacy.atomic import atomic_path, write_text_atomic
+from eegprivacy.pipeline.profile import profile_name
 from eegprivacy.pipeline.sweep import PrefetchedCells, SweepRunner, expand_grid
 from eegprivacy.reporting.federated_control import draw, metrics_of, report_md
 from eegprivacy.studies.federated.config import FederatedMIAConfig
@@ -42,6 +44,13 @@ def add_arguments(parser) -> None:
                              "depend on it")
 
 
+def cell_cost(config: dict, seed: int) -> float:
+    """A cell's relative compute time (the order cells are handed to the workers, longest first): local steps,
+    an EEGNet step ~35 times a SimpleNet one (measured on eegmmidb: ~60 s per 10 x 10 EEGNet cell, ~7 s per
+    20 x 20 SimpleNet cell)."""
+    return config["num_rounds"] * config["local_epochs"] * (35.0 if config["model"] == "eegnet" else 1.0)
+
+
 def run(args) -> int:
     config, stage = args.config, args.stage.name
     training = FederatedMIAConfig.load(args.training_params, "federated_mia").for_dataset(config.dataset,
@@ -64,7 +73,7 @@ def run(args) -> int:
     for model in config.models:
         protocol = config.for_model(model)
         for prep in preprocessing_options(config, model):
-            for eps in [float(e) for e in config.epsilons]:
+            for eps in [float(e) for e in protocol["epsilons"]]:
                 cells = expand_grid({"model": [model], "preprocessing": [prep], "epsilon": [eps],
                                      "mechanism": [mechanism(eps)], "num_rounds": [protocol["num_rounds"]],
                                      "local_epochs": [protocol["local_epochs"]]},
@@ -75,7 +84,10 @@ def run(args) -> int:
                 runner = SweepRunner(name=name, study="b", dataset=config.dataset,
                                      out_dir=Path(args.cells) / stage / config.dataset / name,
                                      parent_tags=tags(None), tags_fn=lambda cell, t=tags: t(cell.seed),
-                                     params={"federated_control": {**knobs, **own, **protocol, "model": model,
+                                     params={"federated_control": {**knobs, **own, "seeds": protocol["seeds"],
+                                                                   "num_rounds": protocol["num_rounds"],
+                                                                   "local_epochs": protocol["local_epochs"],
+                                                                   "model": model,
                                                                    "preprocessing": prep, "epsilon": eps,
                                                                    "epsilon_scope": NOTE},
                                              "synthetic": synthetic},
@@ -88,7 +100,7 @@ def run(args) -> int:
                 runner.cell_path(cell).unlink()
     jobs = [(cell.config, cell.seed) for *_, runner, cells in plan for cell in runner.pending(cells)]
     compute = PrefetchedCells(functools.partial(cell_rows, trials=trials, training=training, config=config,
-                                                arrays_dir=arrays_dir), jobs, n_jobs=args.jobs)
+                                                arrays_dir=arrays_dir), jobs, n_jobs=args.jobs, cost=cell_cost)
     done = []
     for model, prep, eps, runner, cells in plan:
         runner.run(cells, compute)
@@ -100,8 +112,10 @@ def run(args) -> int:
     epsilons = certified_epsilons(config, training, [(m, p, e) for m, p, e, _, _ in plan], trials)
     summary = summary.merge(epsilons, on=["model", "preprocessing", "epsilon"], how="left")
     summary = summary.assign(dataset=config.dataset, dataset_version=version, synthetic=synthetic)
-    meta = {"dataset": config.dataset, "dataset_version": version, "synthetic": synthetic,
-            "n_subjects": len(trials.subjects()), "protocols": {m: config.for_model(m) for m in config.models},
+    protocols = {m: {**config.for_model(m), "epsilons": [f"{float(e):g}" for e in config.for_model(m)["epsilons"]]}
+                 for m in config.models}
+    meta = {"dataset": config.dataset, "dataset_version": version, "synthetic": synthetic, "profile": profile_name(),
+            "n_subjects": len(trials.subjects()), "protocols": protocols,
             "control_folds": config.control_folds, "calibration_fraction": config.calibration_fraction,
             "dp_csp_epsilon": config.dp_csp_epsilon, "dp_csp_delta": config.dp_csp_delta,
             "test_size": training.test_size, "clients_per_round": training.clients_per_round,
@@ -122,7 +136,8 @@ def run(args) -> int:
                    mechanism="laplace_gradient", preprocessing=",".join(config.preprocessing))
     with start_run(study="b", tags=tags, run_name=f"{stage}-{config.dataset}-summary",
                    params={"federated_control": {**knobs, **own, "bootstrap": config.bootstrap,
-                                                 "per_model": repr(meta["protocols"])}, "synthetic": synthetic}):
+                                                 "per_model": json.dumps(protocols), "profile": meta["profile"]},
+                           "synthetic": synthetic}):
         log_metrics(metrics_of(summary))
         for path in (out, md, fig_path):
             log_artifact(path, "report")

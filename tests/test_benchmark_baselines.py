@@ -308,5 +308,24 @@ def test_absolute_seconds_slower_than_the_reference_do_not_fail_the_run(monkeypa
     assert result["reference_machine"]["cpu_count"] == 2
     results = {"absolute": {**result, "memory_ok": True}, "features": {"passed": True, "memory_ok": True}}
     assert runner.failed_benchmarks(results) == [] and runner.not_judged(results) == ["absolute"]
-    # a missed target, a crashed benchmark or an over-budget one still fails the run
+    # a failed gate (crash, different numbers, regression) or an over-budget benchmark still fails the run
     assert runner.failed_benchmarks({"a": {"passed": False}, "b": {"passed": None, "memory_ok": False}}) == ["a", "b"]
+
+
+def test_an_unmet_goal_is_a_goal_and_a_regression_fails_the_gate():
+    """``judge``: below its target but at its recorded figure, a benchmark passes (goal_met False); below 0.8 × the
+    recorded ratio, or of any model's, it fails; different numbers always fail; a stored reproduce record is
+    gated against its recorded seconds only where the module judged it (this machine, from scratch)."""
+    judge = load_benchmark("run").judge
+    below_goal = judge({"ratio": 1.7, "target_ratio": 5.0, "passed": False, "same_numbers": True}, {"ratio": 1.8})
+    assert below_goal["goal_met"] is False and below_goal["passed"] is True and below_goal["regressions"] == []
+    regressed = judge({"ratio": 3.0, "target_ratio": 1.0, "passed": True, "same_numbers": True,
+                       "ratios": {"simplenet": 3.0, "eegnet": 0.7}}, {"ratio": 1.0, "ratios": {"eegnet": 1.0}})
+    assert regressed["goal_met"] is True and regressed["passed"] is False
+    assert regressed["regressions"] == ["ratios.eegnet 0.7 < 0.8 × recorded 1"]
+    assert judge({"ratio": 9.0, "target_ratio": 1.0, "passed": False, "same_numbers": False}, None)["passed"] is False
+    assert judge({"passed": False, "error": "exited 1"}, None)["passed"] is False
+    slow = {"target_s": 2700.0, "project_s": 9000.0, "ratio": None}
+    assert judge({**slow, "passed": False}, {"total_s": 6000.0})["passed"] is False
+    assert judge({**slow, "project_s": 6500.0, "passed": False}, {"total_s": 6000.0})["passed"] is True
+    assert judge({**slow, "passed": None}, {"total_s": 6000.0})["passed"] is None  # another machine: not judged

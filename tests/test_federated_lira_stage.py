@@ -186,7 +186,7 @@ def test_federated_lira_stage_end_to_end(tmp_path):
     assert set(pooled["ci_over"]) == {"subjects+seeds"} and (pooled["n_clusters"] == 4).all()
     assert set(pooled.loc[pooled["metric"] == "auroc", "ci_method"]) == {"two_way_bootstrap"}
     # The preprocessing-only control: per ε, LiRA online and offline minus their control, paired, with the
-    # subjects+seeds interval, a one-sided p-value and Holm over the 4 cells; the controls are never tested.
+    # subjects+seeds interval, a two-sided p-value and Holm over the 4 cells; the controls are never tested.
     diff = rows[rows["metric"] == DIFF_METRIC]
     assert len(diff) == 4 and set(diff["attack"]) == {"lira_online", "lira_offline"}
     assert set(diff["scope"]) == {"target_pooled"} and set(diff["ci_over"]) == {"subjects+seeds"}

@@ -292,6 +292,8 @@ def test_paired_difference_uses_the_two_way_resamples_of_each_arm():
     same = paired_difference(members, attack, attack.copy(), codes, 100, 7)
     assert same["value"] == 0 and same["ci_low"] == same["ci_high"] == 0 and same["p_value"] == 1.0
     flat = paired_difference(members, attack, np.zeros_like(attack), codes, 100, 7)  # control AUROC 0.5 always
+    flipped = paired_difference(members, np.zeros_like(attack), attack, codes, 100, 7)  # control above attack
+    assert flipped["value"] == pytest.approx(-flat["value"]) and flipped["p_value"] == pytest.approx(flat["p_value"])
     low, high = cluster_bootstrap(members, attack, codes, {}, 100, 7)["auroc"]
     assert flat["ci_low"] == pytest.approx(low - 0.5) and flat["ci_high"] == pytest.approx(high - 0.5)
     assert math.isnan(paired_difference(members, attack, attack, codes, 0, 7)["p_value"])  # no bootstrap, no p

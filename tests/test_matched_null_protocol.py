@@ -10,7 +10,7 @@ import math
 import numpy as np
 import pytest
 
-from eegprivacy.evaluation.cluster_bootstrap import bootstrap_p_value, holm
+from eegprivacy.evaluation.cluster_bootstrap import bootstrap_p_value, bootstrap_p_value_two_sided, holm
 from eegprivacy.pipeline.sweep import Cell
 from eegprivacy.studies.release.table import noise_generator, release
 from eegprivacy.studies.release.utility import keeping_predictions, summarise, utility_cell
@@ -131,6 +131,18 @@ def test_holm_and_bootstrap_p_values():
     assert np.isnan(holm([np.nan, 0.01])[0]) and holm([np.nan, 0.01])[1] == pytest.approx(0.01)
     assert bootstrap_p_value(np.ones(99)) == pytest.approx(0.01)
     assert bootstrap_p_value(-np.ones(99)) == 1.0
+    # two-sided: a difference far below 0 is as significant as one far above it
+    assert bootstrap_p_value_two_sided(np.ones(99)) == pytest.approx(0.02)
+    assert bootstrap_p_value_two_sided(-np.ones(99)) == pytest.approx(0.02)
+    assert bootstrap_p_value_two_sided(np.r_[-np.ones(50), np.ones(49)]) == 1.0
+
+
+def test_the_two_sided_bootstrap_test_holds_its_size_on_a_null_difference():
+    """Replicates of a difference centred on 0 (the sampling distribution under the null, shifted by a null
+    estimate): the two-sided test rejects at about α, split over both tails."""
+    rng = np.random.default_rng(0)
+    p = np.array([bootstrap_p_value_two_sided(rng.normal() + rng.normal(size=999)) for _ in range(2000)])
+    assert 0.035 <= np.mean(p < 0.05) <= 0.065
 
 
 def test_label_dp_trains_on_randomized_labels_and_scores_against_the_truth():

@@ -20,8 +20,8 @@ import numpy as np
 from scipy.stats import rankdata
 
 __all__ = ["auroc_along", "balanced_accuracy_along", "bootstrap_indices", "seed_indices", "combine_seeds",
-           "percentile_interval", "bootstrap_p_value", "p_value_mc_error", "holm", "utility_horizon",
-           "fixed_sequence_horizon"]
+           "percentile_interval", "bootstrap_p_value", "bootstrap_p_value_two_sided", "p_value_mc_error", "holm",
+           "utility_horizon", "fixed_sequence_horizon"]
 
 _BOOTSTRAP_STREAM = 0x424F4F54
 _SEED_STREAM = 0x53454544
@@ -91,6 +91,19 @@ def bootstrap_p_value(replicates: np.ndarray) -> float:
     if replicates.size == 0:
         return float("nan")
     return float((1 + np.count_nonzero(replicates <= 0)) / (1 + replicates.size))
+
+
+def bootstrap_p_value_two_sided(replicates: np.ndarray) -> float:
+    """Two-sided p-value of "the difference is 0" from bootstrap replicates of a difference: twice the smaller of
+    the two one-sided add-one p-values ((1 + #replicates <= 0) / (1 + B) and (1 + #replicates >= 0) / (1 + B)),
+    at most 1. A difference far below 0 is as significant as one far above it."""
+    replicates = np.asarray(replicates, dtype=float)
+    replicates = replicates[np.isfinite(replicates)]
+    if replicates.size == 0:
+        return float("nan")
+    below = (1 + np.count_nonzero(replicates <= 0)) / (1 + replicates.size)
+    above = (1 + np.count_nonzero(replicates >= 0)) / (1 + replicates.size)
+    return float(min(1.0, 2.0 * min(below, above)))
 
 
 def p_value_mc_error(p: float, n_resamples: int) -> float:

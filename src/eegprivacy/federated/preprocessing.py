@@ -4,66 +4,191 @@ scaling are fitted on, and so whether the preprocessing itself can tell the clie
 The paper fits each client's CSP and scaling on its member trials (``member_csp``). Members then sit further from
 the decision boundary in CSP space than non-members whatever model is applied afterwards, and that asymmetry lies
 outside any DP guarantee of the training step. The options here keep the member split and the model the same and
-change only what the preprocessing reads (:data:`PREPROCESSING`, one registry entry per option):
+change only what the preprocessing reads (:data:`PREPROCESSING`, one registry entry per option; tables, params
+checking and the certified ε read it):
 
 - ``member_csp`` — the paper's: :class:`~eegprivacy.signal.csp.ClientCSP` fitted on the client's members.
 - ``calibration_csp`` — the same CSP fitted on the client's *calibration* trials: a stratified share of its
   trials (:func:`calibration_split`) that is neither a member (never trained on) nor a non-member (never
-  attacked), as a BCI user records a short calibration block before use. It reads no member and no non-member,
-  so it is symmetric between them; it is still private data read outside ε (the calibration trials are not
-  protected by the DP step; they are not what the membership attacks ask about).
-- ``dp_csp`` — :class:`DPClientCSP`: the class covariances of the client's members on a fixed sensorimotor
-  montage, released with the Gaussian mechanism (each trial's covariance normalised to trace 1, so one trial moves
-  the released sums by at most 1 in Frobenius norm); filters, ordering and scaling are post-processing of that
-  release. Its (ε, δ) per trial composes with the training steps into the client's certified ε
+  attacked), as a BCI user records a short calibration block before use. Private data read outside ε, but not
+  what the membership attacks ask about.
+- ``dp_csp`` — :class:`DPClientCSP`: the client's member class covariances released with the Gaussian mechanism,
+  calibrated for study B's neighbouring relation (replace one trial); composed into the certified ε
   (:func:`dp_csp_event`).
-- ``channels`` — no spatial filter at all: the band-passed signals of the same fixed montage, each trial scaled by
-  its own RMS (a per-trial operation that reads no other trial). For EEGNet (its BatchNorm statistics stay local).
+- ``laplacian`` — :class:`~eegprivacy.signal.spatial.LaplacianBandPower`: fixed small Laplacians at C3/Cz/C4 and
+  their mu/beta log power. Fits nothing.
+- ``pooled_csp`` / ``pooled_fbcsp`` — :class:`~eegprivacy.signal.spatial.PooledCSP`, single band or a 4-band filter
+  bank: every client aligns its trials on its own calibration block (Euclidean alignment) and shares its class
+  covariance sums (members and calibration trials); a client's filters come from the *other* clients' sums, never
+  its own. Models a federation whose server pools the clients' class covariances in the clear: the target's
+  members never shape its own features, but every member's covariance reaches the server un-noised and shapes
+  the other clients' filters, so no ε is certified for these rows.
+- ``tangent_space`` — :class:`~eegprivacy.signal.spatial.AlignedTangentSpace`: Riemannian tangent-space features
+  of the 11 sensorimotor channels at the client's own calibration mean (pyriemann).
+- ``channels`` — no spatial filter at all: the band-passed signals of the 11 sensorimotor channels, each trial
+  scaled by its own RMS. EEGNet only.
 
-The montage (:data:`SENSORIMOTOR`) is fixed before seeing any data: the channels over the hand areas where motor
-imagery's lateralised mu/beta desynchronisation lives, so choosing it spends no privacy.
+Every montage (:data:`~eegprivacy.signal.spatial.SENSORIMOTOR`, :data:`~eegprivacy.signal.spatial.MOTOR21`, the
+Laplacians' rings) is fixed before seeing any data: choosing it spends no privacy.
+
+:func:`fit_clients` is the one place an option is fitted: it hands each client's preprocessor what its registry
+entry names (its members, its calibration block, the other clients' shared sums, or nothing).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 from sklearn.base import BaseEstimator, TransformerMixin
 from sklearn.utils.validation import check_is_fitted
 
-__all__ = ["PREPROCESSING", "SENSORIMOTOR", "Preprocessing", "DPClientCSP", "ChannelSignals", "calibration_split",
-           "make_preprocessor", "dp_csp_event", "dp_csp_sigma"]
+from eegprivacy.signal.spatial import (
+    FILTER_BANK,
+    SENSORIMOTOR,
+    AlignedTangentSpace,
+    LaplacianBandPower,
+    PooledCSP,
+    alternate_order,
+    channel_picks,
+)
 
-# The 11 sensorimotor channels of the 10-10 system over and around C3/Cz/C4 (eegmmidb's names).
-SENSORIMOTOR = ("FC3", "FCz", "FC4", "C3", "C1", "Cz", "C2", "C4", "CP3", "CPz", "CP4")
+__all__ = ["PREPROCESSING", "SENSORIMOTOR", "Preprocessing", "ClientTrials", "DPClientCSP", "ChannelSignals",
+           "calibration_split", "fit_clients", "dp_csp_event", "dp_csp_sigma", "DP_CSP_SENSITIVITY"]
+
+# One trial replaced (study B's neighbouring relation, as the training steps' 2C): two unit-trace PSD covariances
+# are at most sqrt(2) apart in Frobenius norm, within a class or across the two classes' sums.
+DP_CSP_SENSITIVITY = math.sqrt(2.0)
+
+
+@dataclass(frozen=True)
+class ClientTrials:
+    """One client's trials as its preprocessing may see them: the members it trains on and its calibration block
+    (each ``(X, y)``). Non-members are never handed to a fit."""
+
+    members: tuple
+    calibration: tuple
+
+    def shared(self) -> tuple:
+        """The trials a client contributes to pooled statistics: its members and calibration block."""
+        return (np.concatenate([self.members[0], self.calibration[0]]),
+                np.concatenate([self.members[1], self.calibration[1]]))
 
 
 @dataclass(frozen=True)
 class Preprocessing:
-    """One registry entry: which trials the client's preprocessing is fitted on (``fits_on``: members,
-    calibration or none), which models it can feed, and what ε leaves out, in words for the tables."""
+    """One registry entry.
+
+    ``fits_on``: what a client's preprocessor is fitted on — ``members``, ``calibration``, ``other clients`` (the
+    others' shared class sums; its own calibration block aligns it) or ``nothing``. ``models``: which models it can
+    feed. ``outside_epsilon``: what ε leaves out, in words for the tables. ``certified``: False where a trial
+    travels un-noised beyond its own client (the certified row then prints no guarantee). ``build(output,
+    n_components, montage, sfreq, epsilon, delta, random_state)``: an unfitted preprocessor. ``n_features(output,
+    n_components)``: what one trial becomes (SimpleNet's input size; EEGNet's signal count).
+    """
 
     name: str
+    label: str
     fits_on: str
     models: tuple[str, ...]
     outside_epsilon: str
+    build: Callable
+    n_features: Callable
+    certified: bool = True
+    spends_epsilon: bool = False
 
 
+def _client_csp(output, n_components, **_):
+    from eegprivacy.signal.csp import ClientCSP
+
+    return ClientCSP(n_components=n_components, output=output)
+
+
+def _dp_csp(output, n_components, montage, epsilon, delta, random_state, **_):
+    return DPClientCSP(n_components=n_components, output=output, epsilon=epsilon, delta=delta, montage=montage,
+                       random_state=random_state)
+
+
+def _pooled(bands):
+    def build(output, n_components, montage, sfreq, **_):
+        return PooledCSP(n_components=n_components, output=output, bands=bands, sfreq=sfreq, montage=montage)
+    return build
+
+
+def _per_band(n_bands: int):
+    return lambda output, n_components: n_bands * int(n_components)
+
+
+def _channels(output, montage, **_):
+    if output != "signals":
+        raise ValueError("preprocessing 'channels' feeds raw signals: EEGNet only")
+    return ChannelSignals(montage=montage)
+
+
+_BOTH = ("simplenet", "eegnet")
+_OWN_STEPS = "members enter only the steps whose batch holds them"
 PREPROCESSING = {p.name: p for p in (
-    Preprocessing("member_csp", "members", ("simplenet", "eegnet"),
+    Preprocessing("member_csp", "member-fitted CSP (paper)", "members", _BOTH,
                   "the CSP filters and scaling, fitted un-noised on all of the client's members: one trial moves "
-                  "every other trial's features, so a trial's ε is its whole client's (every step of every round)"),
-    Preprocessing("calibration_csp", "calibration", ("simplenet", "eegnet"),
+                  "every other trial's features, so a trial's ε is its whole client's (every step of every round)",
+                  _client_csp, _per_band(1)),
+    Preprocessing("calibration_csp", "calibration-fitted CSP", "calibration", _BOTH,
                   "the calibration trials the CSP and scaling are fitted on (un-noised; they are neither trained on "
-                  "nor attacked); members enter only the steps whose batch holds them"),
-    Preprocessing("dp_csp", "members", ("simplenet", "eegnet"),
-                  "nothing: the class covariances are released with the Gaussian mechanism (ε, δ per trial), "
-                  "composed into the certified ε; the class counts are the design's, treated as public"),
-    Preprocessing("channels", "none", ("eegnet",),
-                  "nothing: a fixed montage and per-trial scaling read no other trial"),
+                  f"nor attacked); {_OWN_STEPS}", _client_csp, _per_band(1)),
+    Preprocessing("dp_csp", "DP-CSP", "members", _BOTH,
+                  "nothing: the class covariances are released with the Gaussian mechanism (ε, δ per trial, "
+                  "replace-one), composed into the certified ε", _dp_csp, _per_band(1), spends_epsilon=True),
+    Preprocessing("laplacian", "fixed Laplacians, mu/beta power", "nothing", _BOTH,
+                  f"nothing: fixed spatial filters and per-trial normalisation read no other trial; {_OWN_STEPS}",
+                  lambda output, montage, sfreq, **_: LaplacianBandPower(output=output, sfreq=sfreq, montage=montage),
+                  lambda output, n_components: 6 if output == "logvar" else 3),
+    Preprocessing("pooled_csp", "pooled CSP (other clients, aligned)", "other clients", _BOTH,
+                  "the calibration block each client aligns on (un-noised), and the class covariances of every "
+                  "client's members and calibration trials, pooled in the clear by the server to fit the other "
+                  "clients' filters: no ε is certified", _pooled(None), _per_band(1), certified=False),
+    Preprocessing("pooled_fbcsp", "pooled filter-bank CSP (other clients, aligned)", "other clients", _BOTH,
+                  "as pooled CSP (4 sub-bands of 8–30 Hz): calibration blocks un-noised, and every client's class "
+                  "covariances pooled in the clear: no ε is certified", _pooled(FILTER_BANK),
+                  _per_band(len(FILTER_BANK)), certified=False),
+    Preprocessing("tangent_space", "tangent space (own calibration mean)", "calibration", ("simplenet",),
+                  f"the calibration block whose mean covariance is the reference point (un-noised; neither trained "
+                  f"on nor attacked); {_OWN_STEPS}",
+                  lambda montage, **_: AlignedTangentSpace(montage=montage),
+                  lambda output, n_components: len(SENSORIMOTOR) * (len(SENSORIMOTOR) + 1) // 2),
+    Preprocessing("channels", "no CSP (11 sensorimotor channels)", "nothing", ("eegnet",),
+                  f"nothing: a fixed montage and per-trial scaling read no other trial; {_OWN_STEPS}",
+                  _channels, lambda output, n_components: len(SENSORIMOTOR)),
 )}
+FITS_ON = ("members", "calibration", "other clients", "nothing")
+
+
+def fit_clients(name: str, clients: list[ClientTrials], *, output: str, n_components: int, montage=None,
+                sfreq: float = 128.0, epsilon: float = 1.0, delta: float = 1e-5, seed: int = 0) -> list:
+    """Every client's fitted preprocessor for option ``name`` (``output``: ``logvar`` for SimpleNet, ``signals``
+    for EEGNet), each fitted on exactly what its registry entry names; client k's DP noise is seeded by (seed, k)."""
+    from eegprivacy.federated.task import derive_seed
+
+    if name not in PREPROCESSING:
+        raise ValueError(f"unknown preprocessing {name!r}; known: {', '.join(PREPROCESSING)}")
+    option = PREPROCESSING[name]
+    pres = [option.build(output=output, n_components=int(n_components), montage=montage, sfreq=float(sfreq),
+                         epsilon=epsilon, delta=delta, random_state=derive_seed(seed, k, 23))
+            for k in range(len(clients))]
+    if option.fits_on == "other clients":
+        for pre, client in zip(pres, clients):
+            pre.align(client.calibration[0])
+        shares = [pre.class_sums(*client.shared()) for pre, client in zip(pres, clients)]
+        for k, pre in enumerate(pres):
+            pre.fit(shared=[share for j, share in enumerate(shares) if j != k])
+        return pres
+    for pre, client in zip(pres, clients):
+        if option.fits_on == "nothing":
+            pre.fit(None, None)
+        else:
+            pre.fit(*(client.members if option.fits_on == "members" else client.calibration))
+    return pres
 
 
 def calibration_split(y, subjects, member: np.ndarray, fraction: float, seed: int) -> np.ndarray:
@@ -92,21 +217,13 @@ def calibration_split(y, subjects, member: np.ndarray, fraction: float, seed: in
     return calibration
 
 
-def _pick(X: np.ndarray, picks: np.ndarray | None) -> np.ndarray:
+def _pick(X, picks: np.ndarray | None) -> np.ndarray:
     X = np.asarray(X, dtype=np.float64)
     if X.ndim != 3:
         raise ValueError(f"trials must be (n_trials, n_channels, n_samples), got {X.shape}")
     if not np.isfinite(X).all():
         raise ValueError("trials hold NaN or infinite samples")
     return X if picks is None else X[:, picks, :]
-
-
-def _picks(channels: tuple[str, ...], montage) -> np.ndarray:
-    names = list(montage)
-    missing = [c for c in channels if c not in names]
-    if missing:
-        raise ValueError(f"the recordings have no channel {', '.join(missing)}; their channels: {', '.join(names)}")
-    return np.array([names.index(c) for c in channels])
 
 
 def _unit_trace(X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -117,32 +234,36 @@ def _unit_trace(X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def dp_csp_sigma(epsilon: float, delta: float) -> float:
-    """σ of the analytic Gaussian mechanism for the class-covariance sums (L2 sensitivity 1 per trial)."""
+    """σ of the analytic Gaussian mechanism for the class-covariance sums at (ε, δ) per trial under replace-one
+    (L2 sensitivity :data:`DP_CSP_SENSITIVITY` = √2)."""
     from eegprivacy.privacy.mechanisms import gaussian_sigma
 
-    return gaussian_sigma(epsilon, delta, 1.0)
+    return gaussian_sigma(epsilon, delta, DP_CSP_SENSITIVITY)
 
 
 def dp_csp_event(epsilon: float, delta: float):
-    """The DP-CSP release as a dp_accounting event (one Gaussian mechanism, noise multiplier σ / sensitivity), to
-    compose with the training steps' events into a client's certified ε."""
+    """The DP-CSP release as a dp_accounting event (one Gaussian mechanism, noise multiplier σ / sensitivity under
+    replace-one, the relation the training steps' events use), to compose with them into a client's certified ε."""
     import dp_accounting
 
-    return dp_accounting.GaussianDpEvent(noise_multiplier=dp_csp_sigma(epsilon, delta))
+    return dp_accounting.GaussianDpEvent(noise_multiplier=dp_csp_sigma(epsilon, delta) / DP_CSP_SENSITIVITY)
 
 
 class DPClientCSP(TransformerMixin, BaseEstimator):
     """CSP from Gaussian-noised class covariances (DP per trial), on a fixed channel montage.
 
     ``fit(X, y)``: every member trial is restricted to ``channels`` (names looked up in ``montage``) and scaled to
-    unit trace, so its covariance Σᵢ = xᵢxᵢᵀ is PSD with trace 1 and ‖Σᵢ‖_F ≤ 1. The two class sums S₀, S₁ are
-    released with i.i.d. N(0, σ²) noise on the √2-weighted upper triangle (an isometry of the Frobenius norm), so
-    adding or removing one trial moves the released vector by at most 1 in L2: the analytic Gaussian mechanism at
-    (``epsilon``, ``delta``) per trial. The class counts are the design's (a stratified split of a fixed number of
-    cues per run) and are treated as public. Everything after the release is post-processing: the noisy means are
-    projected onto the PSD cone, the filters solve S₀ w = λ (S₀ + S₁) w, components are taken as ClientCSP's
-    ``alternate`` order, and the scaling comes from the released covariance (log-variance centred at
-    log(wᵀ C̄ w), signals divided by sqrt(wᵀ C̄ w)) — no un-noised statistic of any member is used.
+    unit trace, so its covariance Σᵢ = xᵢxᵢᵀ is PSD with trace 1. The two class sums S₀, S₁ are released with i.i.d.
+    N(0, σ²) noise on the √2-weighted upper triangle (an isometry of the Frobenius norm). Replacing one trial (study
+    B's neighbouring relation) moves the released pair by at most √2 in L2: within a class ‖Σₐ − Σ_b‖_F² =
+    ‖Σₐ‖² + ‖Σ_b‖² − 2⟨Σₐ, Σ_b⟩ ≤ 2 (PSD), across the classes √(1 + 1). σ is the analytic Gaussian mechanism's at
+    (``epsilon``, ``delta``) per trial for that sensitivity. Class counts change when a replaced trial changes its
+    label, so none is used: the released sums are divided by the client's total trial count n (the same in every
+    neighbouring data set under replace-one), which leaves the CSP eigenproblem unchanged and only sets the scale.
+    Everything after the release is post-processing: the noisy matrices are projected onto the PSD cone, the
+    filters solve S₀ w = λ (S₀ + S₁) w, components are taken in ClientCSP's ``alternate`` order, and the scaling
+    comes from the released covariance (log-variance centred at log(wᵀ C̄ w), signals divided by sqrt(wᵀ C̄ w)) —
+    no un-noised statistic of any member is used.
     """
 
     def __init__(self, n_components: int = 4, output: str = "logvar", epsilon: float = 1.0, delta: float = 1e-5,
@@ -163,7 +284,7 @@ class DPClientCSP(TransformerMixin, BaseEstimator):
             raise ValueError(f"output must be logvar or signals, got {self.output!r}")
         if not (math.isfinite(float(self.epsilon)) and float(self.epsilon) > 0):
             raise ValueError(f"epsilon must be a positive finite number, got {self.epsilon!r}")
-        picks = None if self.montage is None else _picks(tuple(self.channels), self.montage)
+        picks = channel_picks(tuple(self.channels), self.montage)
         X = _pick(X, picks)
         y = np.asarray(y).ravel()
         classes = np.unique(y)
@@ -177,20 +298,20 @@ class DPClientCSP(TransformerMixin, BaseEstimator):
         self.sigma_ = dp_csp_sigma(float(self.epsilon), float(self.delta))
         iu = np.triu_indices(n_ch)
         weight = np.where(iu[0] == iu[1], 1.0, math.sqrt(2.0))
-        means = []
+        released = []
         for label in classes:
             rows = Xn[y == label]
             total = np.einsum("nct,ndt->cd", rows, rows)
-            released = total[iu] * weight + rng.normal(0.0, self.sigma_, size=iu[0].size)
+            vector = total[iu] * weight + rng.normal(0.0, self.sigma_, size=iu[0].size)
             noisy = np.zeros((n_ch, n_ch))
-            noisy[iu] = released / weight
+            noisy[iu] = vector / weight
             noisy = noisy + np.triu(noisy, 1).T
-            means.append(_psd(noisy / rows.shape[0]))
-        c0, c1 = means
+            released.append(_psd(noisy / len(Xn)))  # n = the client's trial count, public under replace-one
+        c0, c1 = released
         vals, vecs = eigh(c0, c0 + c1)
-        order = _alternate(np.argsort(vals)[::-1])
+        order = alternate_order(np.argsort(vals)[::-1])
         self.filters_ = vecs[:, order[: int(self.n_components)]].T
-        pooled = (c0 + c1) / 2.0
+        pooled = c0 + c1  # the released mean trial covariance (each class sum over n)
         self.center_ = np.log(np.maximum(np.einsum("kc,cd,kd->k", self.filters_, pooled, self.filters_), 1e-12)
                               / X.shape[2])
         self.scale_ = np.sqrt(np.exp(self.center_))
@@ -215,7 +336,7 @@ class ChannelSignals(TransformerMixin, BaseEstimator):
         self.montage = montage
 
     def fit(self, X=None, y=None):
-        self.picks_ = None if self.montage is None else _picks(tuple(self.channels), self.montage)
+        self.picks_ = channel_picks(tuple(self.channels), self.montage)
         return self
 
     def transform(self, X) -> np.ndarray:
@@ -230,32 +351,3 @@ def _psd(matrix: np.ndarray, floor: float = 1e-6) -> np.ndarray:
     vals, vecs = np.linalg.eigh((matrix + matrix.T) / 2.0)
     vals = np.maximum(vals, floor * max(float(np.mean(np.abs(vals))), 1e-12))
     return (vecs * vals) @ vecs.T
-
-
-def _alternate(order: np.ndarray) -> np.ndarray:
-    """Largest, smallest, second largest, second smallest, … of an eigenvalue order (ClientCSP's ``alternate``)."""
-    out, lo, hi = [], 0, len(order) - 1
-    while lo <= hi:
-        out.append(order[lo])
-        if lo != hi:
-            out.append(order[hi])
-        lo, hi = lo + 1, hi - 1
-    return np.array(out)
-
-
-def make_preprocessor(name: str, output: str, n_components: int, *, montage=None, epsilon: float = 1.0,
-                      delta: float = 1e-5, random_state=None):
-    """An unfitted preprocessor for option ``name`` feeding ``output`` (``logvar`` for SimpleNet, ``signals`` for
-    EEGNet)."""
-    from eegprivacy.signal.csp import ClientCSP
-
-    if name not in PREPROCESSING:
-        raise ValueError(f"unknown preprocessing {name!r}; known: {', '.join(PREPROCESSING)}")
-    if name in ("member_csp", "calibration_csp"):
-        return ClientCSP(n_components=n_components, output=output)
-    if name == "dp_csp":
-        return DPClientCSP(n_components=n_components, output=output, epsilon=epsilon, delta=delta,
-                           montage=montage, random_state=random_state)
-    if output != "signals":
-        raise ValueError("preprocessing 'channels' feeds raw signals: EEGNet only")
-    return ChannelSignals(montage=montage)

@@ -1,9 +1,12 @@
 """Study B's controlled membership table, drawn and written: ``reports/federated_control.md``, its figure, the
 metrics of the stage's MLflow summary run, and the lead section of ``reports/study-b.md`` rebuilt from that run.
 
-One table per model (the Holm family): rows are (preprocessing, attack), columns the per-step ε; every cell is
-attack − control AUROC (the trained model minus the model that never saw the client, both through the client's
-own preprocessing) with its subjects+seeds interval and ``*`` where the Holm-adjusted one-sided p < 0.05.
+Per model, a headline table (rows: preprocessing; columns: the per-step ε; each cell the non-member accuracy and the
+loss-threshold attack − control AUROC, each with its subjects+seeds interval) and the table of every attack (the
+Holm family): attack − control AUROC (the trained model minus the model that never saw the client, both through
+the client's own preprocessing and normalisation) with ``*`` where the Holm-adjusted two-sided p < 0.05, and
+``▼`` where the control scores significantly *above* the attack (a failed control: the arms differ in more than
+membership).
 """
 
 from __future__ import annotations
@@ -18,9 +21,15 @@ ALPHA = 0.05
 ATTACK_NAMES = {"loss": "loss threshold", "rla_lr": "RLA (lr)", "fla_lr": "FLA (lr)", "gla_lr": "GLA sound (lr)",
                 "rla_rf": "RLA (rf)", "fla_rf": "FLA (rf)", "gla_rf": "GLA sound (rf)", "rla_mlp": "RLA (mlp)",
                 "fla_mlp": "FLA (mlp)", "gla_mlp": "GLA sound (mlp)"}
-PREP_NAMES = {"member_csp": "member-fitted CSP (paper)", "calibration_csp": "calibration-fitted CSP",
-              "dp_csp": "DP-CSP", "channels": "no CSP (11 sensorimotor channels)"}
+HEADLINE_ATTACK = "loss"  # no attacker to fit: the attack a reader can check by hand
 STATS = ("value", "ci_low", "ci_high", "p_value", "p_holm", "control_share", "certified_epsilon")
+
+
+def _labels() -> dict[str, str]:
+    """Each preprocessing option's table label, from its registry entry (one list of names)."""
+    from eegprivacy.federated.preprocessing import PREPROCESSING
+
+    return {name: entry.label for name, entry in PREPROCESSING.items()}
 _KEY = re.compile(r"^control/(?P<model>[^/]+)/(?P<prep>[^/]+)/eps(?P<eps>[^/]+)/(?P<attack>[^/]+)/(?P<arm>[^/]+)/"
                   r"(?P<stat>[^/]+)$")
 
@@ -61,6 +70,7 @@ def tidy_run(run: pd.Series) -> pd.DataFrame:
             out[stat] = np.nan
     if not out.empty:
         out["significant"] = out["p_holm"] < ALPHA
+        out["failed_control"] = out["significant"] & out["value"].lt(0)
     return out
 
 
@@ -69,7 +79,15 @@ def _cell(row, signed: bool = True) -> str:
         return "—"
     fmt = "{:+.3f}" if signed else "{:.3f}"
     text = f"{fmt.format(row['value'])} [{row['ci_low']:.3f}, {row['ci_high']:.3f}]"
-    return text + (" *" if bool(row.get("significant", False)) else "")
+    if bool(row.get("significant", False)):
+        text += " ▼" if row["value"] < 0 else " *"
+    return text
+
+
+def _certified(value) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "not certified"
+    return "∞" if not np.isfinite(value) else f"{value:,.0f}"
 
 
 def _epsilons(summary: pd.DataFrame) -> list[float]:
@@ -81,17 +99,43 @@ def _orders(summary: pd.DataFrame, column: str, known) -> list[str]:
     return [k for k in known if k in present] + [k for k in present if k not in known]
 
 
+def headline_table(summary: pd.DataFrame, model: str) -> list[str]:
+    """One model's headline: a row per preprocessing, a column per per-step ε; each cell the non-member accuracy
+    and the loss-threshold attack − control, each with its subjects+seeds interval (and the Holm mark of the
+    difference, from the model's family)."""
+    part = summary[summary["model"] == model]
+    epsilons = _epsilons(part)
+    labels = _labels()
+    index = {(r["preprocessing"], r["epsilon"], r["attack"], r["arm"]): r for _, r in part.iterrows()}
+    lines = ["| preprocessing | fitted on | " + " | ".join(f"ε = {_eps_text(e)}" for e in epsilons) + " |",
+             "|---|---|" + "---|" * len(epsilons)]
+    from eegprivacy.federated.preprocessing import PREPROCESSING
+
+    for prep in _orders(part, "preprocessing", labels):
+        cells = []
+        for e in epsilons:
+            util = index.get((prep, e, "utility_accuracy", "attack"))
+            diff = index.get((prep, e, HEADLINE_ATTACK, "attack_minus_control"))
+            cells.append(f"accuracy {_cell(util, signed=False)}<br>loss attack − control {_cell(diff)}"
+                         if util is not None else "—")
+        fits = PREPROCESSING[prep].fits_on if prep in PREPROCESSING else "?"
+        lines.append(f"| {labels.get(prep, prep)} | {fits} | " + " | ".join(cells) + " |")
+    return lines
+
+
 def model_table(summary: pd.DataFrame, model: str) -> list[str]:
-    """One model's table: a utility row and each attack's attack − control row per preprocessing option."""
+    """One model's table of every attack: a utility row and each attack's attack − control row per preprocessing
+    option, and the certified ε per member trial."""
     part = summary[summary["model"] == model]
     epsilons = _epsilons(part)
     index = {(r["preprocessing"], r["epsilon"], r["attack"], r["arm"]): r for _, r in part.iterrows()}
     header = "| preprocessing | row | " + " | ".join(f"ε = {_eps_text(e)}" for e in epsilons) + " |"
     lines = [header, "|---|---|" + "---|" * len(epsilons)]
     attacks = _orders(part[part["arm"] == "attack_minus_control"], "attack", ATTACK_NAMES)
-    for prep in _orders(part, "preprocessing", PREP_NAMES):
+    labels = _labels()
+    for prep in _orders(part, "preprocessing", labels):
         util = [index.get((prep, e, "utility_accuracy", "attack")) for e in epsilons]
-        lines.append(f"| {PREP_NAMES.get(prep, prep)} | non-member accuracy | "
+        lines.append(f"| {labels.get(prep, prep)} | non-member accuracy | "
                      + " | ".join(_cell(u, signed=False) for u in util) + " |")
         for attack in attacks:
             cells = [index.get((prep, e, attack, "attack_minus_control")) for e in epsilons]
@@ -99,8 +143,8 @@ def model_table(summary: pd.DataFrame, model: str) -> list[str]:
                          + " | ".join(_cell(c) for c in cells) + " |")
         eps_row = [index.get((prep, e, "utility_accuracy", "attack")) for e in epsilons]
         certified = [r.get("certified_epsilon", np.nan) if r is not None else np.nan for r in eps_row]
-        lines.append(f"| | certified ε per member trial, whole run (RDP) | "
-                     + " | ".join("∞" if not np.isfinite(c) else f"{c:,.0f}" for c in certified) + " |")
+        lines.append(f"| | certified ε per member trial, whole run (RDP, replace-one) | "
+                     + " | ".join(_certified(c) for c in certified) + " |")
     return lines
 
 
@@ -140,13 +184,14 @@ def arm_table(summary: pd.DataFrame, model: str) -> list[str]:
     lines = ["| preprocessing | attack | arm | " + " | ".join(f"ε = {_eps_text(e)}" for e in epsilons) + " |",
              "|---|---|---|" + "---|" * len(epsilons)]
     index = {(r["preprocessing"], r["attack"], r["arm"], r["epsilon"]): r for _, r in part.iterrows()}
-    for prep in _orders(part, "preprocessing", PREP_NAMES):
+    labels = _labels()
+    for prep in _orders(part, "preprocessing", labels):
         for attack in _orders(part, "attack", ATTACK_NAMES):
             for arm in ("attack", "control", "untrained"):
                 cells = [index.get((prep, attack, arm, e)) for e in epsilons]
                 if all(c is None for c in cells):
                     continue
-                lines.append(f"| {PREP_NAMES.get(prep, prep)} | {ATTACK_NAMES.get(attack, attack)} | {arm} | "
+                lines.append(f"| {labels.get(prep, prep)} | {ATTACK_NAMES.get(attack, attack)} | {arm} | "
                              + " | ".join(_cell({**c, 'significant': False}, signed=False) if c is not None
                                           else "—" for c in cells) + " |")
     return lines
@@ -154,11 +199,34 @@ def arm_table(summary: pd.DataFrame, model: str) -> list[str]:
 
 def family_note(summary: pd.DataFrame, model: str) -> str:
     cells = summary[(summary["model"] == model) & (summary["arm"] == "attack_minus_control")]
-    n_sig = int(cells["significant"].sum()) if "significant" in cells else 0
-    return (f"*{model}: every cell attack − control AUROC, paired (same clients, seeds and cross-fitted attacker), "
-            f"95 % interval from a cluster bootstrap over subjects + seeds; `*`: one-sided bootstrap p < 0.05 after "
-            f"Holm over this table's {len(cells)} attack − control cells (the family; controls and the untrained "
-            f"model are never tested). {n_sig} of {len(cells)} cells significant.*")
+    significant = cells["significant"].fillna(False).astype(bool) if "significant" in cells else cells["value"] * 0
+    n_up = int((significant & cells["value"].gt(0)).sum())
+    n_down = int((significant & cells["value"].lt(0)).sum())
+    return (f"*{model}: attack − control AUROC, paired (same clients, seeds, preprocessing, normalisation and "
+            f"cross-fitted attacker), 95 % interval from a cluster bootstrap over subjects + seeds; two-sided "
+            f"bootstrap test, Holm over this model's {len(cells)} attack − control cells (the family; controls and "
+            f"the untrained model are never tested): `*` training leaks (p_Holm < 0.05, attack above control), "
+            f"`▼` failed control (p_Holm < 0.05, control above attack). {n_up} `*` and {n_down} `▼` of "
+            f"{len(cells)} cells.*")
+
+
+def failed_control_lines(summary: pd.DataFrame, model: str) -> list[str]:
+    """Every cell where the control scores significantly above the attack, with its likely cause: the arms then
+    differ in more than membership, so the cell says nothing about what training leaks."""
+    cells = summary[(summary["model"] == model) & (summary["arm"] == "attack_minus_control")]
+    if "failed_control" not in cells:
+        return []
+    failed = cells[cells["failed_control"].fillna(False).astype(bool)]
+    labels = _labels()
+    out = []
+    for _, row in failed.iterrows():
+        out.append(f"- **failed control** — {labels.get(row['preprocessing'], row['preprocessing'])}, "
+                   f"{ATTACK_NAMES.get(row['attack'], row['attack'])}, ε = {_eps_text(row['epsilon'])}: "
+                   f"{row['value']:+.3f} [{row['ci_low']:.3f}, {row['ci_high']:.3f}]. The model that never saw the "
+                   "client separates its members better than the model trained on it: likely the control "
+                   "federations (12 of 16 clients) generalise differently from the full one, so the control is "
+                   "not equal to the attack in all but membership for this attack.")
+    return out
 
 
 def lead_lines(summary: pd.DataFrame, meta: dict | None = None) -> list[str]:
@@ -170,24 +238,43 @@ def lead_lines(summary: pd.DataFrame, meta: dict | None = None) -> list[str]:
     lines = ["## How much membership federated training leaks, apart from preprocessing (eegmmidb)", "",
              "The attacks below are each read against a **preprocessing-only control**: the same protocol "
              "trained without the attacked client (its fold of client folds left out), scored through that "
-             "client's own preprocessing. Attack − control is what training on the client adds. Members are 60 % "
-             "of each subject's trials, calibration trials 20 % (only the calibration-fitted CSP reads them), "
+             "client's own preprocessing, and (EEGNet) with BatchNorm statistics computed the same way in both arms, "
+             "from the client's calibration block. Attack − control is what training on the client adds. Members "
+             "are 60 % of each subject's trials, calibration trials 20 % (never trained on or attacked), "
              "non-members the paper's 20 %. ε is per local step (Laplace gradient DP), not a cumulative "
-             "guarantee; the certified row composes every step (and DP-CSP's Gaussian release) per member trial.",
+             "guarantee; the certified row composes every step (and DP-CSP's Gaussian release) per member trial "
+             "under replace-one, δ = DP-CSP's δ.",
              ""]
     from eegprivacy.federated.preprocessing import PREPROCESSING
 
-    present = _orders(summary, "preprocessing", PREP_NAMES)
-    lines += ["What ε leaves out, per preprocessing (the certified row counts only what it covers):", "",
-              *(f"- {PREP_NAMES.get(p, p)}: {PREPROCESSING[p].outside_epsilon}." for p in present
-                if p in PREPROCESSING), ""]
+    labels = _labels()
+    present = _orders(summary, "preprocessing", labels)
+    lines += ["What each preprocessing is fitted on, and what ε leaves out (the certified row counts only what it "
+              "covers; \"not certified\" where a trial travels un-noised beyond its client):", "",
+              *(f"- {labels.get(p, p)} (fitted on {PREPROCESSING[p].fits_on}): {PREPROCESSING[p].outside_epsilon}."
+                for p in present if p in PREPROCESSING), ""]
+    profile = meta.get("profile")
     for model in _orders(summary, "model", ("simplenet", "eegnet")):
         proto = protocols.get(model, {})
-        detail = (f" ({proto.get('num_rounds')} rounds × {proto.get('local_epochs')} local epochs, "
-                  f"{proto.get('seeds')} seeds)") if proto else ""
-        lines += [f"### {model}{detail}", "", *model_table(summary, model), "", family_note(summary, model), "",
-                  "Member-fitted CSP: how much of the raw attack AUROC the preprocessing-only control explains —", "",
-                  *explained_sentences(summary, model), ""]
+        detail = ""
+        if proto:
+            eps = proto.get("epsilons")
+            detail = (f" ({proto.get('num_rounds')} rounds × {proto.get('local_epochs')} local epochs, "
+                      f"{proto.get('seeds')} seed{'s' if proto.get('seeds') != 1 else ''}"
+                      + (f", ε ∈ {{{', '.join(_eps_text(float(e)) for e in eps)}}}" if eps else "")
+                      + (f"; profile `{profile}`" if profile else "") + ")")
+        lines += [f"### {model}{detail}", "",
+                  "Headline: non-member accuracy (chance 0.5) and the loss-threshold attack − control AUROC, each "
+                  "with its 95 % subjects+seeds interval.", "", *headline_table(summary, model), "",
+                  "Every attack (the Holm family):", "", *model_table(summary, model), "",
+                  family_note(summary, model), ""]
+        failed = failed_control_lines(summary, model)
+        if failed:
+            lines += failed + [""]
+        explained = explained_sentences(summary, model)
+        if explained:
+            lines += ["Member-fitted CSP: how much of the raw attack AUROC the preprocessing-only control explains —",
+                      "", *explained, ""]
     return lines
 
 
@@ -213,7 +300,8 @@ def draw(summary: pd.DataFrame, fig) -> None:
     models = _orders(summary, "model", ("simplenet", "eegnet"))
     axes = fig.subplots(1, max(len(models), 1), sharey=True, squeeze=False)[0]
     diffs = summary[summary["arm"] == "attack_minus_control"]
-    preps = _orders(diffs, "preprocessing", PREP_NAMES)
+    labels = _labels()
+    preps = _orders(diffs, "preprocessing", labels)
     attacks = _orders(diffs, "attack", ATTACK_NAMES)
     colours = {p: f"C{i}" for i, p in enumerate(preps)}
     markers = dict(zip(attacks, "osD^vPX*"))
@@ -236,7 +324,7 @@ def draw(summary: pd.DataFrame, fig) -> None:
         ax.set_xlabel("per-step ε")
         ax.set_title(f"{model}: attack − preprocessing-only control")
     axes[0].set_ylabel("AUROC difference (95 % CI, subjects + seeds)")
-    handles = ([Line2D([], [], color=colours[p], lw=3, label=PREP_NAMES.get(p, p)) for p in preps]
+    handles = ([Line2D([], [], color=colours[p], lw=3, label=labels.get(p, p)) for p in preps]
                + [Line2D([], [], color="grey", marker=markers[a], ls="", label=ATTACK_NAMES.get(a, a))
                   for a in attacks])
     fig.legend(handles=handles, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8, frameon=False)

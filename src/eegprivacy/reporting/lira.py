@@ -32,7 +32,7 @@ LABELS = {("lira_online", ""): "LiRA online", ("lira_offline", ""): "LiRA offlin
           ("lira_online_control", ""): "LiRA online, preprocessing-only control",
           ("lira_offline_control", ""): "LiRA offline, preprocessing-only control",
           ("lira_online_untrained_control", ""): "LiRA online, untrained model (shown, not tested)"}
-CONTROL_HEAD = ["| ε per step | attack | LiRA − control (AUROC points) | p (one-sided) | p (Holm) | "
+CONTROL_HEAD = ["| ε per step | attack | LiRA − control (AUROC points) | p (two-sided) | p (Holm) | "
                 f"Holm < {ALPHA:g} | LiRA AUROC | control AUROC | untrained AUROC | control's share of the excess | "
                 "subject clusters | CI over |",
                 "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
@@ -257,7 +257,7 @@ def report_md(summary: pd.DataFrame, meta: dict, cum) -> str:
                   "LiRA on the preprocessing-only control (the fold model that never saw the client, through the "
                   f"client's own CSP), pooled over the {meta['target_seeds']} targets. Interval: 95 % percentile "
                   f"two-way bootstrap, the same resamples of target models and {meta['bootstrap_unit']} for attack "
-                  "and control (`paired_two_way_bootstrap`); p: one-sided bootstrap p-value of \"difference ≤ 0\"; "
+                  "and control (`paired_two_way_bootstrap`); p: two-sided bootstrap p-value of \"difference = 0\"; "
                   f"Holm over the table's attack − control cells ({family}). The controls and the untrained model are "
                   "not hypotheses of the family (no p-value). The untrained model's AUROC is shown, not tested: its "
                   "near-constant outputs cannot show a preprocessing leak. Control's share of the excess: (control − "

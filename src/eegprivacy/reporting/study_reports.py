@@ -740,18 +740,18 @@ def control_lead(study: str, uri: str, out_dir: Path) -> list[str]:
     with atomic_path(png) as tmp:
         fig.savefig(tmp, dpi=120, bbox_inches="tight")
     run = runs.iloc[0]
-    meta = {"protocols": _control_protocols(run)}
+    meta = {"protocols": _control_protocols(run), "profile": run.get("params.federated_control.profile")}
     return [*federated_control.lead_lines(summary, meta), f"![attack − preprocessing-only control]({png.name})",
             "", f"*From MLflow run `{run['tags.mlflow.runName']}` (`runs:/{run['run_id']}`); every arm's AUROC in "
                 "`reports/federated_control.md`.*", ""]
 
 
 def _control_protocols(run: pd.Series) -> dict:
-    """The per-model protocol (seeds, rounds, local epochs) the summary run logged as a param."""
-    import ast
+    """The per-model protocol (seeds, rounds, local epochs, ε grid) the summary run logged as a JSON param."""
+    import json
 
     text = run.get("params.federated_control.per_model") or run.get("params.per_model")
     try:
-        return ast.literal_eval(text) if isinstance(text, str) else {}
-    except (ValueError, SyntaxError):
+        return json.loads(text) if isinstance(text, str) else {}
+    except ValueError:
         return {}

@@ -69,7 +69,7 @@ class DatasetSpec(Config):
 
 
 ATTACK_ROUNDS = AnyOf((options(("all",)), counts(1, "rounds")), text="'all' or a non-empty list of rounds ≥ 1")
-PROTOCOL_KEYS = ("seeds", "num_rounds", "local_epochs", "attack_rounds")
+PROTOCOL_KEYS = ("seeds", "num_rounds", "local_epochs", "attack_rounds", "epsilons")
 
 
 @dataclass(frozen=True)
@@ -81,6 +81,7 @@ class ProtocolOverride(Config):
     num_rounds: int | None = param(_or_unset(count(1, "rounds")), default=None)
     local_epochs: int | None = param(_or_unset(count(1, "epochs")), default=None)
     attack_rounds: list | str | None = param(_or_unset(ATTACK_ROUNDS), default=None)
+    epsilons: list | None = param(_or_unset(EPSILONS_OR_INF), default=None, doc="per-step ε grid")
 
     def changes(self) -> dict:
         return {key: getattr(self, key) for key in PROTOCOL_KEYS if getattr(self, key) is not None}

@@ -7,19 +7,25 @@ model then detects preprocessing as well as training. The control that isolates 
 saw the attacked client, scored through that client's own preprocessing:
 
 - **attack**: the final global model of the federation the client joined, on the client's members and
-  non-members through its preprocessing (EEGNet: with the BatchNorm statistics the client kept, FedBN).
+  non-members through its preprocessing.
 - **control (preprocessing only)**: the final global model of a federation trained, with the same protocol,
   seed and ε, on the *other* clients only — the client's fold of ``control_folds`` client folds left out — scored
-  through the very same preprocessing (EEGNet: BatchNorm statistics calibrated on the client's members, as the
-  trained model's are computed from them). Whatever it detects comes from the preprocessing and from what all
+  through the very same preprocessing. Whatever it detects comes from the preprocessing and from what all
   subjects share, not from training on this client.
+
+The arms differ in the weights alone: the same rows, preprocessing, attackers and seeds, and (EEGNet) BatchNorm
+statistics computed the same way in each, from the client's calibration block through the model being scored
+(:func:`normalisation`). Statistics the client kept from training exist only in the attack arm, and statistics
+from its members would be a member-fitted step of their own; both made EEGNet's control score its members better
+than the attack (−0.13 AUROC) and its accuracy look like chance.
 - **untrained**: the initial global model through the same preprocessing. Shown, not tested: an untrained
   network's outputs are nearly constant, so it cannot show a preprocessing leak (which is why it is not the
   control).
 
 The table's cell is attack − control, paired (same clients, seeds and attacker), with an interval from a cluster
-bootstrap over subjects and seeds and a one-sided bootstrap p-value, Holm-adjusted over the cells of one model's
-table (the family). Attacks, all at the final round and all scoring every trial by an attacker that never saw
+bootstrap over subjects and seeds and a two-sided bootstrap p-value, Holm-adjusted over the cells of one model's
+table (the family); a cell where the control scores significantly above the attack is a failed control
+(``failed_control``), not "no leak". Attacks, all at the final round and all scoring every trial by an attacker that never saw
 that trial's client (cross-fitted over client folds):
 
 - ``loss``: the loss-threshold attack (score −loss; no attacker to train).
@@ -28,9 +34,9 @@ that trial's client (cross-fitted over client folds):
 - ``gla``: gradient level (the sound GLA): per client, the model trained locally on as many of its members as it
   has non-members, and on its non-members; the attacker tells the two updates apart.
 
-Preprocessing (:data:`~eegprivacy.federated.preprocessing.PREPROCESSING`): the paper's member-fitted CSP, a CSP
-fitted on calibration trials (neither members nor attacked), DP-CSP, and (EEGNet) no CSP. Every option sees the
-same members: a stratified ``calibration_fraction`` of each subject's trials is taken out of the paper's 80 %
+Preprocessing (:data:`~eegprivacy.federated.preprocessing.PREPROCESSING`): the paper's member-fitted CSP and the
+options that read no member of the client (calibration block, DP-CSP, fixed Laplacians, CSP pooled over the other
+clients, tangent space, and for EEGNet the raw channels). Every option sees the same members: a stratified ``calibration_fraction`` of each subject's trials is taken out of the paper's 80 %
 members for every option, so members are 60 % and non-members the paper's 20 %.
 """
 
@@ -46,7 +52,7 @@ import pandas as pd
 from eegprivacy.atomic import atomic_path
 from eegprivacy.evaluation.client_bootstrap import auroc_replicates, client_resample_counts
 from eegprivacy.evaluation.cluster_bootstrap import (
-    bootstrap_p_value,
+    bootstrap_p_value_two_sided,
     combine_seeds,
     holm,
     percentile_interval,
@@ -96,11 +102,14 @@ class FederatedControlConfig(Config):
     bootstrap: int = param(count(1, "resamples"), default=2000, doc="subjects+seeds cluster-bootstrap resamples")
     confidence: float = param(FRACTION_OPEN, default=0.95)
     per_model: dict[str, ProtocolOverride] = param(default={},
-                                                   doc="per model: seeds, num_rounds, local_epochs replacing these")
+                                                   doc="per model: seeds, num_rounds, local_epochs, epsilons "
+                                                       "replacing these")
 
     def for_model(self, model: str) -> dict:
-        """Seeds, rounds and local epochs model ``model`` runs with (its ``per_model`` override applied)."""
-        base = {"seeds": self.seeds, "num_rounds": self.num_rounds, "local_epochs": self.local_epochs}
+        """Seeds, rounds, local epochs and per-step ε grid model ``model`` runs with (its ``per_model`` override
+        applied)."""
+        base = {"seeds": self.seeds, "num_rounds": self.num_rounds, "local_epochs": self.local_epochs,
+                "epsilons": list(self.epsilons)}
         override = self.per_model.get(model)
         return {**base, **({k: v for k, v in override.changes().items() if k in base} if override else {})}
 
@@ -111,44 +120,47 @@ def preprocessing_options(config: FederatedControlConfig, model: str) -> list[st
 
 
 class ClientSet:
-    """Per-client (X_members, y_members, X_nonmembers, y_nonmembers) after each client's preprocessing; the
-    interface :func:`~eegprivacy.studies.federated.mia.federate` trains on. ``subset`` keeps some clients with
-    their preprocessing unchanged (a control federation)."""
+    """Per-client (X_members, y_members, X_nonmembers, y_nonmembers) after each client's preprocessing, and each
+    client's calibration block through the same preprocessing (``calibration``: what every arm's BatchNorm
+    statistics are computed on); the interface :func:`~eegprivacy.studies.federated.mia.federate` trains on.
+    ``subset`` keeps some clients with their preprocessing unchanged (a control federation)."""
 
-    def __init__(self, clients: list):
+    def __init__(self, clients: list, calibration: list | None = None):
         self.clients = clients
+        self.calibration = calibration if calibration is not None else [None] * len(clients)
         self.input_shape = clients[0][0].shape[1:]
 
     def partitions(self):
         return [(Xm.reshape(len(Xm), -1), ym) for Xm, ym, _, _ in self.clients]
 
     def subset(self, keep) -> ClientSet:
-        return ClientSet([self.clients[k] for k in keep])
+        return ClientSet([self.clients[k] for k in keep], [self.calibration[k] for k in keep])
 
 
 def client_preprocessing(trials, member, calibration, preprocessing: str, model: str, config: FederatedControlConfig,
                          n_components: int, seed: int) -> ClientSet:
-    """Every client's data through its own preprocessing (``fit`` reads only the rows the option names: its
-    training members, its calibration trials, or nothing)."""
-    from eegprivacy.federated.preprocessing import make_preprocessor
-    from eegprivacy.federated.task import derive_seed
+    """Every client's data through its own preprocessing, fitted by
+    :func:`~eegprivacy.federated.preprocessing.fit_clients` on exactly what the option names (the client's
+    training members, its calibration block, the other clients' shared sums, or nothing); non-members are only
+    transformed."""
+    from eegprivacy.federated.preprocessing import ClientTrials, fit_clients
     from eegprivacy.signal.csp import MODEL_INPUT
 
-    option = PREPROCESSING[preprocessing]
     labels = trials.metadata["subject"].to_numpy()
     train = member & ~calibration
-    clients = []
-    for k, subject in enumerate(trials.subjects()):
-        rows = labels == subject
-        fit_rows = {"members": rows & train, "calibration": rows & calibration, "none": np.zeros_like(rows)}
-        fit = fit_rows[option.fits_on]
-        pre = make_preprocessor(preprocessing, MODEL_INPUT[model], n_components, montage=trials.channels,
-                                epsilon=config.dp_csp_epsilon, delta=config.dp_csp_delta,
-                                random_state=derive_seed(seed, k, 23))
-        pre.fit(trials.X[fit], trials.y[fit]) if fit.any() else pre.fit(None, None)
-        mem, non = rows & train, rows & ~member
-        clients.append((pre.transform(trials.X[mem]), trials.y[mem], pre.transform(trials.X[non]), trials.y[non]))
-    return ClientSet(clients)
+    rows = [labels == subject for subject in trials.subjects()]
+    data = [ClientTrials(members=(trials.X[r & train], trials.y[r & train]),
+                         calibration=(trials.X[r & calibration], trials.y[r & calibration])) for r in rows]
+    pres = fit_clients(preprocessing, data, output=MODEL_INPUT[model], n_components=n_components,
+                       montage=trials.channels, sfreq=trials.sfreq, epsilon=config.dp_csp_epsilon,
+                       delta=config.dp_csp_delta, seed=seed)
+    clients, blocks = [], []
+    for pre, r, client in zip(pres, rows, data):
+        non = r & ~member
+        clients.append((pre.transform(client.members[0]), client.members[1], pre.transform(trials.X[non]),
+                        trials.y[non]))
+        blocks.append(pre.transform(client.calibration[0]))
+    return ClientSet(clients, blocks)
 
 
 def client_folds(n_clients: int, n_folds: int, seed: int) -> list[np.ndarray]:
@@ -196,18 +208,23 @@ def cross_fitted(features: np.ndarray, member: np.ndarray, clients: np.ndarray, 
 
 def sound_updates(task, weights: list, clients, epochs: int, seed: int) -> tuple:
     """Sound GLA's updates: per client, its model ``weights[k]`` trained locally on as many of its members as it
-    has non-members (a seeded pick, the same for every arm), and on its non-members; (updates, client, member)."""
+    has non-members (a seeded pick, the same for every arm), and on its non-members; (updates, client, member).
+    SimpleNet's local trainings run as one batched program (:meth:`~eegprivacy.federated.torch_task.TorchTask.
+    train_many`, the loop's numbers to 1e-6), EEGNet's one by one (batching is slower for it)."""
     from eegprivacy.federated.task import derive_seed
+    from eegprivacy.federated.torch_task import TrainJob
     from eegprivacy.models.gradients import update_vector
 
-    updates, client, member = [], [], []
+    jobs, client, member = [], [], []
     for k, ((Xm, ym, Xn, yn), w0) in enumerate(zip(clients, weights)):
         pick = np.random.default_rng(derive_seed(seed, k, 31)).choice(len(ym), len(yn), replace=False)
         for X, y, m in ((Xm[pick], ym[pick], 1), (Xn, yn, 0)):
-            w, _ = task.train(w0, _flat(X), y, epochs=epochs, seed=derive_seed(seed, k, 37, m))
-            updates.append(update_vector(w, w0))
+            jobs.append(TrainJob(w0, None, _flat(X), y, epochs, derive_seed(seed, k, 37, m)))
             client.append(k)
             member.append(m)
+    trained = (task.train_many(jobs) if task.model_spec == "simplenet" else
+               [task.train_local(j.weights, j.local, j.X, j.y, epochs=j.epochs, seed=j.seed) for j in jobs])
+    updates = [update_vector(w, job.weights) for (w, _, _), job in zip(trained, jobs)]
     return np.stack(updates), np.array(client), np.array(member)
 
 
@@ -234,16 +251,46 @@ def arm_scores(task, weights: list, clients: list, locals_: list, config: Federa
     return {"scores": scores, "accuracy": accuracy}
 
 
+def normalisation(task, weights: list, clients: ClientSet) -> list:
+    """Every client's BatchNorm statistics for the model ``weights[k]`` it is scored with: computed afresh from its
+    calibration block through its own preprocessing (:meth:`~eegprivacy.federated.torch_task.TorchTask.calibrate`),
+    the same way in every arm — as a deployed client recalibrates the final model on its calibration block before
+    use. The block is neither trained on nor attacked, so the normalisation reads no member and no non-member; the
+    statistics a client kept from training (FedBN) are never used, since the control model has none. Nones for a
+    model without BatchNorm."""
+    if not task.local_names:
+        return [None] * len(weights)
+    return [task.calibrate(w, _flat(block)) for w, block in zip(weights, clients.calibration)]
+
+
+def federations(cell: dict, seed: int, sets: list[ClientSet], config: FederatedMIAConfig) -> list[tuple]:
+    """(task, result) of one seeded federation per client set, every one with the cell's protocol and seed.
+    SimpleNet's run in lock-step (one batched local training per round across them: the same numbers as one at a
+    time, to 1e-6, several times faster); EEGNet's one after another, since batching never wins for it
+    (``benchmarks/federated_round.py``)."""
+    from eegprivacy.studies.federated.mia import federate, federate_many
+
+    if cell["model"] == "simplenet":
+        return federate_many([(cell, seed, clients) for clients in sets], config)
+    return [federate(cell, seed, clients, config) for clients in sets]
+
+
 def cell_arrays(cell: dict, seed: int, trials, training: FederatedMIAConfig, config: FederatedControlConfig) -> dict:
     """One (model, preprocessing, ε, seed): the federation on every client, ``control_folds`` federations each
     without one client fold, and every attack's per-row scores against the trained model (attack), the model
-    that never saw the client (control) and the untrained model; plus each client's non-member accuracy."""
+    that never saw the client (control) and the untrained model; plus each client's non-member accuracy. The three
+    arms differ only in the weights that score a client: the same rows, preprocessing, normalisation
+    (:func:`normalisation`), attackers and seeds."""
     from dataclasses import replace
 
     from eegprivacy.federated.preprocessing import calibration_split
-    from eegprivacy.studies.federated.mia import client_locals, federate, seed_split
+    from eegprivacy.studies.federated.mia import seed_split
 
     model, protocol = cell["model"], config.for_model(cell["model"])
+    if model == "eegnet" and training.batchnorm_stats != "local":
+        raise ValueError("federated_control needs batchnorm_stats: local, so that every arm's BatchNorm statistics "
+                         "are computed the same way (from the client's calibration block); shared statistics "
+                         "would carry the attacked client's data into the attack arm only")
     fed_config = replace(training, num_rounds=protocol["num_rounds"], local_epochs=protocol["local_epochs"])
     member = seed_split(trials, training, seed)
     calibration = calibration_split(trials.y, trials.metadata["subject"], member, config.calibration_fraction,
@@ -251,23 +298,20 @@ def cell_arrays(cell: dict, seed: int, trials, training: FederatedMIAConfig, con
     clients = client_preprocessing(trials, member, calibration, cell["preprocessing"], model, config,
                                    training.csp_components, seed)
     n = len(clients.clients)
-    task, result = federate(cell, seed, clients, fed_config)
-    control_weights, control_locals = [None] * n, [None] * n
-    for fold in client_folds(n, config.control_folds, seed):
-        left_out = set(fold.tolist())
-        _, fold_result = federate(cell, seed, clients.subset([k for k in range(n) if k not in left_out]),
-                                  fed_config)
-        for k in fold:  # FedBN: statistics from the client's own members, as the trained model's come from them
+    folds = client_folds(n, config.control_folds, seed)
+    trained = [[k for k in range(n) if k not in set(fold.tolist())] for fold in folds]
+    runs = federations(cell, seed, [clients] + [clients.subset(keep) for keep in trained], fed_config)
+    (task, result), fold_results = runs[0], [r for _, r in runs[1:]]
+    control_weights = [None] * n
+    for fold, fold_result in zip(folds, fold_results):
+        for k in fold:
             control_weights[k] = fold_result.weights
-            control_locals[k] = (task.calibrate(fold_result.weights, _flat(clients.clients[k][0]))
-                                 if fold_result.initial_local is not None else None)
     initial = result.sent[min(result.sent)]
     epochs, rf = protocol["local_epochs"], training.rf_estimators
-    return {"attack": arm_scores(task, [result.weights] * n, clients.clients, client_locals(result, n), config,
-                                 epochs, seed, rf),
-            "control": arm_scores(task, control_weights, clients.clients, control_locals, config, epochs, seed, rf),
-            "untrained": arm_scores(task, [initial] * n, clients.clients, client_locals(result, n, 0), config,
-                                    epochs, seed, rf)}
+    arms = {"attack": [result.weights] * n, "control": control_weights, "untrained": [initial] * n}
+    return {arm: arm_scores(task, weights, clients.clients, normalisation(task, weights, clients), config, epochs,
+                            seed, rf)
+            for arm, weights in arms.items()}
 
 
 def pooled_auroc(scores, member) -> float:
@@ -306,7 +350,7 @@ def cell_rows(cell: dict, seed: int, trials, training: FederatedMIAConfig, confi
 def summarise(cells: list[tuple[dict, int, dict]], n_clients: int, n_resamples: int = 2000,
               confidence: float = 0.95) -> pd.DataFrame:
     """Each (model, preprocessing, ε, attack): attack, control and untrained AUROC (mean over seeds of the
-    pooled AUROC) with subjects+seeds intervals, and attack − control (paired) with its interval, one-sided
+    pooled AUROC) with subjects+seeds intervals, and attack − control (paired) with its interval, two-sided
     bootstrap p-value and Holm adjustment over the cells of the model's table; each (model, preprocessing, ε)
     also its non-member accuracy. ``cells``: (cell config, seed, arrays)."""
     counts = client_resample_counts(n_clients, n_resamples)
@@ -347,7 +391,8 @@ def summarise(cells: list[tuple[dict, int, dict]], n_clients: int, n_resamples: 
                          if values["attack"] - 0.5 > 0 else float("nan"))
             records.append({**base, "attack": attack, "arm": "attack_minus_control",
                             "value": values["attack"] - values["control"], "ci_low": low, "ci_high": high,
-                            "p_value": bootstrap_p_value(diff), "chance": 0.0, "control_share": explained})
+                            "p_value": bootstrap_p_value_two_sided(diff), "chance": 0.0,
+                            "control_share": explained})
     out = pd.DataFrame(records)
     for column in ("p_value", "control_share"):
         if column not in out:
@@ -359,34 +404,41 @@ def summarise(cells: list[tuple[dict, int, dict]], n_clients: int, n_resamples: 
         out.loc[index, "p_holm"] = holm(out.loc[index, "p_value"].to_numpy())
         out.loc[index, "family"] = f"{model}: attack − control, {len(index)} cells"
     out["significant"] = out["p_holm"] < ALPHA
+    # Two-sided: a control significantly above its attack is a finding (the control is not equal to the attack
+    # arm in all but membership), never read as "no leak".
+    out["failed_control"] = out["significant"] & out["value"].lt(0)
     return out
 
 
 def certified_epsilon(step_epsilon: float, *, preprocessing: str, dim: int, num_rounds: int, local_epochs: int,
                       n_members: int, batch_size: int, clip_norm: float, csp_epsilon: float, csp_delta: float,
                       delta: float, accountant: str = "pld") -> float:
-    """ε per member trial of the whole run at ``delta`` (certified calibration: 2·sqrt(d)·ε per step; every round
-    counted, as if the client joined them all).
+    """ε per member trial of the whole run at ``delta`` (certified calibration: 2·sqrt(d)·ε per step, replace-one;
+    every round counted, as if the client joined them all); NaN where the option lets a trial travel un-noised
+    beyond its client (no guarantee to print), ∞ without DP.
 
-    Whether a trial's ε is the client's depends on the preprocessing. ``member_csp`` fits on all members: one
-    trial moves every other trial's features, so its ε is the client's composition over every step of every round
-    (as ``federated_accounting`` states). ``calibration_csp`` and ``channels`` read no member: a trial enters only
-    the steps whose batch holds it (one per local epoch). ``dp_csp`` adds its Gaussian release of the class
-    covariances (one (ε, δ) event per trial) to those steps: ``ComposedDpEvent`` of the two, read by the
-    accountant. ∞ without DP.
+    Whether a trial's ε is the client's depends on the preprocessing (its registry entry's ``fits_on``). Fitted on
+    the members (``member_csp``): one trial moves every other trial's features, so its ε is the client's
+    composition over every step of every round (as ``federated_accounting`` states). Options that read no member
+    of the client: a trial enters only the steps whose batch holds it (one per local epoch). ``dp_csp`` adds its
+    Gaussian release of the class covariances (one (ε, δ) event per trial, replace-one) to those steps:
+    ``ComposedDpEvent`` of the two, read by the accountant.
     """
     import dp_accounting
 
-    from eegprivacy.federated.preprocessing import dp_csp_event
+    from eegprivacy.federated.preprocessing import PREPROCESSING, dp_csp_event
     from eegprivacy.privacy.accounting import FederatedSchedule, federated_event, make_accountant
 
+    option = PREPROCESSING[preprocessing]
     if not math.isfinite(step_epsilon):
         return math.inf
+    if not option.certified:
+        return math.nan
     schedule = FederatedSchedule.for_client(num_rounds, local_epochs, n_members, batch_size)
-    unit = "client" if preprocessing == "member_csp" else "example"
+    unit = "client" if option.fits_on == "members" and not option.spends_epsilon else "example"
     event = federated_event(step_epsilon, calibration="certified", unit=unit, dim=dim, schedule=schedule,
                             clip_norm=clip_norm)
-    if preprocessing == "dp_csp":
+    if option.spends_epsilon:
         event = dp_accounting.ComposedDpEvent([event, dp_csp_event(csp_epsilon, csp_delta)])
     return float(make_accountant(accountant).epsilon(event, delta).epsilon)
 
@@ -401,8 +453,10 @@ def _dim(model: str, shape) -> int:
 
 def certified_epsilons(config: FederatedControlConfig, training: FederatedMIAConfig, cells, trials) -> pd.DataFrame:
     """:func:`certified_epsilon` (RDP, δ = DP-CSP's δ) for every (model, preprocessing, ε) in ``cells``, with the
-    mean member count of a client (60 % of its trials) and each model's gradient dimension on its input."""
-    from eegprivacy.federated.preprocessing import SENSORIMOTOR
+    mean member count of a client (60 % of its trials) and each model's gradient dimension on the input its
+    preprocessing gives (the registry's ``n_features``)."""
+    from eegprivacy.federated.preprocessing import PREPROCESSING
+    from eegprivacy.signal.csp import MODEL_INPUT
 
     labels = trials.metadata["subject"].to_numpy()
     n_members = int(round(np.mean([(labels == s).sum() for s in trials.subjects()])
@@ -412,8 +466,8 @@ def certified_epsilons(config: FederatedControlConfig, training: FederatedMIACon
     rows = []
     for model, prep, eps in cells:
         protocol = config.for_model(model)
-        channels = len(SENSORIMOTOR) if prep == "channels" else training.csp_components
-        shape = (training.csp_components,) if model == "simplenet" else (channels, samples)
+        size = PREPROCESSING[prep].n_features(MODEL_INPUT[model], training.csp_components)
+        shape = (size,) if model == "simplenet" else (size, samples)
         value = certified_epsilon(eps, preprocessing=prep, dim=_dim(model, shape), num_rounds=protocol["num_rounds"],
                                   local_epochs=protocol["local_epochs"], n_members=max(n_members, 1),
                                   batch_size=training.batch_size, clip_norm=training.clip_norm,

@@ -68,7 +68,7 @@ clusters of the pool (``n_clusters``).
 LiRA − control (:func:`control_difference_rows`, metric :data:`DIFF_METRIC`, ``scope = target_pooled``): the
 pooled AUROC of ``lira_online`` (``lira_offline``) minus that of its control, paired, with a percentile interval
 from the same two-way bootstrap (the same resamples of target models and subjects for attack and control,
-``ci_method = paired_two_way_bootstrap``), its one-sided bootstrap p-value of "difference ≤ 0" and Holm over the
+``ci_method = paired_two_way_bootstrap``), its two-sided bootstrap p-value of "difference = 0" and Holm over the
 table's attack − control cells (every ε and both modes; :func:`holm_control_cells`). Controls are not hypotheses
 of the family: their rows carry no p-value. ``control_share`` = (control − 0.5) / (attack − 0.5), how much of the
 attack's AUROC excess over chance the control reaches.
@@ -92,7 +92,7 @@ from eegprivacy.atomic import atomic_path
 from eegprivacy.attacks.lira import VARIANCES, LiRA, logit_confidence
 from eegprivacy.attacks.membership import ATTACKERS, RecordLevelAttack, record_features
 from eegprivacy.attacks.metrics import auroc, roc
-from eegprivacy.evaluation.cluster_bootstrap import bootstrap_p_value, holm, p_value_mc_error
+from eegprivacy.evaluation.cluster_bootstrap import bootstrap_p_value_two_sided, holm, p_value_mc_error
 from eegprivacy.evaluation.intervals import mean_ci
 from eegprivacy.params import Config, ParamsError, param
 from eegprivacy.pipeline.sweep import SweepRunner, config_key, expand_grid, run_prefetched
@@ -730,7 +730,9 @@ def paired_difference(members, attack, control_scores, clusters, n_boot: int, se
     trials and member masks), paired: each of the two-way bootstrap's resamples (:func:`two_way_resamples`, the
     resamples :func:`cluster_bootstrap` draws from the same seed: target models and clusters of trials, e.g.
     subjects) pools both arms on the same models and trials. Returns ``value``, ``ci_low``/``ci_high`` (percentile),
-    ``p_value`` (one-sided, "difference ≤ 0", :func:`~eegprivacy.evaluation.cluster_bootstrap.bootstrap_p_value`),
+    ``p_value`` (two-sided, "difference = 0",
+    :func:`~eegprivacy.evaluation.cluster_bootstrap.bootstrap_p_value_two_sided`: a control above its attack is a
+    finding too),
     its Monte-Carlo error ``p_mc_error`` and ``n_resamples`` (finite ones); NaN interval and p without resamples."""
     members = np.asarray(members).astype(int)
     attack, control_scores = np.asarray(attack, dtype=float), np.asarray(control_scores, dtype=float)
@@ -758,7 +760,7 @@ def paired_difference(members, attack, control_scores, clusters, n_boot: int, se
     if draws.size < n_boot / 2:
         return out
     alpha = 1.0 - float(confidence)
-    p = bootstrap_p_value(draws)
+    p = bootstrap_p_value_two_sided(draws)
     out.update(ci_low=float(np.quantile(draws, alpha / 2)), ci_high=float(np.quantile(draws, 1 - alpha / 2)),
                p_value=p, p_mc_error=p_value_mc_error(p, draws.size), n_resamples=int(draws.size))
     return out
@@ -775,7 +777,7 @@ def control_difference_rows(per_model: dict, n_boot: int, seed: int, scope: str 
                             clusters=None, subjects=None) -> list[dict]:
     """One :data:`DIFF_METRIC` row per attack of :data:`CONTROLLED` whose control (``<attack>_control``) is in
     ``per_model`` ({(attack, attacker): [(member, scores) per model]}): attack − control of the AUROC pooled over
-    models, with the paired two-way bootstrap's interval and one-sided p-value (:func:`paired_difference`), the
+    models, with the paired two-way bootstrap's interval and two-sided p-value (:func:`paired_difference`), the
     attack's, the control's and (online) the untrained model's pooled AUROC beside, and ``control_share``. Holm
     is applied over a table's cells afterwards (:func:`holm_control_cells`)."""
     rows = []
