@@ -437,3 +437,21 @@ def test_report_round_trips_through_mlflow_metrics():
                                                                         "local_epochs": 20}}}))
     assert "attack − control" in lines and " *" in lines
     assert "of the excess over 0.5" in lines
+
+
+def test_a_control_above_its_attack_is_a_failed_control_not_no_leak():
+    """Two-sided: a control that separates members better than the trained model (SYNTHETIC scores) is
+    significant, flagged ``failed_control`` and printed with ▼ and a line naming it — never "not significant"."""
+    from eegprivacy.reporting import federated_control as rep
+
+    summary = _summary(leak=1.5, train_leak=-1.0)
+    diff = _row(summary, "attack_minus_control")
+    assert diff["value"] < -0.05 and diff["significant"] and diff["failed_control"]
+    summary["certified_epsilon"] = math.nan  # an option whose trials travel un-noised: no guarantee to print
+    back = rep.tidy_run(pd.Series({f"metrics.{k}": v for k, v in rep.metrics_of(summary).items()}))
+    assert bool(back[back["arm"] == "attack_minus_control"].iloc[0]["failed_control"])
+    text = "\n".join(rep.lead_lines(back, {}))
+    assert "▼" in text and "**failed control**" in text and "0 `*` and 1 `▼`" in text
+    headline = "\n".join(rep.headline_table(back, "simplenet"))
+    assert "accuracy 0.500" in headline and "loss attack − control" in headline
+    assert rep._certified(math.nan, 5.0) == "not certified" and rep._certified(math.nan, math.inf) == "∞"

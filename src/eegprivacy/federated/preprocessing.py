@@ -53,6 +53,7 @@ from eegprivacy.signal.spatial import (
     PooledCSP,
     alternate_order,
     channel_picks,
+    check_trials,
 )
 
 __all__ = ["PREPROCESSING", "SENSORIMOTOR", "Preprocessing", "ClientTrials", "DPClientCSP", "ChannelSignals",
@@ -217,15 +218,6 @@ def calibration_split(y, subjects, member: np.ndarray, fraction: float, seed: in
     return calibration
 
 
-def _pick(X, picks: np.ndarray | None) -> np.ndarray:
-    X = np.asarray(X, dtype=np.float64)
-    if X.ndim != 3:
-        raise ValueError(f"trials must be (n_trials, n_channels, n_samples), got {X.shape}")
-    if not np.isfinite(X).all():
-        raise ValueError("trials hold NaN or infinite samples")
-    return X if picks is None else X[:, picks, :]
-
-
 def _unit_trace(X: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Each trial divided by sqrt(trace of its covariance): trace-1 covariances, and the per-trial scale."""
     power = np.sqrt(np.einsum("nct,nct->n", X, X))
@@ -285,7 +277,7 @@ class DPClientCSP(TransformerMixin, BaseEstimator):
         if not (math.isfinite(float(self.epsilon)) and float(self.epsilon) > 0):
             raise ValueError(f"epsilon must be a positive finite number, got {self.epsilon!r}")
         picks = channel_picks(tuple(self.channels), self.montage)
-        X = _pick(X, picks)
+        X = check_trials(X, picks)
         y = np.asarray(y).ravel()
         classes = np.unique(y)
         if classes.size != 2:
@@ -320,7 +312,7 @@ class DPClientCSP(TransformerMixin, BaseEstimator):
 
     def transform(self, X) -> np.ndarray:
         check_is_fitted(self, "filters_")
-        Xn, _ = _unit_trace(_pick(X, self.picks_))
+        Xn, _ = _unit_trace(check_trials(X, self.picks_))
         signals = np.einsum("kc,nct->nkt", self.filters_, Xn)
         if self.output == "logvar":
             return (np.log(np.maximum((signals ** 2).mean(axis=2), 1e-300)) - self.center_).astype(np.float32)
@@ -341,7 +333,7 @@ class ChannelSignals(TransformerMixin, BaseEstimator):
 
     def transform(self, X) -> np.ndarray:
         check_is_fitted(self, "picks_")
-        X = _pick(X, self.picks_)
+        X = check_trials(X, self.picks_)
         rms = np.sqrt((X ** 2).mean(axis=(1, 2)))
         return (X / np.where(rms > 0, rms, 1.0)[:, None, None]).astype(np.float32)
 

@@ -33,7 +33,9 @@ DATASET_NOTES = {
                  "client per subject. The two classes alternate inside every run, so the label is not the "
                  "recording. The paper's protocol: 20 rounds × 20 local epochs, 8 clients per round, every round "
                  "attacked. With 45 trials per subject (9 non-members per client and seed), many subjects sit near "
-                 "chance, as is usual for this dataset; the per-client table lists them."),
+                 "chance, as is usual for this dataset; the per-client table lists them. The default profile runs "
+                 "SimpleNet here; EEGNet's paper rows run on the full profile (`make reproduce PROFILE=full`), and "
+                 "its default-profile rows are the controlled table's (`reports/federated_control.md`)."),
     "eegmat": ("A second cohort with a confound: rest and mental arithmetic are two different recordings of each "
                "subject, so a model can learn the recording (its session, impedances, length) rather than the task; "
                "high utility here does not mean the task was learnt, and membership results inherit that. Run "

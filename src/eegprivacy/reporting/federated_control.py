@@ -84,10 +84,14 @@ def _cell(row, signed: bool = True) -> str:
     return text
 
 
-def _certified(value) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
+def _certified(value, step_epsilon: float) -> str:
+    """The certified ε cell: ∞ without DP (MLflow keeps no infinite metric, so it is read off the step ε), "not
+    certified" where the option lets a trial travel un-noised (NaN)."""
+    if math.isinf(step_epsilon):
+        return "∞"
+    if value is None or not np.isfinite(value):
         return "not certified"
-    return "∞" if not np.isfinite(value) else f"{value:,.0f}"
+    return f"{value:,.0f}"
 
 
 def _epsilons(summary: pd.DataFrame) -> list[float]:
@@ -144,7 +148,7 @@ def model_table(summary: pd.DataFrame, model: str) -> list[str]:
         eps_row = [index.get((prep, e, "utility_accuracy", "attack")) for e in epsilons]
         certified = [r.get("certified_epsilon", np.nan) if r is not None else np.nan for r in eps_row]
         lines.append(f"| | certified ε per member trial, whole run (RDP, replace-one) | "
-                     + " | ".join(_certified(c) for c in certified) + " |")
+                     + " | ".join(_certified(c, e) for c, e in zip(certified, epsilons)) + " |")
     return lines
 
 
@@ -284,7 +288,8 @@ def report_md(summary: pd.DataFrame, meta: dict) -> str:
              f"Dataset {meta.get('dataset')} (version `{str(meta.get('dataset_version'))[:12]}`), "
              f"{meta.get('n_subjects')} subjects (one client each), {meta.get('control_folds')} client folds for "
              f"the controls, {meta.get('bootstrap')} bootstrap resamples over subjects + seeds. DP-CSP: ε = "
-             f"{meta.get('dp_csp_epsilon')}, δ = {meta.get('dp_csp_delta')} per trial.", "",
+             f"{meta.get('dp_csp_epsilon')}, δ = {meta.get('dp_csp_delta')} per trial, replace-one (σ for L2 "
+             "sensitivity √2).", "",
              *lead_lines(summary, meta)]
     for model in _orders(summary, "model", ("simplenet", "eegnet")):
         lines += [f"## {model}: every arm's AUROC", "",

@@ -30,7 +30,7 @@ from sklearn.base import BaseEstimator, TransformerMixin
 from sklearn.utils.validation import check_is_fitted
 
 __all__ = ["MOTOR21", "SENSORIMOTOR", "LAPLACIANS", "FILTER_BANK", "LaplacianBandPower", "PooledCSP", "AlignedTangentSpace",
-           "alignment_whitener", "aligned", "channel_picks", "csp_filters", "alternate_order"]
+           "alignment_whitener", "aligned", "channel_picks", "check_trials", "csp_filters", "alternate_order"]
 
 # The 21 sensorimotor channels of the 10-10 system from FC5 to CP6 (eegmmidb's names): the rows over the hand and
 # foot areas where motor imagery's lateralised mu/beta desynchronisation lives. Fixed before seeing any data.
@@ -62,7 +62,8 @@ def channel_picks(channels, montage, *, present_only: bool = False) -> np.ndarra
     return np.array([names.index(c) for c in channels])
 
 
-def _trials(X, picks: np.ndarray | None = None) -> np.ndarray:
+def check_trials(X, picks: np.ndarray | None = None) -> np.ndarray:
+    """Trials as float64 (n_trials, n_channels, n_samples), finite, restricted to ``picks`` (None: all)."""
     X = np.asarray(X, dtype=np.float64)
     if X.ndim != 3:
         raise ValueError(f"trials must be (n_trials, n_channels, n_samples), got {X.shape}")
@@ -112,7 +113,7 @@ class LaplacianBandPower(TransformerMixin, BaseEstimator):
     def laplacians(self, X) -> np.ndarray:
         """(n_trials, 3, n_samples): each centre minus the mean of its ring."""
         check_is_fitted(self, "centres_")
-        X = _trials(X)
+        X = check_trials(X)
         return np.stack([X[:, c] - X[:, ring].mean(axis=1) for c, ring in zip(self.centres_, self.rings_)], axis=1)
 
     def transform(self, X) -> np.ndarray:
@@ -127,7 +128,7 @@ class LaplacianBandPower(TransformerMixin, BaseEstimator):
 def alignment_whitener(X_reference) -> np.ndarray:
     """R^(-1/2) of the mean trial covariance R of ``X_reference`` (shrunk by :data:`SHRINKAGE` of its mean
     eigenvalue): the matrix Euclidean alignment multiplies a subject's trials by."""
-    X = _trials(X_reference)
+    X = check_trials(X_reference)
     if len(X) == 0:
         raise ValueError("Euclidean alignment needs at least one reference trial")
     reference = np.einsum("nct,ndt->cd", X, X) / (X.shape[0] * X.shape[2])
@@ -138,7 +139,7 @@ def alignment_whitener(X_reference) -> np.ndarray:
 
 def aligned(X, whitener: np.ndarray) -> np.ndarray:
     """Trials multiplied by ``whitener`` (:func:`alignment_whitener`)."""
-    return np.einsum("cd,ndt->nct", whitener, _trials(X))
+    return np.einsum("cd,ndt->nct", whitener, check_trials(X))
 
 
 def _bandpass(X: np.ndarray, band, sfreq: float) -> np.ndarray:
@@ -211,7 +212,7 @@ class PooledCSP(TransformerMixin, BaseEstimator):
 
     def _banded(self, X) -> list[np.ndarray]:
         check_is_fitted(self, "whitener_")
-        base = aligned(_trials(X, self.picks_), self.whitener_)
+        base = aligned(check_trials(X, self.picks_), self.whitener_)
         return [_bandpass(base, band, self.sfreq) for band in self._bands()]
 
     def align(self, X_reference) -> PooledCSP:
@@ -219,7 +220,7 @@ class PooledCSP(TransformerMixin, BaseEstimator):
         if self.output not in ("logvar", "signals"):
             raise ValueError(f"output must be logvar or signals, got {self.output!r}")
         self.picks_ = channel_picks(tuple(self.channels), self.montage, present_only=True)
-        self.whitener_ = alignment_whitener(_trials(X_reference, self.picks_))
+        self.whitener_ = alignment_whitener(check_trials(X_reference, self.picks_))
         return self
 
     def class_sums(self, X, y) -> dict:
@@ -281,14 +282,14 @@ class AlignedTangentSpace(TransformerMixin, BaseEstimator):
 
     def fit(self, X_reference, y=None):
         self.picks_ = channel_picks(tuple(self.channels), self.montage)
-        self.whitener_ = alignment_whitener(_trials(X_reference, self.picks_))
+        self.whitener_ = alignment_whitener(check_trials(X_reference, self.picks_))
         return self
 
     def transform(self, X) -> np.ndarray:
         from pyriemann.utils.tangentspace import tangent_space
 
         check_is_fitted(self, "whitener_")
-        Xa = aligned(_trials(X, self.picks_), self.whitener_)
+        Xa = aligned(check_trials(X, self.picks_), self.whitener_)
         cov = np.einsum("nct,ndt->ncd", Xa, Xa)
         n_ch = cov.shape[1]
         cov = cov / np.trace(cov, axis1=1, axis2=2)[:, None, None] * n_ch
