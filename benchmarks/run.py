@@ -157,7 +157,8 @@ def judge(result: dict, recorded: dict | None) -> dict:
     recorded = recorded or {}
     regressions = []
     pairs = [("ratio", ratio, recorded.get("ratio"))]
-    pairs += [(f"ratios.{k}", v, (recorded.get("ratios") or {}).get(k)) for k, v in (result.get("ratios") or {}).items()]
+    pairs += [(f"ratios.{k}", v, (recorded.get("ratios") or {}).get(k))
+              for k, v in (result.get("ratios") or {}).items()]
     for label, value, figure in pairs:
         if value is not None and figure is not None and value < REGRESSION_FLOOR * figure:
             regressions.append(f"{label} {value:g} < {REGRESSION_FLOOR:g} × recorded {figure:g}")

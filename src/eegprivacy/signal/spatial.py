@@ -29,8 +29,9 @@ import numpy as np
 from sklearn.base import BaseEstimator, TransformerMixin
 from sklearn.utils.validation import check_is_fitted
 
-__all__ = ["MOTOR21", "SENSORIMOTOR", "LAPLACIANS", "FILTER_BANK", "LaplacianBandPower", "PooledCSP", "AlignedTangentSpace",
-           "alignment_whitener", "aligned", "channel_picks", "check_trials", "csp_filters", "alternate_order"]
+__all__ = ["MOTOR21", "SENSORIMOTOR", "LAPLACIANS", "FILTER_BANK", "LaplacianBandPower", "PooledCSP",
+           "AlignedTangentSpace", "alignment_whitener", "aligned", "channel_picks", "check_trials", "csp_filters",
+           "alternate_order"]
 
 # The 21 sensorimotor channels of the 10-10 system from FC5 to CP6 (eegmmidb's names): the rows over the hand and
 # foot areas where motor imagery's lateralised mu/beta desynchronisation lives. Fixed before seeing any data.

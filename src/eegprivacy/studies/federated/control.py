@@ -12,21 +12,21 @@ saw the attacked client, scored through that client's own preprocessing:
   seed and ε, on the *other* clients only — the client's fold of ``control_folds`` client folds left out — scored
   through the very same preprocessing. Whatever it detects comes from the preprocessing and from what all
   subjects share, not from training on this client.
+- **untrained**: the initial global model through the same preprocessing. Shown, not tested: an untrained
+  network's outputs are nearly constant, so it cannot show a preprocessing leak (which is why it is not the
+  control).
 
 The arms differ in the weights alone: the same rows, preprocessing, attackers and seeds, and (EEGNet) BatchNorm
 statistics computed the same way in each, from the client's calibration block through the model being scored
 (:func:`normalisation`). Statistics the client kept from training exist only in the attack arm, and statistics
 from its members would be a member-fitted step of their own; both made EEGNet's control score its members better
 than the attack (−0.13 AUROC) and its accuracy look like chance.
-- **untrained**: the initial global model through the same preprocessing. Shown, not tested: an untrained
-  network's outputs are nearly constant, so it cannot show a preprocessing leak (which is why it is not the
-  control).
 
 The table's cell is attack − control, paired (same clients, seeds and attacker), with an interval from a cluster
 bootstrap over subjects and seeds and a two-sided bootstrap p-value, Holm-adjusted over the cells of one model's
 table (the family); a cell where the control scores significantly above the attack is a failed control
-(``failed_control``), not "no leak". Attacks, all at the final round and all scoring every trial by an attacker that never saw
-that trial's client (cross-fitted over client folds):
+(``failed_control``), not "no leak". Attacks, all at the final round and all scoring every trial by an attacker
+that never saw that trial's client (cross-fitted over client folds):
 
 - ``loss``: the loss-threshold attack (score −loss; no attacker to train).
 - ``rla``: record level, [p(0), p(1), loss] per trial.
@@ -36,8 +36,9 @@ that trial's client (cross-fitted over client folds):
 
 Preprocessing (:data:`~eegprivacy.federated.preprocessing.PREPROCESSING`): the paper's member-fitted CSP and the
 options that read no member of the client (calibration block, DP-CSP, fixed Laplacians, CSP pooled over the other
-clients, tangent space, and for EEGNet the raw channels). Every option sees the same members: a stratified ``calibration_fraction`` of each subject's trials is taken out of the paper's 80 %
-members for every option, so members are 60 % and non-members the paper's 20 %.
+clients, tangent space, and for EEGNet the raw channels). Every option sees the same members: a stratified
+``calibration_fraction`` of each subject's trials is taken out of the paper's 80 % members for every option, so
+members are 60 % and non-members the paper's 20 %.
 """
 
 from __future__ import annotations
