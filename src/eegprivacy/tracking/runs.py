@@ -84,6 +84,28 @@ def tracking_uri() -> str:
     return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{repo_root() / 'mlflow.db'}"
 
 
+def portable_uri(uri: str, root: Path | None = None) -> str:
+    """``uri`` as a committed report may print it, the same on every machine: a sqlite store inside the
+    repository (``root``, default :func:`~eegprivacy.paths.repo_root`) relative to it (``sqlite:///mlflow.db``, the
+    conventions' form, which MLflow reads from the repository root), a server's address without its credentials,
+    anything else as configured."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    if uri.startswith("sqlite:///"):
+        path = Path(uri.removeprefix("sqlite:///"))
+        if path.is_absolute():
+            try:
+                relative = path.resolve().relative_to((root or repo_root()).resolve())
+            except ValueError:
+                return uri
+            return f"sqlite:///{relative.as_posix()}"
+        return uri
+    parts = urlsplit(uri)
+    if parts.netloc and "@" in parts.netloc:
+        return urlunsplit(parts._replace(netloc=parts.netloc.rsplit("@", 1)[1]))
+    return uri
+
+
 def artifact_root() -> Path | None:
     """Artifacts live next to the sqlite store, one folder per experiment.
 
