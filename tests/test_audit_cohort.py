@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from _cohort_audit_data import MiniMSU, NoiseCohort
+from _cohort_audit_data import TREE_KEY, MiniMSU, NoiseCohort
 
 from eegprivacy.evaluation.cluster_bootstrap import bootstrap_indices, combine_seeds
 from eegprivacy.studies.cohort_audit import (
@@ -225,7 +225,7 @@ def bids_audit(tmp_path_factory, data_root):
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("EEGPRIVACY_DATA", str(data_root))
         mp.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp / 'mlflow.db'}")
-        to_bids(MiniMSU(), tmp / "bids", format="BrainVision")
+        to_bids(MiniMSU(), tmp / "bids", format="BrainVision", key=TREE_KEY)
         command = ["audit-cohort", str(tmp / "bids"), str(tmp / "out"), "group", "--label", "label",
                    "--work-dir", str(tmp / "cache"), *ARGS]
         assert main(command) == 0
@@ -362,7 +362,7 @@ def test_bad_bids_input_is_one_clear_error_and_nothing_written(damage, tmp_path,
     from eegprivacy.data.bids import to_bids
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
-    to_bids(MiniMSU(3), tmp_path / "bids", format="BrainVision")
+    to_bids(MiniMSU(3), tmp_path / "bids", format="BrainVision", key=TREE_KEY)
     message = damage(tmp_path / "bids")
     assert main(["audit-cohort", str(tmp_path / "bids"), str(tmp_path / "out"), "group", "--label", "label",
                  "--work-dir", str(tmp_path / "cache"), *ARGS]) == 2

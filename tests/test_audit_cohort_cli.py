@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from _cohort_audit_data import MiniMSU
+from _cohort_audit_data import TREE_KEY, MiniMSU
 
 EEGPRIVACY = str(Path(sys.executable).with_name("eegprivacy"))
 # The same small settings as tests/test_audit_cohort.py (two noise seeds, ε 1 and 10, one mechanism).
@@ -50,8 +50,8 @@ def trees(tmp_path_factory, data_root):
     tmp = tmp_path_factory.mktemp("trees")
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("EEGPRIVACY_DATA", str(data_root))
-        to_bids(MiniMSU(), tmp / "edf", format="EDF")
-        to_bids(MiniMSU(), tmp / "bv", format="BrainVision")
+        to_bids(MiniMSU(), tmp / "edf", format="EDF", key=TREE_KEY)
+        to_bids(MiniMSU(), tmp / "bv", format="BrainVision", key=TREE_KEY)
     return tmp
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 import pytest
-from _cohort_audit_data import MiniMSU, NoiseCohort
+from _cohort_audit_data import TREE_KEY, MiniMSU, NoiseCohort
 
 from eegprivacy.reporting import cohort as report
 from eegprivacy.studies.cohort_audit import AuditConfig, run_audit
@@ -223,7 +223,7 @@ def msu_audit(tmp_path_factory, data_root):
     tmp = tmp_path_factory.mktemp("msu_audit")
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("EEGPRIVACY_DATA", str(data_root))
-        to_bids(MiniMSU(), tmp / "bids", format="BrainVision")
+        to_bids(MiniMSU(), tmp / "bids", format="BrainVision", key=TREE_KEY)
     out = tmp / "out"
     env = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_TRACKING_URI", "EEGPRIVACY_CACHE")}
     knobs = ["--epsilons", "1", "10", "--mechanisms", "gaussian_analytic", "--noise-seeds", "2", "--baseline-seeds",

@@ -18,7 +18,7 @@ import sysconfig
 from pathlib import Path
 
 import pytest
-from _cohort_audit_data import MiniMSU
+from _cohort_audit_data import TREE_KEY, MiniMSU
 
 REPO = Path(__file__).resolve().parents[1]
 SMALL = ["--epsilons", "1", "10", "--mechanisms", "gaussian_analytic", "--noise-seeds", "2", "--baseline-seeds", "2",
@@ -64,7 +64,7 @@ def test_wheel_installs_and_audits_a_bids_tree_from_an_empty_folder(tmp_path, da
     bin_dir = _fresh_environment(tmp_path)
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("EEGPRIVACY_DATA", str(data_root))
-        to_bids(MiniMSU(3), tmp_path / "bids", format="EDF")
+        to_bids(MiniMSU(3), tmp_path / "bids", format="EDF", key=TREE_KEY)
     empty, home, out = tmp_path / "empty", tmp_path / "home", tmp_path / "results"
     empty.mkdir()
     env = {k: v for k, v in os.environ.items()

@@ -34,9 +34,10 @@ Converting a non-BIDS folder (or any dataset) to BIDS, e.g. a clinical folder (`
     bids = get_dataset("bids", root="my_hospital_bids", label="label")
 
 ``to_bids`` writes each recording with ``mne_bids.write_raw_bids(..., format="EDF")``, one BIDS subject per
-dataset subject (pseudonymous labels ``01``, ``02``, ... unless ``keep_subject_ids=True``; the mapping is only
-returned, never written), ``run-N`` entities where a subject has several recordings of a task, and the label column
-in ``participants.tsv``. EDF holds whole 1-s data records: a recording whose length is not a whole number of
+dataset subject (pseudonymous labels ``01``, ``02``, ... in the order of a keyed hash of the source ids, so the
+numbers carry nothing about the source order, unless ``keep_subject_ids=True``; the mapping and the key are only
+held in memory, never written), ``run-N`` entities where a subject has several recordings of a task, and the label
+column in ``participants.tsv``. EDF holds whole 1-s data records: a recording whose length is not a whole number of
 seconds is padded with its edge values to the next second (MNE's EDF export says so). It writes into a hidden
 temporary folder beside the target and renames it at the end, so a failure leaves nothing behind. Signals are
 re-quantised to 16-bit EDF (per channel range); headers are rebuilt from channel names and sampling rate only, so
@@ -45,9 +46,11 @@ no name, birthday or recording date travels into the tree.
 
 from __future__ import annotations
 
+import hmac
 import json
 import os
 import re
+import secrets
 import shutil
 import uuid
 import warnings
@@ -345,6 +348,17 @@ class BIDSConversion:
     root: Path
     subjects: dict[str, str] = field(default_factory=dict)
     recordings: dict[tuple[str, str], str] = field(default_factory=dict)
+    label_column: str = "label"
+    label_counts: dict[str, int] = field(default_factory=dict)  # participants per label value, as written
+
+
+def pseudonym_order(subjects: list[str], key: bytes) -> list[str]:
+    """``subjects`` in the order :func:`to_bids` numbers them: by HMAC-SHA256 of each source id under ``key``.
+
+    Under a secret (or fresh random) key the order is a uniformly random permutation that carries nothing about the
+    source's listing (a folder of controls then patients, a sort by date or by name); the same key and ids give the
+    same order whatever the listing, so a steward holding the key can convert again to the same numbers."""
+    return sorted(subjects, key=lambda s: hmac.new(key, str(s).encode(), "sha256").digest())
 
 
 def _alnum(text: str) -> str:
@@ -415,7 +429,7 @@ def _write_participants(root: Path, labels: Mapping[str, str], label_column: str
     meaning where it states one (:attr:`EEGDataset.label_levels`), else a generic text.
     """
     tsv, sidecar = root / PARTICIPANTS, root / "participants.json"
-    table = pd.read_csv(tsv, sep="\t", dtype=str, keep_default_na=False)
+    table = pd.read_csv(tsv, sep="\t", dtype=str, keep_default_na=False).sort_values("participant_id")
     table[label_column] = table["participant_id"].map(labels)
     keep = ["participant_id", label_column]
     table = table[[c for c in table.columns if c in keep or not _is_missing(table[c])]]
@@ -435,7 +449,7 @@ def _write_participants(root: Path, labels: Mapping[str, str], label_column: str
 
 def to_bids(dataset: EEGDataset, bids_root, *, label_column: str = "label", task: str | None = "rest",
             overwrite: bool = False, subjects: list[str] | None = None, keep_subject_ids: bool = False,
-            format: str = "EDF") -> BIDSConversion:  # noqa: A002 - mne-bids' own name for it
+            format: str = "EDF", key: bytes | None = None) -> BIDSConversion:  # noqa: A002 - mne-bids' name
     """Write every recording of ``dataset`` as a BIDS-EEG tree at ``bids_root`` (``write_raw_bids``).
 
     ``format``: ``"EDF"`` (the most widely read; 16-bit samples scaled per channel, so values move by up to half
@@ -444,10 +458,14 @@ def to_bids(dataset: EEGDataset, bids_root, *, label_column: str = "label", task
     ``label_column``: the recording-meta key holding the per-subject label (``rec.meta[label_column]``, the
     ``label`` column by default), written under that name to ``participants.tsv``; it must be one value per
     subject. ``task``: the BIDS task of every recording, or ``None`` to use each recording's ``condition``
-    (e.g. eegmat's ``rest``/``arithmetic``). Subjects become ``sub-01``, ``sub-02``, ... in dataset order, or their
-    alphanumeric source id with ``keep_subject_ids=True`` (only for public ids). Several recordings of one task
-    get ``run-1``, ``run-2``, .... An existing ``bids_root`` is an error unless ``overwrite=True``; the tree is
-    built in a hidden folder beside it and renamed into place only when complete. ``subjects``: convert only
+    (e.g. eegmat's ``rest``/``arithmetic``). Subjects become ``sub-01``, ``sub-02``, ... in the order of
+    :func:`pseudonym_order` under ``key`` (default: a fresh random key, used for this conversion only), so neither
+    a number nor the order of ``participants.tsv`` rows or of the files' writing tells where a subject stood in the
+    source (a source listing its controls first would otherwise name its patients by their numbers); or their
+    alphanumeric source id with ``keep_subject_ids=True`` (only for public ids). ``key`` (bytes) is never
+    written. Several recordings of one task get ``run-1``, ``run-2``, .... An existing ``bids_root`` is an error
+    unless ``overwrite=True``; the tree is built in a hidden folder beside it and renamed into place only when
+    complete. ``subjects``: convert only
     these source subjects (an id the dataset does not have is an error, not a smaller tree).
 
     What a reader of the tree learns about the dataset: ``participants.tsv`` holds ``participant_id``, the label
@@ -479,6 +497,9 @@ def to_bids(dataset: EEGDataset, bids_root, *, label_column: str = "label", task
     for rec in recs:
         by_subject.setdefault(rec.subject, []).append(rec)
     width = max(2, len(str(len(by_subject))))
+    # Numbered (and written) in the keyed order: the numbers, the participants.tsv rows and the files' times carry
+    # nothing about the source's listing.
+    by_subject = {s: by_subject[s] for s in pseudonym_order(list(by_subject), key or secrets.token_bytes(32))}
     sub_labels, labels = {}, {}
     for i, (subject, group) in enumerate(by_subject.items(), start=1):
         absent = [r.describe() for r in group if label_column not in r.meta or pd.isna(r.meta[label_column])]
@@ -536,8 +557,9 @@ def to_bids(dataset: EEGDataset, bids_root, *, label_column: str = "label", task
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    return BIDSConversion(bids_root, {s: f"sub-{sub_labels[s]}" for s in by_subject}, mapping)
+    counts = {value: list(labels.values()).count(value) for value in sorted(set(labels.values()))}
+    return BIDSConversion(bids_root, {s: f"sub-{sub_labels[s]}" for s in by_subject}, mapping, label_column, counts)
 
 
 __all__ = ["EXTENSIONS", "WRITE_FORMATS", "BIDSConversion", "BIDSDataset", "BIDSLabelError", "RecordingReadError",
-           "to_bids"]
+           "pseudonym_order", "to_bids"]
