@@ -513,3 +513,65 @@ def test_reidentification_links_first_session_to_second():
     release, auxiliary, kind, _ = _reidentification_tables(one, features, meta, split_halves=True)
     assert kind == "same-session halves" and len(release) == 5
     assert _reidentification_tables(one, features, meta, split_halves=False)[2] == "none"
+
+
+# ---- where things go (issue 49, point 2) -------------------------------------------------------------------------
+def _listing(root: Path) -> list[str]:
+    return sorted(p.relative_to(root).as_posix() for p in root.rglob("*"))
+
+
+def _stub_tree(root: Path) -> Path:
+    """A BIDS root the refusals below never read past (they come before any file is opened)."""
+    (root / "sub-01" / "eeg").mkdir(parents=True)
+    (root / "participants.tsv").write_text("participant_id\tlabel\nsub-01\t0\n")
+    (root / "dataset_description.json").write_text('{"Name": "stub", "BIDSVersion": "1.9.0"}')
+    (root / "sub-01" / "eeg" / "sub-01_task-rest_eeg.edf").write_bytes(b"0" * 256)
+    return root
+
+
+@pytest.mark.parametrize("output, work, message", [
+    ("{bids}", None, r"OUTPUT_DIR .* is BIDS_DIR itself"),
+    ("{bids}/results", None, r"OUTPUT_DIR .*/results is inside BIDS_DIR"),
+    ("{bids}/sub-01/audit", None, r"OUTPUT_DIR .*/sub-01/audit is inside BIDS_DIR"),
+    ("{tmp}/out", "{bids}/derivatives/work", r"--work-dir .*/derivatives/work is inside BIDS_DIR"),
+    ("{tmp}/out", "{tmp}/out/work", r"--work-dir .*/out/work is inside OUTPUT_DIR"),
+], ids=["bids_dir_itself", "inside_bids_dir", "inside_a_subject", "work_in_bids_dir", "work_in_output_dir"])
+@pytest.mark.parametrize("level", ["participant", "group"])
+def test_output_or_work_dir_in_the_dataset_is_refused_and_nothing_written(output, work, message, level, tmp_path,
+                                                                          capsys):
+    """BIDS Apps' rule: results go outside the dataset or under its derivatives/, and the private work folder
+    (un-noised per-patient features) neither into the dataset nor into OUTPUT_DIR; one line naming the flag,
+    exit 2, nothing written anywhere."""
+    from eegprivacy.cli import main
+
+    bids = _stub_tree(tmp_path / "bids")
+    before, xdg = _listing(tmp_path), tmp_path / "xdg"
+    command = ["audit-cohort", str(bids), output.format(bids=bids, tmp=tmp_path), level, "--label", "label"]
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("XDG_CACHE_HOME", str(xdg))
+        mp.delenv("EEGPRIVACY_CACHE")
+        mp.delenv("MLFLOW_TRACKING_URI")
+        code = main(command + (["--work-dir", work.format(bids=bids, tmp=tmp_path)] if work else []) + ARGS)
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert re.search(message, err.splitlines()[0]), err
+    assert "derivatives" in err.splitlines()[0] or "--work-dir" in err.splitlines()[0]
+    # no output folder, no work folder, no store, no cache (a library's own cache under xdg/ may appear)
+    assert [p for p in _listing(tmp_path) if not p.startswith("xdg")] == before
+    assert not (xdg / "eegprivacy").exists()
+
+
+def test_results_under_derivatives_are_accepted_and_leave_the_dataset_version(tmp_path, data_root, capsys):
+    """OUTPUT_DIR under BIDS_DIR/derivatives/ (BIDS Apps' place for results) is accepted, and what is written there
+    does not change the dataset's version (derivatives are not raw data), so a rerun finds its caches."""
+    from eegprivacy.cli import main
+    from eegprivacy.data.bids import BIDSDataset, to_bids
+
+    to_bids(MiniMSU(3), tmp_path / "bids", format="BrainVision", key=TREE_KEY)
+    version = BIDSDataset(tmp_path / "bids", label="label").version()
+    out = tmp_path / "bids" / "derivatives" / "eegprivacy"
+    assert main(["audit-cohort", str(tmp_path / "bids"), str(out), "participant", "--label", "label",
+                 "--participant-label", "01", "--work-dir", str(tmp_path / "work"), "--no-progress"]) == 0, \
+        capsys.readouterr().err
+    assert (out / "sub-01_qc.tsv").exists()
+    assert BIDSDataset(tmp_path / "bids", label="label").version() == version

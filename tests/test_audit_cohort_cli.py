@@ -32,9 +32,21 @@ SMALL = ["--epsilons", "1", "10", "--mechanisms", "gaussian_analytic", "--noise-
 pytestmark = pytest.mark.realdata
 
 
+# The user cache the commands' default work folders go to (-w/--work-dir): one throw-away folder for the module,
+# never the real ~/.cache.
+_USER_CACHE: dict[str, str] = {}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _user_cache(tmp_path_factory):
+    _USER_CACHE["XDG_CACHE_HOME"] = str(tmp_path_factory.mktemp("xdg"))
+    yield
+    _USER_CACHE.clear()
+
+
 def _env(**extra) -> dict:
     env = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_TRACKING_URI", "EEGPRIVACY_CACHE")}
-    return {**env, "MPLBACKEND": "Agg", **extra}
+    return {**env, "MPLBACKEND": "Agg", **_USER_CACHE, **extra}
 
 
 def _run(args, cwd: Path, timeout: float = 600, **env) -> subprocess.CompletedProcess:
@@ -70,8 +82,8 @@ def _no_traceback(text: str) -> None:
 
 
 def test_group_level_from_an_empty_folder_with_participant_selection_and_a_truncated_file(trees, tmp_path):
-    """BIDS-App form from an empty working folder: results, MLflow store and work folder under OUTPUT_DIR, nothing
-    in the working folder; --participant-label and --task select; the cohort's name from dataset_description.json
+    """BIDS-App form from an empty working folder: results and MLflow store under OUTPUT_DIR, the private work
+    folder in the user cache (never in OUTPUT_DIR, never named in the report), nothing in the working folder; --participant-label and --task select; the cohort's name from dataset_description.json
     titles the report and tags the runs; a truncated EDF is one console line naming the file; MNE's and MLflow's
     INFO lines are off; the last line is a sentence."""
     import mlflow
@@ -86,10 +98,15 @@ def test_group_level_from_an_empty_folder_with_participant_selection_and_a_trunc
     labels = ["01", "02", "03", "04", "sub-07", "08", "09", "10"]
     with_progress = [arg for arg in SMALL if arg != "--no-progress"]
     done = _run(["audit-cohort", tree, out, "group", "--label", "label", "--participant-label", *labels, "--task",
-                 "rest", *with_progress], cwd)
+                 "rest", *with_progress], cwd, XDG_CACHE_HOME=str(tmp_path / "xdg"))
     assert done.returncode == 0, done.stderr
     assert list(cwd.iterdir()) == []
-    assert {"report.html", "rows.csv", "summary.json", "mlflow.db", "work"} <= {p.name for p in out.iterdir()}
+    assert {"report.html", "rows.csv", "summary.json", "mlflow.db"} <= {p.name for p in out.iterdir()}
+    [work] = (tmp_path / "xdg" / "eegprivacy" / "audit-cohort").iterdir()
+    assert not (out / "work").exists() and list(work.glob("features-*.parquet"))
+    assert f"work:   {work} (private" in done.stdout
+    for name in ("report.html", "summary.json", "rows.csv"):
+        assert str(work) not in (out / name).read_text() and "audit-cohort/" not in (out / name).read_text()
     summary = json.loads((out / "summary.json").read_text())
     assert summary["dataset"] == "Steward cohort" and summary["cohort"]["n_patients"] == 8
     assert "Cohort audit: Steward cohort" in (out / "report.html").read_text()
@@ -197,13 +214,14 @@ def test_ctrl_c_stops_cleanly_and_the_rerun_resumes(trees, tmp_path):
     holds no FAILED run."""
     import mlflow
 
-    out = tmp_path / "out"
-    command = [EEGPRIVACY, "audit-cohort", str(trees / "edf"), str(out), "group", "--label", "label", *SMALL]
+    out, work = tmp_path / "out", tmp_path / "work"
+    command = [EEGPRIVACY, "audit-cohort", str(trees / "edf"), str(out), "group", "--label", "label", "--work-dir",
+               str(work), *SMALL]
     cwd = _empty(tmp_path)
     process = subprocess.Popen(command, cwd=cwd, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                text=True, start_new_session=True)
     deadline = time.monotonic() + 300
-    while time.monotonic() < deadline and len(list((out / "work" / "cells").rglob("*.csv"))) < 3:
+    while time.monotonic() < deadline and len(list((work / "cells").rglob("*.csv"))) < 3:
         assert process.poll() is None, process.communicate()
         time.sleep(0.1)
     os.killpg(process.pid, signal.SIGINT)
@@ -252,3 +270,6 @@ def test_help_lists_user_commands_apart_from_pipeline_stages(tmp_path):
     assert re.search(r"^  dp-release ", stage_block, re.M)
     usage = _run(["audit-cohort", "--help"], tmp_path).stdout
     assert "BIDS_DIR OUTPUT_DIR {participant,group}" in usage and "--participant-label" in usage
+    # which outputs are private and which may be shared (issue 49)
+    assert re.search(r"^  PRIVATE +the work folder \(-w/--work-dir;", usage, re.M), usage
+    assert re.search(r"^  shareable +OUTPUT_DIR: report\.html", usage, re.M), usage

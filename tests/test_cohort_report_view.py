@@ -230,7 +230,8 @@ def msu_audit(tmp_path_factory, data_root):
              "2", "--permutations", "3", "--nested-seeds", "1", "--bootstrap", "400", "--membership-trials", "4",
              "--jobs", "2", "--no-progress"]
     done = subprocess.run([str(Path(sys.executable).with_name("eegprivacy")), "audit-cohort", str(tmp / "bids"),
-                           str(out), "group", "--label", "label", *knobs], cwd=tmp, env={**env, "MPLBACKEND": "Agg"},
+                           str(out), "group", "--label", "label", "--work-dir", str(tmp / "work"), *knobs], cwd=tmp,
+                          env={**env, "MPLBACKEND": "Agg"},
                           capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr
     result = SimpleNamespace(summary=json.loads((out / "summary.json").read_text()),

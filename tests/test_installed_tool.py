@@ -86,7 +86,9 @@ def test_wheel_installs_and_audits_a_bids_tree_from_an_empty_folder(tmp_path, da
                           timeout=900)
     assert done.returncode == 0, done.stderr
     assert list(empty.iterdir()) == [], "the audit wrote into the folder it was run from"
-    assert {"report.html", "rows.csv", "summary.json", "mlflow.db", "work"} <= {p.name for p in out.iterdir()}
+    assert {"report.html", "rows.csv", "summary.json", "mlflow.db"} <= {p.name for p in out.iterdir()}
+    # the private work folder is in the user cache, not beside the shareable results
+    assert not (out / "work").exists() and list((home / ".cache" / "eegprivacy" / "audit-cohort").iterdir())
     summary = json.loads((out / "summary.json").read_text())
     assert summary["cohort"]["n_patients"] == 6 and summary["dataset"] == "mini_msu"
     import mlflow

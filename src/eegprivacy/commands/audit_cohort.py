@@ -40,10 +40,17 @@ analysis levels (BIDS Apps):
                horizon, re-identification and membership attacks; OUTPUT_DIR/report.html (verdict first),
                rows.csv, summary.json and two figures, free of subject ids.
 
-OUTPUT_DIR also holds the MLflow store (mlflow.db, mlartifacts/; browse it with the command printed at the end)
-unless MLFLOW_TRACKING_URI or --tracking-uri names another, and the work folder (--work-dir, default
-OUTPUT_DIR/work: the feature table and every finished cell; it names subjects, keep it private). A rerun of the
-same command computes only what is missing; Ctrl-C stops it cleanly.
+what is private and what you may share:
+  PRIVATE      the work folder (-w/--work-dir; default $XDG_CACHE_HOME/eegprivacy/audit-cohort/<hash of OUTPUT_DIR>,
+               printed at the end): the un-noised window features of every recording, named by subject and file,
+               and every finished cell with its per-patient predictions. Never inside OUTPUT_DIR or BIDS_DIR;
+               delete it when done. The console output also names files. BIDS_DIR holds your patients' EEG.
+  shareable    OUTPUT_DIR: report.html, rows.csv, summary.json, the figures and (unless MLFLOW_TRACKING_URI or
+               --tracking-uri names another) the MLflow store mlflow.db + mlartifacts/: aggregates only, no subject
+               id, file name or un-noised per-patient value. OUTPUT_DIR may not be BIDS_DIR or inside it, except
+               under BIDS_DIR/derivatives/.
+A rerun of the same command computes only what is missing, in the same MLflow runs; Ctrl-C or SIGTERM (what a
+scheduler sends) stops it cleanly.
 
 ε is per patient (one released vector per patient) and covers the released features only: the robust-scaling
 statistics are fitted on the private patients outside ε, and the labels travel in the clear. Numbers depend on the recordings,
@@ -123,8 +130,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     audit.add_argument("--features-params", metavar="FILE", help="a params file with a 'features' section "
                        "(default: the settings shipped with the package, the pipeline's params/features.yaml)")
     where = parser.add_argument_group("where things go, and the console")
-    where.add_argument("--work-dir", metavar="DIR", help="feature table and finished cells, for resuming (default "
-                       "OUTPUT_DIR/work; it names subjects: keep it private)")
+    where.add_argument("-w", "--work-dir", metavar="DIR", help="PRIVATE: the un-noised feature table (it names "
+                       "subjects) and every finished cell, for resuming; never inside OUTPUT_DIR or BIDS_DIR (default: "
+                       "$XDG_CACHE_HOME/eegprivacy/audit-cohort/<hash of OUTPUT_DIR>, printed at the end)")
     where.add_argument("--tracking-uri", metavar="URI", help="MLflow store (default: $MLFLOW_TRACKING_URI, else "
                        "sqlite:///OUTPUT_DIR/mlflow.db)")
     where.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1),
@@ -277,13 +285,49 @@ def _bids_dataset(args, bids_dir: str, participants: list[str] | None = None):
     return get_dataset("bids", **kwargs)
 
 
-def _use_output_dir(args, output_dir: Path) -> Path:
-    """Create OUTPUT_DIR; point MLflow and the file-hash cache inside it (unless told otherwise), so nothing is
-    written to the working folder. Returns the work folder. Nothing is created here: the folders appear once the
-    input has passed its checks."""
+def default_work_dir(output_dir: Path) -> Path:
+    """The work folder of an audit writing to ``output_dir`` when ``--work-dir`` is not given: in the user cache
+    (``$XDG_CACHE_HOME/eegprivacy/audit-cohort/<hash of OUTPUT_DIR>``), outside OUTPUT_DIR and the dataset, like
+    fMRIPrep's, and the same on every rerun of the command so it resumes."""
+    import hashlib
+
+    from eegprivacy.paths import user_cache_dir
+
+    return user_cache_dir() / "audit-cohort" / hashlib.sha256(str(output_dir).encode()).hexdigest()[:16]
+
+
+def _inside(path: Path, folder: Path) -> bool:
+    return path == folder or path.is_relative_to(folder)
+
+
+def check_places(bids_dir: str | None, output_dir: Path, work: Path) -> None:
+    """Refuse, before anything is written, an OUTPUT_DIR that is the dataset or inside it outside ``derivatives/``
+    (BIDS Apps' rule: results never mix with the raw data), and a work folder inside the dataset or inside
+    OUTPUT_DIR (it holds the un-noised per-patient features: never beside what is shared)."""
+    if bids_dir is not None:
+        root = Path(bids_dir).expanduser().resolve()
+        if _inside(output_dir, root) and not _inside(output_dir, root / "derivatives"):
+            where = "is BIDS_DIR itself" if output_dir == root else f"is inside BIDS_DIR {root}"
+            raise UsageError(f"OUTPUT_DIR {output_dir} {where}: results would mix with the dataset; choose a folder "
+                             f"outside it, or under {root / 'derivatives'}/ (e.g. "
+                             f"{root / 'derivatives' / 'eegprivacy'})")
+        if _inside(work, root):
+            raise UsageError(f"--work-dir {work} is inside BIDS_DIR {root}: it holds un-noised per-patient features; "
+                             "choose a private folder outside the dataset (default: the user cache)")
+    if _inside(work, output_dir):
+        raise UsageError(f"--work-dir {work} is inside OUTPUT_DIR {output_dir}: it holds un-noised per-patient "
+                         "features and OUTPUT_DIR is what you share; choose a private folder outside it (default: the "
+                         "user cache)")
+
+
+def _use_output_dir(args, bids_dir: str | None, output_dir: Path) -> Path:
+    """Check where things go (:func:`check_places`); point MLflow inside OUTPUT_DIR and the file-hash cache inside
+    the work folder (unless told otherwise), so nothing is written to the working folder. Returns the work folder.
+    Nothing is created here: the folders appear once the input has passed its checks."""
     from eegprivacy.paths import CACHE_ENV
 
-    work = Path(args.work_dir).expanduser().resolve() if args.work_dir else output_dir / "work"
+    work = Path(args.work_dir).expanduser().resolve() if args.work_dir else default_work_dir(output_dir)
+    check_places(bids_dir, output_dir, work)
     if args.tracking_uri:
         os.environ["MLFLOW_TRACKING_URI"] = args.tracking_uri
     else:
@@ -373,7 +417,7 @@ def _run(args) -> int:
         config = _config(args)
     except ValueError as err:  # a knob out of range (ε <= 0, an unknown mechanism): before any data is read
         raise UsageError(str(err)) from None
-    work = _use_output_dir(args, output_dir)
+    work = _use_output_dir(args, bids_dir, output_dir)
     if level == "participant":
         return participant_level(args, bids_dir, output_dir, config)
     return group_level(args, bids_dir, output_dir, work, config)
@@ -450,6 +494,7 @@ def group_level(args, bids_dir: str | None, output_dir: Path, work: Path, config
     uri = tracking_uri()
     print(f"report: {result.paths['report']}")
     print(f"runs:   {runs_link(uri)}")
+    print(f"work:   {work} (private: the un-noised features, named by subject; delete it when done)")
     summary = result.summary
     print(f"test:   utility horizon by {summary['horizon_test']}; ε covers {summary['eps_covers']}"
           + (f" ({summary['eps_covers_note']})" if summary.get("eps_covers_note") else ""))

@@ -306,11 +306,13 @@ class BIDSDataset(EEGDataset):
         return out
 
     def _version(self) -> str:
-        """sha256 over (relative path, size, sha256) of every non-hidden file under the root (with a participant
-        selection: the root's own files and the selected participants' folders)."""
+        """sha256 over (relative path, size, sha256) of every non-hidden file under the root but ``derivatives/``
+        (results of tools, not raw data: an audit writing there leaves the version as it was), with a participant
+        selection the root's own files and the selected participants' folders."""
         self.participants()
         rels = sorted(p.relative_to(self.root).as_posix() for p in self.root.rglob("*")
                       if p.is_file() and not any(part.startswith(".") for part in p.relative_to(self.root).parts)
+                      and p.relative_to(self.root).parts[0] != "derivatives"
                       and self._in_selection(p.relative_to(self.root)))
         return manifest_version([(rel, size, sha) for rel, (size, sha) in hash_files(self.root, rels).items()])
 
