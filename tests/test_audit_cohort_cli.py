@@ -143,17 +143,74 @@ def test_a_session_with_no_recordings_is_one_line(trees, tmp_path):
     assert not (tmp_path / "out").exists()
 
 
-def test_nan_samples_end_as_one_line_naming_the_file(trees, tmp_path):
-    tree = _copy(trees, "bv", tmp_path)
-    samples = tree / "sub-05" / "eeg" / "sub-05_task-rest_eeg.eeg"
+def _nan_samples(tree: Path, subject: str = "05") -> Path:
+    """NaN samples in the middle of a BrainVision recording; returns its header, the file errors name."""
+    samples = tree / f"sub-{subject}" / "eeg" / f"sub-{subject}_task-rest_eeg.eeg"
     data = np.fromfile(samples, dtype="<f4")
     data[1000:1010] = np.nan
     data.tofile(samples)
-    done = _run(["audit-cohort", tree, tmp_path / "out", "group", "--label", "label", *SMALL], _empty(tmp_path))
+    return samples.with_suffix(".vhdr")
+
+
+def _truncated_edf(trees: Path, tree: Path, subject: str = "03") -> Path:
+    """The subject's recording as EDF (BIDS lets formats differ between subjects), cut inside its first data
+    record, as an interrupted copy leaves it: no reader can open it."""
+    eeg = tree / f"sub-{subject}" / "eeg"
+    for path in eeg.iterdir():
+        path.unlink()
+    for path in (trees / "edf" / f"sub-{subject}" / "eeg").iterdir():
+        shutil.copy(path, eeg / path.name)
+    edf = eeg / f"sub-{subject}_task-rest_eeg.edf"
+    with open(edf, "r+b") as handle:
+        handle.truncate(256 * (1 + 16) + 500)  # the header (16 channels) and 500 bytes of a 4,096-byte record
+    return edf
+
+
+def test_bad_recordings_are_left_out_and_the_group_run_finishes(trees, tmp_path):
+    """A steward's cohort always has some bad recordings: here one truncated EDF that no reader can open and one
+    recording with NaN samples. The group run goes on without them (the default, --skip-bad): each is one console
+    line naming the file and the reason; summary.json and the report list both, file names and subjects redacted;
+    the private work folder's left_out.tsv names them; no feature or cell cache holds anything of them."""
+    from eegprivacy.tracking.leaks import scan_for_identifiers
+
+    tree = _copy(trees, "bv", tmp_path)
+    edf, vhdr = _truncated_edf(trees, tree), _nan_samples(tree)
+    out, work = tmp_path / "out", tmp_path / "work"
+    done = _run(["audit-cohort", tree, out, "group", "--label", "label", "--work-dir", work, *SMALL], _empty(tmp_path))
+    assert done.returncode == 0, done.stderr
+    _no_traceback(done.stderr)
+    for path, reason in ((edf, "cannot read"), (vhdr, "NaN/infinite sample(s)")):
+        named = [line for line in done.stderr.splitlines() if str(path) in line]
+        assert len(named) == 1 and named[0].startswith("warning: ") and reason in named[0], done.stderr
+        assert named[0].endswith("; left out"), named[0]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["cohort"]["n_patients"] == 10
+    left_out = summary["cohort"]["left_out"]
+    assert any("cannot read" in e["reason"] for e in left_out) and any("NaN" in e["reason"] for e in left_out)
+    report = (out / "report.html").read_text()
+    assert "Left out" in report and "2 recording(s) were left out" in report
+    ids = {"subject": ["sub-03", "sub-05"], "file": [edf.name, vhdr.name, "sub-03_task-rest", "sub-05_task-rest"]}
+    assert scan_for_identifiers([out], ids, whole_words=["subject"]) == []
+    table = pd.read_csv(work / "left_out.tsv", sep="\t")
+    assert sorted(table["file"]) == sorted([str(edf), str(vhdr)]) and table["reason"].str.len().min() > 20
+    assert f"left out: 2 recording(s), each named in a warning above and in {work / 'left_out.tsv'}" in done.stdout
+    features = pd.read_parquet(next(work.glob("features-*.parquet")))
+    assert set(features["subject"]) == {f"sub-{i:02d}" for i in range(1, 13)} - {"sub-03", "sub-05"}
+    assert scan_for_identifiers([work / "cells"], ids, whole_words=["subject"]) == []
+
+
+def test_no_skip_bad_stops_at_nan_samples_with_one_line_and_leaves_nothing(trees, tmp_path):
+    """With --no-skip-bad a bad recording stops the run: one line naming the file, exit 2, and nothing left behind
+    (no OUTPUT_DIR, no work folder, no cache file)."""
+    tree = _copy(trees, "bv", tmp_path)
+    vhdr = _nan_samples(tree)
+    done = _run(["audit-cohort", tree, tmp_path / "out", "group", "--label", "label", "--no-skip-bad", *SMALL],
+                _empty(tmp_path), XDG_CACHE_HOME=str(tmp_path / "xdg"))
     assert done.returncode == 2
     _no_traceback(done.stderr)
     errors = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
-    assert len(errors) == 1 and "sub-05_task-rest_eeg.vhdr" in errors[0] and "NaN" in errors[0], done.stderr
+    assert len(errors) == 1 and str(vhdr) in errors[0] and "NaN" in errors[0], done.stderr
+    assert not (tmp_path / "out").exists() and not (tmp_path / "xdg" / "eegprivacy").exists()
 
 
 def test_participant_level_checks_each_participant_and_goes_on(trees, tmp_path):

@@ -127,6 +127,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help=f"refuse cohorts with fewer patients (default {d.min_patients})")
     audit.add_argument("--no-split-halves", action="store_true", help="with one recording per subject, skip the "
                        "same-session re-identification (first half released, second half known to the attacker)")
+    audit.add_argument("--skip-bad", action=argparse.BooleanOptionalAction, default=d.skip_bad,
+                       help="group level: leave out a recording that cannot be used (an unreadable or truncated file, "
+                       "NaN samples) and go on, each one console line naming the file and the reason, listed in the "
+                       "report and in the work folder's left_out.tsv (default: a cohort always has a few, and one "
+                       "should not cost the whole run; the participant level checks each). --no-skip-bad stops at the "
+                       "first instead, leaving nothing behind")
     audit.add_argument("--features-params", metavar="FILE", help="a params file with a 'features' section "
                        "(default: the settings shipped with the package, the pipeline's params/features.yaml)")
     where = parser.add_argument_group("where things go, and the console")
@@ -268,14 +274,15 @@ def _config(args):
                        clip_norm=args.clip_norm, delta=args.delta, bootstrap=args.bootstrap,
                        confidence=args.confidence, membership_trials=args.membership_trials,
                        min_patients=args.min_patients, split_halves=not args.no_split_halves,
-                       features_params=args.features_params)
+                       features_params=args.features_params, skip_bad=args.skip_bad)
 
 
-def _bids_dataset(args, bids_dir: str, participants: list[str] | None = None):
+def _bids_dataset(args, bids_dir: str, participants: list[str] | None = None, skip_unreadable: bool = False):
     from eegprivacy.data import get_dataset
 
     kwargs = {"root": bids_dir, "label": args.label, "task": args.task, "session": args.session,
-              "participants": participants if participants is not None else args.participant_label}
+              "participants": participants if participants is not None else args.participant_label,
+              "skip_unreadable": skip_unreadable}
     if args.label_map:
         pairs = _mapping(args.label_map, "--label-map")
         bad = {k: v for k, v in pairs.items() if v not in ("0", "1")}
@@ -418,9 +425,38 @@ def _run(args) -> int:
     except ValueError as err:  # a knob out of range (ε <= 0, an unknown mechanism): before any data is read
         raise UsageError(str(err)) from None
     work = _use_output_dir(args, bids_dir, output_dir)
-    if level == "participant":
-        return participant_level(args, bids_dir, output_dir, config)
-    return group_level(args, bids_dir, output_dir, work, config)
+    fresh = [top for top in map(_topmost_missing, (output_dir, work)) if top is not None]
+    try:
+        if level == "participant":
+            return participant_level(args, bids_dir, output_dir, config)
+        return group_level(args, bids_dir, output_dir, work, config)
+    except Exception as err:
+        _remove_if_input_error(err, fresh)
+        raise
+
+
+def _topmost_missing(path: Path) -> Path | None:
+    """The highest folder of ``path`` (itself included) that does not exist yet: what creating it would create."""
+    missing = None
+    for folder in (path, *path.parents):
+        if folder.exists():
+            break
+        missing = folder
+    return missing
+
+
+def _remove_if_input_error(err: Exception, fresh: list[Path]) -> None:
+    """After bad input (which stops a run before any result: labels, headers, a recording with --no-skip-bad),
+    remove the folders this run created (OUTPUT_DIR, the work folder with its file-hash cache), so a failed run
+    leaves nothing behind. Anything else (Ctrl-C, a crash) keeps them: the next run resumes from them."""
+    import shutil
+
+    from eegprivacy.errors import InputDataError
+    from eegprivacy.params import ParamsError
+
+    if isinstance(err, (InputDataError, ParamsError, FileNotFoundError)):
+        for path in fresh:
+            shutil.rmtree(path, ignore_errors=True)
 
 
 def participant_level(args, bids_dir: str, output_dir: Path, config) -> int:
@@ -476,11 +512,11 @@ def participant_level(args, bids_dir: str, output_dir: Path, config) -> int:
 
 def group_level(args, bids_dir: str | None, output_dir: Path, work: Path, config) -> int:
     from eegprivacy.data import get_dataset
-    from eegprivacy.studies.cohort_audit import run_audit
+    from eegprivacy.studies.cohort_audit import LEFT_OUT_FILE, run_audit
     from eegprivacy.tracking.runs import tracking_uri
 
     if bids_dir is not None:
-        dataset = _bids_dataset(args, bids_dir)
+        dataset = _bids_dataset(args, bids_dir, skip_unreadable=config.skip_bad)
     else:
         try:
             dataset = get_dataset(args.dataset, **_mapping(args.dataset_arg, "--dataset-arg"))
@@ -495,6 +531,9 @@ def group_level(args, bids_dir: str | None, output_dir: Path, work: Path, config
     print(f"report: {result.paths['report']}")
     print(f"runs:   {runs_link(uri)}")
     print(f"work:   {work} (private: the un-noised features, named by subject; delete it when done)")
+    left_out = result.cohort.summary["left_out"]
+    if left_out:
+        print(f"left out: {len(left_out)} recording(s), each named in a warning above and in {work / LEFT_OUT_FILE}")
     summary = result.summary
     print(f"test:   utility horizon by {summary['horizon_test']}; ε covers {summary['eps_covers']}"
           + (f" ({summary['eps_covers_note']})" if summary.get("eps_covers_note") else ""))

@@ -63,7 +63,7 @@ import numpy as np
 import pandas as pd
 
 from eegprivacy.data._local import EdfHeaderError, read_edf_header, recording_meta
-from eegprivacy.data.base import DataQualityWarning, EEGDataset, Recording
+from eegprivacy.data.base import DataQualityWarning, EEGDataset, LeftOut, Recording
 from eegprivacy.data.clinical_folder import RecordingReadError  # one error class for unreadable recordings
 from eegprivacy.data.manifest import DataMissingError, hash_files, manifest_version
 from eegprivacy.errors import InputDataError
@@ -159,7 +159,10 @@ class BIDSDataset(EEGDataset):
     patient label; ``label_map``: value -> 0/1 where the column is not already 0/1; ``task``: read only this task
     (default: every task); ``session``: only this session; ``participants``: only these participant labels (with
     or without ``sub-``; BIDS Apps' ``--participant-label``), the others are neither read nor checked;
-    ``datatype``: the BIDS data type folder (``eeg``).
+    ``datatype``: the BIDS data type folder (``eeg``); ``skip_unreadable``: a recording whose file cannot be
+    opened (an unreadable header, a file cut inside its first data record) is left out of the listing, with one
+    :class:`DataQualityWarning` naming the file and the reason and an entry in :attr:`left_out`, instead of
+    stopping the listing with a :class:`RecordingReadError`.
 
     The dataset's ``name`` is the ``Name`` of the tree's ``dataset_description.json`` (``bids`` when it has none),
     so reports and MLflow tags say which cohort they are about; a tree :func:`to_bids` wrote from a synthetic
@@ -171,8 +174,11 @@ class BIDSDataset(EEGDataset):
     description = "A BIDS EEG dataset read with mne-bids; label from a participants.tsv column"
 
     def __init__(self, root, label: str, label_map: Mapping[Any, int] | None = None, task: str | None = None,
-                 datatype: str = "eeg", session: str | None = None, participants: list[str] | None = None):
+                 datatype: str = "eeg", session: str | None = None, participants: list[str] | None = None,
+                 skip_unreadable: bool = False):
         self.root = Path(root).expanduser().resolve()
+        self.skip_unreadable = bool(skip_unreadable)
+        self.left_out: list[LeftOut] = []  # filled while listing, with skip_unreadable
         self.session = None if session is None else str(session).removeprefix("ses-")
         self.selected = None if participants is None else sorted({str(p).removeprefix("sub-") for p in participants})
         if self.selected is not None and not self.selected:
@@ -291,7 +297,14 @@ class BIDSDataset(EEGDataset):
                                        f"recording, or remove the folder and its row in {PARTICIPANTS}")
             label, value = listed.get(f"sub-{subject}", listed.get(subject))
             for bp in paths:
-                raw, flags = _read_bids(bp)
+                try:
+                    raw, flags = _read_bids(bp)
+                except RecordingReadError as err:
+                    if not self.skip_unreadable:
+                        raise
+                    self.left_out.append(LeftOut(f"sub-{subject}", str(bp.fpath), str(err)))
+                    warnings.warn(f"{err}; left out", DataQualityWarning, stacklevel=4)
+                    continue
                 rec_id = bp.copy().update(suffix=None, extension=None, check=False).basename
                 meta = recording_meta(value, label, raw.info["sfreq"], raw.ch_names, raw.n_times / raw.info["sfreq"],
                                       flags, session=bp.session, task=bp.task, run=bp.run,

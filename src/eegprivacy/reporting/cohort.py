@@ -570,11 +570,39 @@ def guarantees_html(summary: dict) -> str:
             + f"<h4>Caveats</h4><ul>{caveats}</ul>")
 
 
+def left_out_html(summary: dict) -> str:
+    """The recordings the audit left out, with why (file names and subjects redacted: the console and the private
+    work folder's left_out.tsv name them)."""
+    entries = summary["cohort"].get("left_out") or []
+    if not entries:
+        return "<p>No recording was left out.</p>"
+    body = [[i, "could not be used" if e["unusable"] else "too short", e["reason"]] for i, e in enumerate(entries, 1)]
+    header = ["#", "why", "reason (file names redacted)"]
+    return (f"<p>{left_out_sentence(summary)}</p>" + _table(header, body)
+            + _column_list(header, own={"#": "the recording's number in this list",
+                                        "why": "could not be used: unreadable file or NaN samples (skipped with "
+                                               "--skip-bad, the default); too short: no complete window",
+                                        "reason (file names redacted)": "the reason as the console printed it, with "
+                                        "the file name and subject replaced by <redacted>"}))
+
+
+def left_out_sentence(summary: dict) -> str:
+    """One sentence: how many recordings were left out and where they are named (empty when none was)."""
+    entries = summary["cohort"].get("left_out") or []
+    if not entries:
+        return ""
+    unusable = sum(1 for e in entries if e["unusable"])
+    return (f"{len(entries)} recording(s) were left out ({unusable} could not be used, {len(entries) - unusable} too "
+            "short for one window); the console output and the private work folder's left_out.tsv name each file, "
+            "and the Data quality section gives each reason.")
+
+
 def quality_html(summary: dict) -> str:
     c = summary["cohort"]
     body = [[flag, count] for flag, count in c["flags"].items()]
     header = ["flag (recordings)", "count"]
-    text = _table(header, body) + _column_list(header) if body else "<p>No recording carries a flag.</p>"
+    text = "<h4>Left out</h4>" + left_out_html(summary) + "<h4>Flags</h4>"
+    text += _table(header, body) + _column_list(header) if body else "<p>No recording carries a flag.</p>"
     if c["features_dropped_nonfinite"]:
         text += (f"<p>{len(c['features_dropped_nonfinite'])} feature(s) left out (not finite for every patient): "
                  f"{html.escape(', '.join(c['features_dropped_nonfinite'][:20]))}</p>")

@@ -48,7 +48,7 @@ from eegprivacy.attacks.table import (
     TableMembershipInference,
     top_k_hits,
 )
-from eegprivacy.data.base import DataQualityWarning, EEGDataset
+from eegprivacy.data.base import DataQualityWarning, EEGDataset, LeftOut
 from eegprivacy.errors import InputDataError
 from eegprivacy.evaluation import mean_ci, wilson_interval
 from eegprivacy.params import ParamsError
@@ -98,6 +98,10 @@ _MEMBERSHIP_STREAM = 0x4D454D42
 _CONTROL_STREAM = 0x43544C52
 
 
+# The private list of the recordings an audit left out (file, reason), in its work folder.
+LEFT_OUT_FILE = "left_out.tsv"
+
+
 class CohortError(InputDataError, ValueError):
     """The cohort cannot be audited as given (no labels, one class, too few patients...)."""
 
@@ -125,6 +129,7 @@ class AuditConfig:
     member_fraction: float = 0.5
     split_halves: bool = True  # one recording per subject: re-identify its second half from its first
     features_params: str | None = None  # a params file with a ``features`` section; None: the packaged defaults
+    skip_bad: bool = True  # leave out a recording that cannot be used (unreadable, NaN samples) instead of stopping
 
     def __post_init__(self):
         object.__setattr__(self, "mechanisms", tuple(self.mechanisms))
@@ -212,46 +217,61 @@ def feature_settings(config: AuditConfig):
 
 
 def window_table(dataset: EEGDataset, config: AuditConfig, cache_dir: str | Path | None,
-                 progress: bool = True, on_recording=None) -> tuple[pd.DataFrame, str, str]:
-    """(window features, dataset version, feature-config hash), read from ``cache_dir`` when current.
+                 progress: bool = True, on_recording=None) -> tuple[pd.DataFrame, str, str, list[LeftOut]]:
+    """(window features, dataset version, feature-config hash, recordings left out), read from ``cache_dir`` when
+    current.
 
     A user's cohort gets the shared feature settings whatever it is called (``per_dataset`` overrides are the
     pipeline's own datasets'), so a BIDS copy of a dataset and its loader give the same numbers; a low-pass or band
-    above the cohort's Nyquist is moved or dropped, and flagged, by the signal layer. The data-quality warnings
-    raised while the table was computed are kept beside it (``.warnings.json``) and raised again when it is read
+    above the cohort's Nyquist is moved or dropped, and flagged, by the signal layer. With ``config.skip_bad`` a
+    recording that cannot be used (unreadable, NaN samples) is left out (else it stops the audit); it and the
+    recordings too short for one window are returned. The data-quality warnings raised while the table was
+    computed, and the recordings left out, are kept beside it (``.warnings.json``) and raised again when it is read
     back, so a resumed audit reports (and prints) the same problems as the first run. ``on_recording`` is called
     once per recording read (an overall progress bar)."""
     features = feature_settings(config)
     version = dataset.version()
+    left_out: list[LeftOut] = []
+
+    def compute() -> pd.DataFrame:
+        return dataset_window_features(dataset, features, progress=progress, on_recording=on_recording,
+                                       skip_bad=config.skip_bad, on_left_out=left_out.append)
+
     if cache_dir is None:
-        return (dataset_window_features(dataset, features, progress=progress, on_recording=on_recording), version,
-                features.config_hash())
+        return compute(), version, features.config_hash(), left_out
     path = Path(cache_dir) / f"features-{version[:16]}-{features.config_hash()}.parquet"
     notes = path.with_suffix(".warnings.json")
-    if is_current(path, version, features) and notes.exists():
-        for message in json.loads(notes.read_text()):
+    kept = json.loads(notes.read_text()) if notes.exists() else None
+    # a table that left bad recordings out is not what an audit that stops at them (skip_bad off) would compute
+    if is_current(path, version, features) and isinstance(kept, dict) and (
+            config.skip_bad or not any(entry["unusable"] for entry in kept["left_out"])):
+        for message in kept["warnings"]:
             warnings.warn(message, DataQualityWarning, stacklevel=2)
-        return read_feature_table(path, dataset_version=version, config=features), version, features.config_hash()
+        left_out = [LeftOut(**entry) for entry in kept["left_out"]]
+        return (read_feature_table(path, dataset_version=version, config=features), version, features.config_hash(),
+                left_out)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        table = dataset_window_features(dataset, features, progress=progress, on_recording=on_recording)
+        table = compute()
     messages = [str(w.message) for w in caught if issubclass(w.category, UserWarning)]
     write_feature_table(table, path, dataset_version=version, config=features, synthetic=dataset.synthetic)
     with atomic_paths(notes) as (tmp,):
-        tmp.write_text(json.dumps(messages, indent=1) + "\n")
+        tmp.write_text(json.dumps({"warnings": messages, "left_out": [asdict(e) for e in left_out]}, indent=1)
+                       + "\n")
     for w in caught:  # to the caller, as if never caught here
         warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
-    return table, version, features.config_hash()
+    return table, version, features.config_hash(), left_out
 
 
-def _redacted(messages: list[str], dataset: EEGDataset) -> list[str]:
-    """Warnings as the report may show them: subject ids and file names (which loaders' warnings name) replaced
-    by ``<redacted>``, so the report and MLflow never carry an identifier."""
+def _redacted(messages: list[str], dataset: EEGDataset, left_out: list[LeftOut] = ()) -> list[str]:
+    """Warnings as the report may show them: subject ids, recording ids and file names (which loaders' warnings
+    name, of the recordings read and of those ``left_out``) replaced by ``<redacted>``, so the report and MLflow
+    never carry an identifier."""
     import re
 
     names = set()
-    for rec in dataset.recordings():
-        names |= {str(rec.subject), str(rec.source), Path(str(rec.source)).name}
+    for rec in [*dataset.recordings(), *left_out]:  # a recording id may hold the subject's (BIDS: sub-05_task-rest)
+        names |= {str(rec.subject), str(getattr(rec, "recording", "")), str(rec.source), Path(str(rec.source)).name}
     names = sorted((n for n in names if n and n != "."), key=len, reverse=True)
     if not names:
         return messages
@@ -367,11 +387,16 @@ def load_cohort(dataset: EEGDataset, config: AuditConfig = AuditConfig(), cache_
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         check_labels(dataset, config)
-        frame, version, features_hash = window_table(dataset, config, cache_dir, progress, on_recording)
+        frame, version, features_hash, dropped = window_table(dataset, config, cache_dir, progress, on_recording)
+    left_out = [*dataset.left_out, *dropped]
     messages = sorted({str(w.message) for w in caught if issubclass(w.category, UserWarning)})
     for message in messages:
         log.warning("%s", message)
-    quality_warnings = _redacted(messages, dataset)
+    quality_warnings = _redacted(messages, dataset, left_out)
+    if cache_dir is not None:  # the private list, naming files, beside the feature table
+        with atomic_paths(Path(cache_dir) / LEFT_OUT_FILE) as (tmp,):
+            pd.DataFrame([asdict(e) for e in left_out], columns=["subject", "source", "reason", "unusable"]).rename(
+                columns={"source": "file"}).to_csv(tmp, sep="\t", index=False)
     if frame.empty:
         raise CohortError(f"{dataset.name}: no recording gave a feature window")
     frame = frame.assign(label=_binary_labels(dataset.name, frame))
@@ -399,7 +424,8 @@ def load_cohort(dataset: EEGDataset, config: AuditConfig = AuditConfig(), cache_
     summary = {
         "dataset": dataset.name, "dataset_version": version, "synthetic": bool(dataset.synthetic),
         "n_patients": int(len(y)), "n_label_1": n_pos, "n_label_0": n_neg,
-        "n_recordings": int(len(recs)), "n_recordings_listed": int(len(meta)), "n_windows": int(len(frame)),
+        "n_recordings": int(len(recs)), "n_recordings_listed": int(len(meta) + len(dataset.left_out)),
+        "n_windows": int(len(frame)),
         "recordings_per_subject_max": int(per_subject.max()),
         "n_subjects_with_2plus_recordings": int((per_subject >= 2).sum()),
         "n_sessions": int(used["session"].astype(str).nunique()) if "session" in used else None,
@@ -411,6 +437,8 @@ def load_cohort(dataset: EEGDataset, config: AuditConfig = AuditConfig(), cache_
         "duration_s_median_per_recording": float(pd.to_numeric(used["duration_s"], errors="coerce").median()),
         "n_features": len(features), "features_dropped_nonfinite": dropped,
         "flags": _flag_counts(frame), "warnings": quality_warnings,
+        "left_out": [{"reason": reason, "unusable": e.unusable}
+                     for e, reason in zip(left_out, _redacted([e.reason for e in left_out], dataset, left_out))],
         "reidentification": {"kind": kind, "reason": reason,
                              "n_subjects": 0 if release is None else int(len(release))},
     }
