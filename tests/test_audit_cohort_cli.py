@@ -9,6 +9,7 @@ The cohort is 12 real MSU subjects written as BIDS trees (EDF, and BrainVision w
 
 from __future__ import annotations
 
+import html
 import json
 import os
 import re
@@ -83,22 +84,28 @@ def _no_traceback(text: str) -> None:
 
 def test_group_level_from_an_empty_folder_with_participant_selection_and_a_truncated_file(trees, tmp_path):
     """BIDS-App form from an empty working folder: results and MLflow store under OUTPUT_DIR, the private work
-    folder in the user cache (never in OUTPUT_DIR, never named in the report), nothing in the working folder; --participant-label and --task select; the cohort's name from dataset_description.json
-    titles the report and tags the runs; a truncated EDF is one console line naming the file; MNE's and MLflow's
-    INFO lines are off; the last line is a sentence."""
+    folder in the user cache (never in OUTPUT_DIR, never named in the report), nothing in the working folder;
+    --participant-label and --task select; the cohort's name from dataset_description.json titles the report and
+    tags the runs; labels mapped with --label-map are named so in the verdict, which the console prints too, with
+    the caution of a small cohort; a truncated EDF is one console line naming the file; MNE's and MLflow's INFO
+    lines are off; the last line is a sentence."""
     import mlflow
 
     tree = _copy(trees, "edf", tmp_path)
     description = json.loads((tree / "dataset_description.json").read_text())
     (tree / "dataset_description.json").write_text(json.dumps({**description, "Name": "Steward cohort"}))
+    table = pd.read_csv(tree / "participants.tsv", sep="\t", dtype=str)
+    table.assign(label=table["label"].map({"0": "HC", "1": "SZ"})).to_csv(tree / "participants.tsv", sep="\t",
+                                                                          index=False)
     edf = tree / "sub-03" / "eeg" / "sub-03_task-rest_eeg.edf"
     with open(edf, "r+b") as handle:
         handle.truncate(edf.stat().st_size // 2)
     cwd, out = _empty(tmp_path), tmp_path / "audit"
     labels = ["01", "02", "03", "04", "sub-07", "08", "09", "10"]
     with_progress = [arg for arg in SMALL if arg != "--no-progress"]
-    done = _run(["audit-cohort", tree, out, "group", "--label", "label", "--participant-label", *labels, "--task",
-                 "rest", *with_progress], cwd, XDG_CACHE_HOME=str(tmp_path / "xdg"))
+    done = _run(["audit-cohort", tree, out, "group", "--label", "label", "--label-map", "SZ=1", "HC=0",
+                 "--participant-label", *labels, "--task", "rest", *with_progress], cwd,
+                XDG_CACHE_HOME=str(tmp_path / "xdg"))
     assert done.returncode == 0, done.stderr
     assert list(cwd.iterdir()) == []
     assert {"report.html", "rows.csv", "summary.json", "mlflow.db"} <= {p.name for p in out.iterdir()}
@@ -110,6 +117,15 @@ def test_group_level_from_an_empty_folder_with_participant_selection_and_a_trunc
     summary = json.loads((out / "summary.json").read_text())
     assert summary["dataset"] == "Steward cohort" and summary["cohort"]["n_patients"] == 8
     assert "Cohort audit: Steward cohort" in (out / "report.html").read_text()
+    # the verdict's lead on the console: at the ε a steward would pick, utility and re-identification together
+    verdict = [line for line in done.stdout.splitlines() if line.startswith("verdict: ")]
+    assert verdict[0].startswith("verdict: At ε = ") and " per patient with gaussian_analytic (" in verdict[0]
+    assert "tells SZ from HC with AUROC" in verdict[0] and "of the patients" in verdict[0], verdict
+    n = {v: summary["cohort"][f"n_label_{k}"] for k, v in (("1", "SZ"), ("0", "HC"))}
+    assert verdict[1] == (f"verdict: Caution: only {n['SZ']} SZ patients and {n['HC']} HC patients (fewer than 8 "
+                          "per class): the intervals below are too wide to decide either way; read these numbers as "
+                          "a first look, and audit a larger cohort before releasing.")
+    assert "label 1" not in html.unescape((out / "report.html").read_text())
     client = mlflow.MlflowClient(f"sqlite:///{out / 'mlflow.db'}")
     run = client.get_run(summary["mlflow_summary_run"])
     assert run.data.tags["dataset"] == "Steward cohort"

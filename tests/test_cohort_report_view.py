@@ -40,9 +40,12 @@ def _entry(value, low=None, high=None, **extra):
     return {"value": value, "ci_low": low, "ci_high": high, "mlflow_metric": "x", **extra}
 
 
-def make_summary(*, horizons=None, synthetic=False, reid=True) -> dict:
+def make_summary(*, horizons=None, synthetic=False, reid=True, label_names=None, per_class=(15, 22)) -> dict:
     """Two mechanisms over ε = 0.5, 4, 20 on 37 patients with 91 features, numbers chosen so that each one the
-    verdict prints can be told apart."""
+    verdict prints can be told apart; the verdict's lead points are study A's own rule
+    (:func:`eegprivacy.studies.cohort_audit.headline`)."""
+    from eegprivacy.studies.cohort_audit import headline
+
     eps = (0.5, 4.0, 20.0)
     mechanisms = ("gaussian_analytic", "laplace_formal")
     horizons = horizons or {"gaussian_analytic": 4.0, "laplace_formal": "none"}
@@ -59,11 +62,24 @@ def make_summary(*, horizons=None, synthetic=False, reid=True) -> dict:
     reid_results = attack("top1_accuracy", top1, 1 / 37, top1_ci)
     reid_results["none"] = {"none": {"top1_accuracy": _entry(0.973, 0.86, 1.0, chance=1 / 37)}}
     member_results = attack("auroc_likelihood", member, 0.5, member_ci)
-    return {
+    release = {"gaussian_analytic": (0.521, 0.684, 0.766), "laplace_formal": (0.508, 0.547, 0.612)}
+    null = {"gaussian_analytic": (0.497, 0.505, 0.512), "laplace_formal": (0.493, 0.502, 0.509)}
+    utility = {m: {f"{e:g}": {
+        "release_auroc": _entry(release[m][i], release[m][i] - 0.081, release[m][i] + 0.077, chance=0.5),
+        "matched_null_auroc": _entry(null[m][i], null[m][i] - 0.06, null[m][i] + 0.06, chance=0.5),
+        "release_minus_null_auroc": _entry(release[m][i] - null[m][i], release[m][i] - null[m][i] - 0.09,
+                                           release[m][i] - null[m][i] + 0.09,
+                                           keeps_utility=horizons[m] not in ("none", "not tested")
+                                           and e >= float(horizons[m]),
+                                           tested=horizons[m] != "not tested")}
+        for i, e in enumerate(eps)} for m in mechanisms}
+    summary = {
         "dataset": "ward_7", "dataset_version": "ab" * 32, "synthetic": synthetic, "stage": "audit_cohort",
         "eps_unit": "subject",
-        "cohort": {"n_patients": 37, "n_label_1": 15, "n_label_0": 22, "n_features": 91},
-        "config": {"mechanisms": list(mechanisms), "epsilons": list(eps), "confidence": 0.95, "delta": 1e-5},
+        "cohort": {"n_patients": sum(per_class), "n_label_1": per_class[0], "n_label_0": per_class[1],
+                   "n_features": 91, "label_names": label_names or {}},
+        "config": {"mechanisms": list(mechanisms), "epsilons": list(eps), "confidence": 0.95, "delta": 1e-5,
+                   "caution_per_class": 8},
         "controls": {"baseline": {"auroc": _entry(0.873, 0.791, 0.944, chance=0.5)}},
         "baseline": {"auroc": _entry(0.873, 0.791, 0.944, chance=0.5)},
         "eps_covers": "features",
@@ -72,6 +88,7 @@ def make_summary(*, horizons=None, synthetic=False, reid=True) -> dict:
         "horizons": horizons,
         "horizon_tests": {m: {"auroc": {"horizon": h if isinstance(h, str) else f"{h:g}"}}
                           for m, h in horizons.items()},
+        "utility": utility,
         "attacks": {
             "reidentification": ({"applies": True, "kind": "cross-session", "reason": "…",
                                   "results": reid_results} if reid else
@@ -80,33 +97,69 @@ def make_summary(*, horizons=None, synthetic=False, reid=True) -> dict:
             "membership": {"applies": True, "results": member_results},
         },
     }
+    summary["headline"] = headline(summary)
+    return summary
 
 
 def _numbers(text: str) -> list[str]:
     return re.findall(r"\d+(?:\.\d+)?%?", text)
 
 
-def test_verdict_with_a_horizon_reads_the_attacks_there():
+def test_verdict_leads_with_one_sentence_per_candidate_epsilon_holding_utility_and_reidentification():
+    """Issue 49: the leak is the headline. Per mechanism, at the ε a steward would pick (its utility horizon, else
+    the largest ε tried), one sentence holds both what the release keeps (release AUROC with its interval against
+    its matched null, and the test's decision) and what it leaks (the share of patients re-identified against
+    chance); only then what was released, ε, what it covers and the non-private reference."""
     summary = make_summary()
     sentences = report.verdict_text(summary)
-    text = " ".join(sentences)
-    assert 4 <= len(sentences) <= 5
-    assert "SYNTHETIC" not in text
-    assert sentences[0].startswith("What was released: one noised vector of 91 EEG features per patient for the 37 "
+    first, second = sentences[:2]
+    assert first.startswith("At ε = 4 per patient with gaussian_analytic (the smallest ε that keeps utility): ")
+    assert ("a classifier trained on the released vectors still finds the label with AUROC 0.68 (95% interval 0.60 "
+            "to 0.76), better than its matched null's 0.51 (the same noise on a blank table) by a test at the 5% "
+            "level") in first
+    assert ("an attacker holding a recording of each patient from another session re-identifies 16% of the patients "
+            "(95% interval 5% to 32%), against 3% by chance (97% without any noise)") in first
+    assert "membership AUROC 0.57 (95% interval 0.46 to 0.70; 0.5 is guessing)" in first
+    assert second.startswith("At ε = 20 per patient with laplace_formal (the largest ε tried, since none keeps "
+                             "utility): ")
+    assert "finds the label with AUROC 0.61 (95% interval 0.53 to 0.69), no better than its matched null's 0.51" in \
+        second
+    assert "re-identifies 30% of the patients (95% interval 10% to 59%), against 3% by chance" in second
+    rest = " ".join(sentences[2:])
+    assert sentences[2].startswith("What was released: one noised vector of 91 EEG features per patient for the 37 "
                                    "patients of ward_7 (15 with label 1, 22 with label 0)")
-    assert "label released as it is (not noised)" in sentences[0]
-    assert "ε = 0.5, 4, 20 per patient" in sentences[1]
-    assert "gaussian_analytic and laplace_formal mechanisms" in sentences[1]
-    assert "it does NOT cover the labels" in sentences[2] and "scaling of each feature" in sentences[2]
-    assert "gaussian_analytic keeps utility from ε = 4 upward and laplace_formal at no ε tried" in sentences[3]
-    assert "a test at the 5% level" in sentences[3] and "AUROC 0.87 (95% interval 0.79 to 0.94)" in sentences[3]
-    # the attacks at the horizon ε = 4 of gaussian_analytic: top-1 16% against 1/37 = 3%, membership 0.57
-    last = sentences[-1]
-    assert last.startswith("At ε = 4 with gaussian_analytic (the smallest ε that keeps utility)")
-    assert "another session" in last
-    assert "matched 16% of the released vectors to the right patient (95% interval 5% to 32%)" in last
-    assert "against 3% by pure guessing and 97% without any noise" in last
-    assert "AUROC 0.57 (95% interval 0.46 to 0.70), where 0.5 is guessing" in last
+    assert "label released as it is (not noised)" in sentences[2]
+    assert "ε = 0.5, 4, 20 per patient" in rest and "gaussian_analytic and laplace_formal mechanisms" in rest
+    assert "it does NOT cover the labels" in rest and "scaling of each feature" in rest
+    assert "gaussian_analytic keeps utility from ε = 4 upward and laplace_formal at no ε tried" in rest
+    assert "a test at the 5% level" in rest and "AUROC 0.87 (95% interval 0.79 to 0.94)" in rest
+    assert "Caution" not in rest  # 15 and 22 patients per class
+
+
+def test_verdict_names_the_labels_as_given():
+    """With --label-map SZ=1 HC=0 (or a tree's Levels) the verdict says SZ and HC, never "label 1 / label 0"."""
+    summary = make_summary(label_names={"1": "SZ", "0": "HC"})
+    sentences = report.verdict_text(summary)
+    text = " ".join(sentences)
+    assert "still tells SZ from HC with AUROC 0.68" in sentences[0] and "tells SZ from HC with AUROC 0.61" in \
+        sentences[1]
+    assert "(15 SZ, 22 HC)" in text
+    assert "label 1" not in text and "label 0" not in text
+    page = report.cohort_html(summary | {"cohort": summary["cohort"] | {
+        "n_recordings": 37, "n_recordings_listed": 37, "n_windows": 1, "n_channels": 1, "channels": ["Cz"],
+        "sfreqs": [128.0], "duration_s_total": 1.0, "duration_s_median_per_recording": 1.0, "n_sessions": 1,
+        "n_runs": 1, "recordings_per_subject_max": 1, "n_subjects_with_2plus_recordings": 0, "tasks": [],
+        "n_features": 91}})
+    assert "SZ / HC" in page and "label 1 / label 0" not in page
+
+
+def test_a_cohort_under_eight_patients_per_class_gets_a_caution():
+    summary = make_summary(per_class=(7, 9), label_names={"1": "SZ", "0": "HC"})
+    sentences = report.verdict_text(summary)
+    [caution] = [s for s in sentences if s.startswith("Caution")]
+    assert sentences.index(caution) == 2  # right after the lead sentences
+    assert "only 7 SZ patients (fewer than 8 per class)" in caution and "too wide to decide" in caution
+    assert not [s for s in report.verdict_text(make_summary(per_class=(8, 8))) if s.startswith("Caution")]
 
 
 def test_verdict_numbers_come_from_the_summary():
@@ -125,51 +178,64 @@ def test_verdict_numbers_come_from_the_summary():
             results[mechanism] = {"0.25": by_eps["0.5"], "3": copy.deepcopy(by_eps["4"]), "30": by_eps["20"]}
         results["gaussian_analytic"]["3"][metric].update(value=0.657 if metric == "auroc_likelihood" else 0.244,
                                                          ci_low=0.21, ci_high=0.81)
+    for mechanism in other["config"]["mechanisms"]:
+        by_eps = other["utility"][mechanism]
+        other["utility"][mechanism] = {"0.25": by_eps["0.5"], "3": copy.deepcopy(by_eps["4"]), "30": by_eps["20"]}
+    other["utility"]["gaussian_analytic"]["3"]["release_auroc"].update(value=0.733, ci_low=0.655, ci_high=0.801)
+    from eegprivacy.studies.cohort_audit import headline
+
+    other["headline"] = headline(other)
     text = " ".join(report.verdict_text(other))
     for expected in ("77 EEG features", "41 patients", "19 with label 1", "ε = 0.25, 3, 30", "a test at the 10% level",
-                     "from ε = 3 upward", "AUROC 0.81 (90% interval 0.70 to 0.90)", "At ε = 3 with gaussian_analytic",
-                     "matched 24% of the released vectors", "(95% interval 21% to 81%)", "AUROC 0.66"):
+                     "from ε = 3 upward", "AUROC 0.81 (90% interval 0.70 to 0.90)", "At ε = 3 per patient with "
+                     "gaussian_analytic", "re-identifies 24% of the patients", "(95% interval 21% to 81%)",
+                     "AUROC 0.66", "AUROC 0.73 (90% interval 0.66 to 0.80)", "At ε = 30 per patient"):
         assert expected in text, expected
     old = set(_numbers(" ".join(report.verdict_text(summary))))
-    assert not {"91", "37", "15", "16%", "0.87", "0.57"} & set(_numbers(text)), "a number did not follow the summary"
-    assert {"91", "37", "15", "16%", "0.87", "0.57"} <= old
+    assert not {"91", "37", "15", "16%", "0.87", "0.57", "0.68"} & set(_numbers(text)), "a number did not follow"
+    assert {"91", "37", "15", "16%", "0.87", "0.57", "0.68"} <= old
 
 
-def test_verdict_without_a_horizon_reads_the_attacks_at_the_largest_epsilon():
+def test_verdict_without_a_horizon_leads_with_the_largest_epsilon():
     summary = make_summary(horizons={"gaussian_analytic": "none", "laplace_formal": "none"})
     sentences = report.verdict_text(summary)
-    assert "no mechanism keeps utility at any ε tried, up to ε = 20" in sentences[3]
-    # at ε = 20 the re-identification attack does best against gaussian_analytic (43% vs 30%)
-    assert sentences[-1].startswith("At ε = 20 with gaussian_analytic (the largest ε tried, since none keeps "
-                                    "utility)")
-    assert "matched 43% of the released vectors" in sentences[-1] and "AUROC 0.69" in sentences[-1]
+    assert any("no mechanism keeps utility at any ε tried, up to ε = 20" in s for s in sentences)
+    assert sentences[0].startswith("At ε = 20 per patient with gaussian_analytic (the largest ε tried, since none "
+                                   "keeps utility)")
+    assert "re-identifies 43% of the patients" in sentences[0] and "AUROC 0.69" in sentences[0]
+    assert sentences[1].startswith("At ε = 20 per patient with laplace_formal")
 
 
 def test_verdict_when_reidentification_does_not_apply_says_why():
     summary = make_summary(reid=False)
-    last = report.verdict_text(summary)[-1]
+    first = report.verdict_text(summary)[0]
     assert ("re-identification (matching a released vector back to a patient) could not be tested: each patient has "
-            "only one recording, so an attacker has no second recording to match against") in last
-    assert "AUROC 0.57" in last  # membership still read at the horizon
+            "only one recording, so an attacker has no second recording to match against") in first
+    assert "membership AUROC 0.57" in first  # membership still read at the horizon
 
 
 def test_verdict_of_a_synthetic_cohort_says_synthetic():
     sentences = report.verdict_text(make_summary(synthetic=True))
-    assert sentences[0].startswith("SYNTHETIC DATA (not real patients): What was released")
+    assert sentences[0].startswith("SYNTHETIC DATA (not real patients): At ε = 4")
+    assert any(s.startswith("What was released") for s in sentences)
 
 
 def test_verdict_with_a_horizon_not_tested():
     sentences = report.verdict_text(make_summary(horizons={"gaussian_analytic": "not tested",
                                                            "laplace_formal": "not tested"}))
-    assert sentences[3].startswith("Usefulness was not tested")
+    assert sentences[0].startswith("At ε = 20 per patient with gaussian_analytic (the largest ε tried; utility not "
+                                   "tested: too few noise draws)")
+    assert "against its matched null's 0.51 (the same noise on a blank table; not tested)" in sentences[0]
+    assert any(s.startswith("Usefulness was not tested") for s in sentences)
 
 
 def test_verdict_with_labels_by_randomized_response_does_not_call_them_in_the_clear():
     summary = make_summary()
     summary["eps_covers_note"] = eps_covers_note(2.0)  # study A's sentence for labels by randomized response
     sentences = report.verdict_text(summary)
-    assert "randomly flipped before release (randomized response)" in sentences[0]
-    assert "NOT cover the scaling of each feature" in sentences[2] and "the labels, which" not in sentences[2]
+    assert any("randomly flipped before release (randomized response)" in s for s in sentences)
+    covers = next(s for s in sentences if s.startswith("ε protects"))
+    assert "NOT cover the scaling of each feature" in covers and "the labels, which" not in covers
 
 
 # ---- the report's HTML, without a browser ----------------------------------------------------------------------
@@ -255,12 +321,14 @@ def test_no_signal_cohort_verdict_keeps_no_utility(noise_audit):
     summary = noise_audit["result"].summary
     assert summary["horizons"] == {"gaussian_analytic": "none"}
     sentences = report.verdict_text(summary)
-    assert sentences[0].startswith("SYNTHETIC DATA (not real patients): What was released: one noised vector of "
-                                   f"{summary['cohort']['n_features']} EEG features per patient for the 12 patients")
-    assert "no mechanism keeps utility at any ε tried, up to ε = 5" in sentences[3]
-    assert sentences[-1].startswith("At ε = 5 with gaussian_analytic (the largest ε tried, since none keeps "
-                                    "utility), re-identification (matching a released vector back to a patient) "
-                                    "could not be tested: each patient has only one recording")
+    assert sentences[0].startswith("SYNTHETIC DATA (not real patients): At ε = 5 per patient with gaussian_analytic "
+                                   "(the largest ε tried, since none keeps utility): ")
+    assert ("re-identification (matching a released vector back to a patient) could not be tested: each patient has "
+            "only one recording") in sentences[0]
+    released = next(s for s in sentences if s.startswith("What was released"))
+    assert released.startswith(f"What was released: one noised vector of {summary['cohort']['n_features']} EEG "
+                               "features per patient for the 12 patients")
+    assert any("no mechanism keeps utility at any ε tried, up to ε = 5" in s for s in sentences)
     page = (noise_audit["out"] / "report.html").read_text()
     assert all(html.escape(s) in page for s in sentences)
 

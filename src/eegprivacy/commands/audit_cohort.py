@@ -512,6 +512,7 @@ def participant_level(args, bids_dir: str, output_dir: Path, config) -> int:
 
 def group_level(args, bids_dir: str | None, output_dir: Path, work: Path, config) -> int:
     from eegprivacy.data import get_dataset
+    from eegprivacy.reporting.cohort import lead_text
     from eegprivacy.studies.cohort_audit import LEFT_OUT_FILE, run_audit
     from eegprivacy.tracking.runs import tracking_uri
 
@@ -535,6 +536,8 @@ def group_level(args, bids_dir: str | None, output_dir: Path, work: Path, config
     if left_out:
         print(f"left out: {len(left_out)} recording(s), each named in a warning above and in {work / LEFT_OUT_FILE}")
     summary = result.summary
+    for sentence in lead_text(summary):  # the report's lead: per mechanism, what the release keeps and leaks
+        print(f"verdict: {sentence}")
     print(f"test:   utility horizon by {summary['horizon_test']}; ε covers {summary['eps_covers']}"
           + (f" ({summary['eps_covers_note']})" if summary.get("eps_covers_note") else ""))
     print(summary_line(summary, result.counts))

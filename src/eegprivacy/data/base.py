@@ -141,6 +141,11 @@ class EEGDataset(ABC):
     def version(self) -> str:
         return self._cached("_ver", self._version)
 
+    def label_names(self) -> dict[str, str]:
+        """What the 0/1 values of ``meta["label"]`` stand for, in the dataset's words (``label_levels["label"]``,
+        e.g. ``{"0": "healthy control", "1": "schizophrenia"}``); {} where it does not say."""
+        return dict(self.label_levels.get("label", {}))
+
     def summary(self) -> dict:
         """What ``eegprivacy datasets`` prints: presence, version, subject count."""
         available = self.is_available()

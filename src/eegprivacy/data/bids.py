@@ -199,6 +199,22 @@ class BIDSDataset(EEGDataset):
     def participants_tsv(self) -> Path:
         return self.root / PARTICIPANTS
 
+    def label_names(self) -> dict[str, str]:
+        """What 0 and 1 stand for: the values ``label_map`` sends to each (``--label-map SZ=1 HC=0``: SZ and HC;
+        several are joined by "or"), else the label column's ``Levels`` in ``participants.json`` for the values 0
+        and 1 (what :func:`to_bids` writes), else {}."""
+        if self.label_map is not None:
+            return {str(v): " or ".join(k for k, w in self.label_map.items() if w == v)
+                    for v in sorted(set(self.label_map.values()))}
+        sidecar = self.root / "participants.json"
+        try:
+            levels = json.loads(sidecar.read_text(encoding="utf-8")).get(self.label, {}).get("Levels") or {}
+        except (OSError, ValueError, AttributeError):
+            return {}
+        # to_bids' generic text for a value whose meaning the source did not state says nothing more than the value
+        return {value: str(levels[value]) for value in ("0", "1")
+                if value in levels and str(levels[value]) != f"label value {value}"}
+
     def is_available(self) -> bool:
         return self.participants_tsv.is_file()
 

@@ -125,6 +125,7 @@ class AuditConfig:
     confidence: float = 0.95  # intervals; α = 1 − confidence for the horizon test (split over the mechanisms)
     min_patients: int = 6
     min_per_class: int = 2
+    caution_per_class: int = 8  # fewer patients in a class: the verdict cautions that its intervals are too wide
     membership_trials: int = 20
     member_fraction: float = 0.5
     split_halves: bool = True  # one recording per subject: re-identify its second half from its first
@@ -436,6 +437,7 @@ def load_cohort(dataset: EEGDataset, config: AuditConfig = AuditConfig(), cache_
         "duration_s_total": float(pd.to_numeric(used["duration_s"], errors="coerce").sum()),
         "duration_s_median_per_recording": float(pd.to_numeric(used["duration_s"], errors="coerce").median()),
         "n_features": len(features), "features_dropped_nonfinite": dropped,
+        "label_names": {k: str(v) for k, v in dataset.label_names().items() if k in ("0", "1")},
         "flags": _flag_counts(frame), "warnings": quality_warnings,
         "left_out": [{"reason": reason, "unusable": e.unusable}
                      for e, reason in zip(left_out, _redacted([e.reason for e in left_out], dataset, left_out))],
@@ -895,7 +897,7 @@ def summary_document(cohort: Cohort, config: AuditConfig, rows: pd.DataFrame, ru
             table.setdefault(row["mechanism"], {}).setdefault(eps, {})[row["metric"]] = _entry(row)
         attacks[kind] = {"applies": True, **({"kind": cohort.reid_kind, "reason": cohort.reid_reason}
                                              if kind == "reidentification" else {}), "results": table}
-    return {
+    document = {
         "dataset": cohort.dataset, "dataset_version": cohort.dataset_version, "synthetic": cohort.synthetic,
         "stage": STAGE, "eps_unit": EPS_UNIT, "mlflow_summary_run": run_id,
         "cohort": cohort.summary, "config": config.to_dict(),
@@ -910,6 +912,43 @@ def summary_document(cohort: Cohort, config: AuditConfig, rows: pd.DataFrame, ru
         "horizons": horizons, "horizon_tests": horizon_tests, "utility": utility, "attacks": attacks,
         "guarantees": guarantees(cohort, config), "caveats": list(CAVEATS),
     }
+    document["headline"] = headline(document)
+    return document
+
+
+def headline(summary: dict) -> list[dict]:
+    """The verdict's lead, one point per mechanism: the ε a steward would pick — the mechanism's utility horizon
+    (the smallest ε of the grid from which its release beats the matched null), else the largest ε tried — with
+    what the release keeps there (release AUROC, its matched null, release − null with the test's decision) and
+    what it leaks (re-identification top-1 with its noiseless value, membership AUROC). Every number is an entry
+    of ``summary`` (its ``utility`` and ``attacks``), copied with the MLflow metric it was logged as.
+
+    Returns
+    -------
+    list of dict
+        Per mechanism (config order): ``mechanism``, ``epsilon``, ``why`` ("horizon", "largest" or "not tested")
+        and the entries ``release_auroc``, ``matched_null_auroc``, ``release_minus_null_auroc``,
+        ``reidentification``, ``reidentification_none`` (no noise) and ``membership`` (None where absent).
+    """
+    config, attacks = summary["config"], summary["attacks"]
+    reid = (attacks.get("reidentification") or {}).get("results") or {}
+    member = (attacks.get("membership") or {}).get("results") or {}
+    points = []
+    for mechanism in config["mechanisms"]:
+        horizon = summary["horizons"].get(mechanism)
+        if isinstance(horizon, (int, float)) and math.isfinite(horizon):
+            epsilon, why = float(horizon), "horizon"
+        else:
+            epsilon, why = float(max(config["epsilons"])), "not tested" if horizon == "not tested" else "largest"
+        at = f"{epsilon:g}"
+        cells = (summary.get("utility") or {}).get(mechanism, {}).get(at) or {}
+        points.append({"mechanism": mechanism, "epsilon": epsilon, "why": why,
+                       **{name: cells.get(name) for name in ("release_auroc", "matched_null_auroc",
+                                                             "release_minus_null_auroc")},
+                       "reidentification": (reid.get(mechanism) or {}).get(at, {}).get("top1_accuracy"),
+                       "reidentification_none": (reid.get(NO_NOISE) or {}).get("none", {}).get("top1_accuracy"),
+                       "membership": (member.get(mechanism) or {}).get(at, {}).get("auroc_likelihood")})
+    return points
 
 
 def _clean(value):
