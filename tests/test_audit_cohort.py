@@ -79,6 +79,7 @@ def audit(tmp_path_factory, data_root):
         first_rows = pd.read_csv(out / "rows.csv")
         assert main(command) == 0
         second = json.loads((out / "summary.json").read_text())
+        assert main(command) == 0  # a second rerun: it too reuses the audit's runs (issue 49)
     return {"out": out, "tmp": tmp, "uri": f"sqlite:///{tmp / 'mlflow.db'}", "first": first, "second": second,
             "first_rows": first_rows}
 
@@ -195,13 +196,41 @@ def test_rerun_resumes_every_cell_with_identical_numbers(audit):
 
     first, second = audit["first"], audit["second"]
     assert first["counts"]["cells_computed"] == first["counts"]["cells"] > 0
-    assert second["counts"] == {"cells": first["counts"]["cells"], "cells_computed": 0,
-                                "cells_resumed": first["counts"]["cells"]}
+    assert second["counts"] == {"sweeps": first["counts"]["sweeps"], "cells": first["counts"]["cells"],
+                                "cells_computed": 0, "cells_resumed": first["counts"]["cells"]}
     client = mlflow.MlflowClient(audit["uri"])
     run = client.get_run(second["mlflow_summary_run"])
     assert run.data.metrics["sweep/cells_resumed"] == first["counts"]["cells"]
     rows = pd.read_csv(audit["out"] / "rows.csv")
     pd.testing.assert_frame_equal(rows, audit["first_rows"])
+
+
+def test_reruns_keep_one_run_per_audit_and_one_per_sweep(audit):
+    """Issue 49: the same inputs and parameters reuse their runs (an idempotency key in the tags): after a run and
+    two reruns the experiment holds one top-level run for the audit, one run per sweep under it, and no child
+    twice; the top-level run carries the headline columns a steward reads (ε, AUROC, re-identified)."""
+    import mlflow
+
+    client = mlflow.MlflowClient(audit["uri"])
+    experiment = client.get_experiment_by_name("study-a-dp-release")
+    runs = client.search_runs([experiment.experiment_id], "tags.stage = 'audit_cohort'", max_results=5000)
+    tops = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    assert [r.info.run_name for r in tops] == ["audit_cohort-mini_msu"]
+    [top] = tops
+    assert top.info.run_id == audit["second"]["mlflow_summary_run"] == audit["first"]["mlflow_summary_run"]
+    assert top.data.tags["idempotency_key"] and top.data.tags["resumed"] == "2" and top.info.status == "FINISHED"
+    sweeps = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == top.info.run_id]
+    names = [r.info.run_name for r in sweeps]
+    assert len(names) == len(set(names)) == audit["first"]["counts"]["sweeps"] > 5
+    children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") in {s.info.run_id for s in sweeps}]
+    assert len(children) == audit["first"]["counts"]["cells"]  # one per cell, none twice
+    point = audit["second"]["headline"][0]
+    assert top.data.metrics["ε gaussian_analytic"] == point["epsilon"]
+    assert top.data.metrics["AUROC gaussian_analytic"] == pytest.approx(point["release_auroc"]["value"], abs=5e-4)
+    assert top.data.metrics["re-identified gaussian_analytic"] == pytest.approx(point["reidentification"]["value"],
+                                                                               abs=5e-4)
+    assert top.data.metrics["re-identified by chance"] == pytest.approx(point["reidentification"]["chance"],
+                                                                       abs=5e-4)
 
 
 def test_numbers_do_not_depend_on_subject_ids_or_order(audit, tmp_path):
@@ -357,19 +386,22 @@ def _unreadable(tree: Path) -> str:
                               "unreadable_file"])
 def test_bad_bids_input_is_one_clear_error_and_nothing_written(damage, tmp_path, data_root, monkeypatch, capsys):
     """Through the command as a user runs it: exit 2, one line naming the file or column, no output folder, no
-    MLflow run."""
+    work folder, no MLflow run. An unreadable recording stops the run only with --no-skip-bad (by default it is
+    left out: tests/test_audit_cohort_cli.py)."""
     from eegprivacy.cli import main
     from eegprivacy.data.bids import to_bids
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
     to_bids(MiniMSU(3), tmp_path / "bids", format="BrainVision", key=TREE_KEY)
     message = damage(tmp_path / "bids")
+    stop = ["--no-skip-bad"] if damage is _unreadable else []
     assert main(["audit-cohort", str(tmp_path / "bids"), str(tmp_path / "out"), "group", "--label", "label",
-                 "--work-dir", str(tmp_path / "cache"), *ARGS]) == 2
+                 "--work-dir", str(tmp_path / "work"), *stop, *ARGS]) == 2
     err = capsys.readouterr().err
     assert re.search(message, err), err
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "out").exists() and not (tmp_path / "mlflow.db").exists()
+    assert not (tmp_path / "work").exists()
 
 
 def test_to_bids_command_converts_a_clinical_folder(tmp_path, data_root, capsys):

@@ -82,16 +82,13 @@ def _no_traceback(text: str) -> None:
     assert "Traceback" not in text, text
 
 
-def test_group_level_from_an_empty_folder_with_participant_selection_and_a_truncated_file(trees, tmp_path):
-    """BIDS-App form from an empty working folder: results and MLflow store under OUTPUT_DIR, the private work
-    folder in the user cache (never in OUTPUT_DIR, never named in the report), nothing in the working folder;
-    --participant-label and --task select; the cohort's name from dataset_description.json titles the report and
-    tags the runs; labels mapped with --label-map are named so in the verdict, which the console prints too, with
-    the caution of a small cohort; a truncated EDF is one console line naming the file; MNE's and MLflow's INFO
-    lines are off; the last line is a sentence."""
-    import mlflow
-
-    tree = _copy(trees, "edf", tmp_path)
+@pytest.fixture(scope="module")
+def steward(trees, tmp_path_factory):
+    """The steward's group run: a cohort named in its dataset_description.json, labels HC/SZ mapped with
+    --label-map, a truncated EDF, 8 participants selected, from an empty working folder with the progress line on;
+    its default work folder in a user cache of its own."""
+    tmp = tmp_path_factory.mktemp("steward")
+    tree = Path(shutil.copytree(trees / "edf", tmp / "bids"))
     description = json.loads((tree / "dataset_description.json").read_text())
     (tree / "dataset_description.json").write_text(json.dumps({**description, "Name": "Steward cohort"}))
     table = pd.read_csv(tree / "participants.tsv", sep="\t", dtype=str)
@@ -100,12 +97,26 @@ def test_group_level_from_an_empty_folder_with_participant_selection_and_a_trunc
     edf = tree / "sub-03" / "eeg" / "sub-03_task-rest_eeg.edf"
     with open(edf, "r+b") as handle:
         handle.truncate(edf.stat().st_size // 2)
-    cwd, out = _empty(tmp_path), tmp_path / "audit"
+    cwd, out = _empty(tmp), tmp / "audit"
     labels = ["01", "02", "03", "04", "sub-07", "08", "09", "10"]
-    with_progress = [arg for arg in SMALL if arg != "--no-progress"]
-    done = _run(["audit-cohort", tree, out, "group", "--label", "label", "--label-map", "SZ=1", "HC=0",
-                 "--participant-label", *labels, "--task", "rest", *with_progress], cwd,
-                XDG_CACHE_HOME=str(tmp_path / "xdg"))
+    args = ["audit-cohort", tree, None, "group", "--label", "label", "--label-map", "SZ=1", "HC=0",
+            "--participant-label", *labels, "--task", "rest", *SMALL]
+    with_progress = [arg for arg in args if arg != "--no-progress"]
+    with_progress[2] = out
+    done = _run(with_progress, cwd, XDG_CACHE_HOME=str(tmp / "xdg"))
+    return {"tree": tree, "edf": edf, "cwd": cwd, "out": out, "args": args, "done": done, "tmp": tmp}
+
+
+def test_group_level_from_an_empty_folder_with_participant_selection_and_a_truncated_file(steward):
+    """BIDS-App form from an empty working folder: results and MLflow store under OUTPUT_DIR, the private work
+    folder in the user cache (never in OUTPUT_DIR, never named in the report), nothing in the working folder;
+    --participant-label and --task select; the cohort's name from dataset_description.json titles the report and
+    tags the runs; labels mapped with --label-map are named so in the verdict, which the console prints too, with
+    the caution of a small cohort; a truncated EDF is one console line naming the file; MNE's and MLflow's INFO
+    lines are off; the last line is a sentence."""
+    import mlflow
+
+    done, cwd, out, edf, tmp_path = (steward[k] for k in ("done", "cwd", "out", "edf", "tmp"))
     assert done.returncode == 0, done.stderr
     assert list(cwd.iterdir()) == []
     assert {"report.html", "rows.csv", "summary.json", "mlflow.db"} <= {p.name for p in out.iterdir()}
@@ -130,9 +141,13 @@ def test_group_level_from_an_empty_folder_with_participant_selection_and_a_trunc
     run = client.get_run(summary["mlflow_summary_run"])
     assert run.data.tags["dataset"] == "Steward cohort"
     # the bad file, by name, once, on the console
-    # one overall progress line (tqdm rewrites it in place), with elapsed time and an ETA
+    # one overall progress line (tqdm rewrites it in place), with elapsed time and an ETA from the pace measured in
+    # each phase: recordings read, then LOSO fits of the cells (tests/test_phase_progress.py)
     bars = [part for part in re.split(r"[\r\n]", done.stderr) if part.startswith("audit: ")]
-    assert any(re.match(r"audit: utility and attack cells: \d+/\d+ steps .* elapsed, ETA ", b) for b in bars), bars
+    assert any(re.match(r"audit: reading recordings: \d+/8 recordings \|.*\| \d+:\d\d elapsed, ETA (\d+:\d\d|\?)$",
+                        b) for b in bars), bars
+    assert any(re.match(r"audit: utility and attack cells: \d+/\d+ LOSO fits \|.*\| \d+:\d\d elapsed, ETA \d+:\d\d$",
+                        b) for b in bars), bars
     warned = [line for line in done.stderr.splitlines() if "truncated" in line]
     assert len(warned) == 1 and warned[0].startswith("warning: ") and str(edf) in warned[0], done.stderr
     # a quiet console: no per-file MNE lines, no MLflow INFO lines, no Python warning source lines
@@ -145,8 +160,9 @@ def test_group_level_from_an_empty_folder_with_participant_selection_and_a_trunc
                         r"gaussian_analytic beats its matched null (from ε = \d+|at no ε ≤ 10) \(ε per patient, on "
                         r"the features; \d+ cells computed, 0 resumed\)\.", last), last
     experiment = client.get_experiment_by_name("study-a-dp-release").experiment_id
-    assert (f"mlflow ui --backend-store-uri sqlite:///{out / 'mlflow.db'} --port 5000, then open "
-            f"http://127.0.0.1:5000/#/experiments/{experiment}/runs?workflowType=machine_learning") in done.stdout
+    assert re.search(rf"mlflow ui --backend-store-uri sqlite:///{re.escape(str(out / 'mlflow.db'))} --port 5000, then "
+                     rf"open http://127\.0\.0\.1:5000/#/experiments/{experiment}/runs\?workflowType=machine_learning"
+                     r"&viewStateShareKey=audit_cohort-[0-9a-f]{16}$", done.stdout, re.M), done.stdout
 
 
 def test_a_session_with_no_recordings_is_one_line(trees, tmp_path):
@@ -281,41 +297,63 @@ def test_error_hints_name_the_flags_not_python_arguments(trees, tmp_path):
     assert mapped.returncode == 0, mapped.stderr
 
 
-def test_ctrl_c_stops_cleanly_and_the_rerun_resumes(trees, tmp_path):
-    """Ctrl-C (SIGINT to the whole process group, as a terminal sends it) in the middle of the cells: exit 130 and
-    the hint, no traceback; the same command again finishes, resuming the cells already done, and the MLflow store
-    holds no FAILED run."""
-    import mlflow
-
-    out, work = tmp_path / "out", tmp_path / "work"
-    command = [EEGPRIVACY, "audit-cohort", str(trees / "edf"), str(out), "group", "--label", "label", "--work-dir",
-               str(work), *SMALL]
-    cwd = _empty(tmp_path)
+def _interrupt(command: list[str], cwd: Path, cells: Path, at_least: int, send) -> subprocess.CompletedProcess:
+    """Start ``command``, wait until ``cells`` holds ``at_least`` finished cells, then ``send(process)``."""
     process = subprocess.Popen(command, cwd=cwd, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                text=True, start_new_session=True)
     deadline = time.monotonic() + 300
-    while time.monotonic() < deadline and len(list((work / "cells").rglob("*.csv"))) < 3:
+    while time.monotonic() < deadline and len(list(cells.rglob("*.csv"))) < at_least:
         assert process.poll() is None, process.communicate()
         time.sleep(0.1)
-    os.killpg(process.pid, signal.SIGINT)
+    send(process)
     stdout, stderr = process.communicate(timeout=120)
-    assert process.returncode == 130, stderr
-    _no_traceback(stderr)
-    assert stderr.strip().splitlines()[-1] == "interrupted; rerun the same command to resume", stderr
+    return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
+
+
+def test_sigterm_and_ctrl_c_stop_cleanly_and_reruns_resume_to_the_same_results(steward, tmp_path):
+    """What a scheduler sends (SIGTERM to the process) and what a terminal sends (Ctrl-C: SIGINT to the whole
+    process group), each in the middle of the cells: exit 143 or 130 with the hint, no traceback, the audit's run
+    marked KILLED, never left RUNNING. The same command then finishes, resuming the cells already done, to the
+    numbers of the steward's uninterrupted run. After the run and its two reruns the store holds one top-level run
+    for the audit, one run per sweep and one per cell, all FINISHED (issue 49)."""
+    import mlflow
+
+    out, work = tmp_path / "out", tmp_path / "work"
+    args = list(steward["args"])
+    args[2] = out
+    command = [EEGPRIVACY, *map(str, args), "--work-dir", str(work)]
+    cwd, uri = _empty(tmp_path), f"sqlite:///{out / 'mlflow.db'}"
+    for signum, code, at_least in ((signal.SIGTERM, 143, 3), (signal.SIGINT, 130, 6)):
+        send = ((lambda p: p.send_signal(signal.SIGTERM)) if signum == signal.SIGTERM
+                else (lambda p: os.killpg(p.pid, signal.SIGINT)))
+        stopped = _interrupt(command, cwd, work / "cells", at_least, send)
+        assert stopped.returncode == code, stopped.stderr
+        _no_traceback(stopped.stderr)
+        assert stopped.stderr.strip().splitlines()[-1] == "interrupted; rerun the same command to resume"
+        client = mlflow.MlflowClient(uri)
+        experiment = client.get_experiment_by_name("study-a-dp-release")
+        tops = client.search_runs([experiment.experiment_id], "attributes.run_name = 'audit_cohort-Steward cohort'")
+        assert [r.info.status for r in tops] == ["KILLED"], signum
+        running = client.search_runs([experiment.experiment_id], "attributes.status = 'RUNNING'")
+        assert running == [], [r.info.run_name for r in running]
     done = subprocess.run(command, cwd=cwd, env=_env(), capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
-    resumed = int(re.search(r"(\d+) resumed\)", done.stdout).group(1))
-    assert resumed >= 3
-    client = mlflow.MlflowClient(f"sqlite:///{out / 'mlflow.db'}")
-    experiment = client.get_experiment_by_name("study-a-dp-release")
+    assert int(re.search(r"(\d+) resumed\)", done.stdout).group(1)) >= 6
+    rows = pd.read_csv(out / "rows.csv")
+    pd.testing.assert_frame_equal(rows, pd.read_csv(steward["out"] / "rows.csv"))
+    assert json.loads((out / "summary.json").read_text())["headline"] == \
+        json.loads((steward["out"] / "summary.json").read_text())["headline"]
     runs = client.search_runs([experiment.experiment_id], max_results=5000)
-    statuses = [r.info.status for r in runs]
-    assert statuses and set(statuses) == {"FINISHED"}, sorted(statuses)
-    assert any(r.data.tags.get("resumed") for r in runs)  # reopened, not duplicated
+    assert {r.info.status for r in runs} == {"FINISHED"}
+    tops = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    assert len(tops) == 1 and tops[0].data.tags["resumed"] == "2"  # reopened by each rerun, never duplicated
+    sweeps = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == tops[0].info.run_id]
+    children = [r.info.run_name for r in runs if r.data.tags.get("mlflow.parentRunId") in
+                {s.info.run_id for s in sweeps}]
+    assert len({r.info.run_name for r in sweeps}) == len(sweeps) and len(set(children)) == len(children)
     # child runs are named for a person: sweep · mechanism, ε, seed (no cache hash)
-    children = [r.info.run_name for r in runs if "mlflow.parentRunId" in r.data.tags]
     release = [n for n in children if " · arm=release mechanism=gaussian_analytic ε=10 " in n]
-    assert release and all(re.fullmatch(r"audit_cohort-mini_msu-utility-gaussian_analytic · arm=release "
+    assert release and all(re.fullmatch(r"audit_cohort-Steward cohort-utility-gaussian_analytic · arm=release "
                                         r"mechanism=gaussian_analytic ε=10 noise_scale=\d+(\.\d{1,3})? seed=\d", n)
                            for n in release), release
 

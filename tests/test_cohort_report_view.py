@@ -302,7 +302,19 @@ def msu_audit(tmp_path_factory, data_root):
     assert done.returncode == 0, done.stderr
     result = SimpleNamespace(summary=json.loads((out / "summary.json").read_text()),
                              rows=pd.read_csv(out / "rows.csv"))
-    return {"result": result, "out": out, "tmp": tmp, "uri": f"sqlite:///{out / 'mlflow.db'}"}
+    return {"result": result, "out": out, "tmp": tmp, "uri": f"sqlite:///{out / 'mlflow.db'}",
+            "stdout": done.stdout}
+
+
+@pytest.fixture(scope="module")
+def msu_ui(msu_audit, tmp_path_factory):
+    """``mlflow server`` on the small audit's store (the UI ``mlflow ui`` serves), for the pages below."""
+    from _mlflow_server import serve, ui
+
+    if ui.find_chromium() is None:
+        pytest.skip(NO_CHROMIUM)
+    with serve(msu_audit["uri"], tmp_path_factory.mktemp("msu_ui")) as base:
+        yield base
 
 
 @pytest.fixture(scope="module")
@@ -408,23 +420,20 @@ RUNS_PAGE_JS = """(() => ({
 }))()"""
 
 
-def test_mlflow_ui_shows_the_runs_table_for_the_readme_filter(msu_audit, tmp_path):
+def test_mlflow_ui_shows_the_runs_table_for_the_readme_filter(msu_audit, msu_ui, tmp_path):
     """Study A's experiment in the MLflow UI with the README's filter (``params.epsilon = '10'``: the canonical ε
     text) is the runs table with the matching runs, not the GenAI Overview or Traces page."""
     import mlflow
-    from _mlflow_server import serve, ui
+    from _mlflow_server import ui
 
-    if ui.find_chromium() is None:
-        pytest.skip(NO_CHROMIUM)
     assert README_FILTER in (REPO / "README.md").read_text()
     client = mlflow.MlflowClient(msu_audit["uri"])
     experiment = client.get_experiment_by_name("study-a-dp-release")
     assert experiment.tags.get("mlflow.experimentKind") == "custom_model_development"
-    with serve(msu_audit["uri"], tmp_path) as base:
-        expected = ui.search_runs(base, experiment.experiment_id, README_FILTER)
-        assert expected, f"no run matches the README's filter {README_FILTER!r}"
-        page = ui.browse(runs_page_url(base, experiment.experiment_id, README_FILTER), tmp_path / "runs.png",
-                         evaluate=RUNS_PAGE_JS, full_page=False, settle_s=6.0, size=(1600, 1000))
+    expected = ui.search_runs(msu_ui, experiment.experiment_id, README_FILTER)
+    assert expected, f"no run matches the README's filter {README_FILTER!r}"
+    page = ui.browse(runs_page_url(msu_ui, experiment.experiment_id, README_FILTER), tmp_path / "runs.png",
+                     evaluate=RUNS_PAGE_JS, full_page=False, settle_s=6.0, size=(1600, 1000))
     value = page.value
     assert value["hash"].startswith(f"#/experiments/{experiment.experiment_id}/runs?"), value["hash"]
     assert value["headings"] == ["Runs"], value["headings"]  # GenAI side: "Training runs"; Overview: "Overview"
@@ -433,3 +442,49 @@ def test_mlflow_ui_shows_the_runs_table_for_the_readme_filter(msu_audit, tmp_pat
     # the table lists the matching runs under their parents (the sweeps), and counts both
     parents = {ui.run_tags(r).get("mlflow.parentRunId") for r in expected} - {r["info"]["run_id"] for r in expected}
     assert value["rows"] >= 1 and int(value["matching"]) == len(expected) + len(parents - {None})
+
+
+# The first screen of the address the command prints: rows, the headers with their boxes, the search box, and the
+# left edge of MLflow's Assistant panel where a fresh browser has it open (3.17 opens it once on a local server).
+FIRST_SCREEN_JS = """(() => {
+  const box = e => e.getBoundingClientRect();
+  const viewport = document.querySelector('.ag-center-cols-viewport') || document.querySelector('.ag-body-viewport');
+  const title = Array.from(document.querySelectorAll('body *')).find(
+    e => e.childElementCount === 0 && e.textContent.trim() === 'MLflow Assistant');
+  let panel = title;
+  while (panel && box(panel).height < 0.7 * innerHeight) panel = panel.parentElement;
+  return {hash: location.hash,
+          rows: document.querySelectorAll('.ag-center-cols-container .ag-row').length,
+          headers: Array.from(document.querySelectorAll('.ag-header-cell')).map(
+            h => ({text: h.innerText.trim(), left: box(h).left, right: box(h).right})),
+          gridRight: viewport ? box(viewport).right : innerWidth,
+          assistantLeft: panel ? box(panel).left : null,
+          search: Array.from(document.querySelectorAll('input')).map(i => i.value)};
+})()"""
+
+
+def test_mlflow_first_screen_is_one_row_per_audit_with_the_stewards_columns(msu_audit, msu_ui, tmp_path):
+    """Issue 49: the address the command prints opens the cohort's experiment on its audits, one row per audit
+    (sweeps and cells folded under it), with the columns a steward reads first: ε, AUROC and the share of patients
+    re-identified, each whole on the first screen of a 1920 × 1080 display beside the Assistant panel a fresh
+    browser opens."""
+    from _mlflow_server import ui
+
+    [link] = re.findall(r"then open (http://\S+)", msu_audit["stdout"])
+    url = msu_ui + link[link.index("/#/"):]
+    assert "viewStateShareKey=" in url and "workflowType=machine_learning" in url
+    page = ui.browse(url, tmp_path / "first_screen.png", evaluate=FIRST_SCREEN_JS, full_page=False, settle_s=6.0,
+                     size=(1920, 1080))
+    value = page.value
+    assert value["rows"] == 1, value  # the audit; its sweeps and cells are folded under it
+    assert any("tags.dataset = 'mini_msu'" in text for text in value["search"]), value["search"]
+    right_edge = min(value["gridRight"], value["assistantLeft"] or value["gridRight"])
+    shown = {h["text"]: h for h in value["headers"]}
+    for column in ("ε gaussian_analytic", "AUROC gaussian_analytic", "re-identified gaussian_analytic"):
+        assert column in shown, (column, list(shown))
+        assert shown[column]["right"] <= right_edge + 1, (column, shown[column], right_edge)
+    from PIL import Image
+
+    with Image.open(page.screenshot) as image:
+        colours = image.convert("RGB").getcolors(maxcolors=1 << 16)
+    assert colours is None or len(colours) > 50, "the screenshot is (nearly) blank"

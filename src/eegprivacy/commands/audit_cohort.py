@@ -208,7 +208,9 @@ def configure_console(level: str) -> None:
     if numeric > logging.INFO:
         # Worker processes (loky) start from the environment: on Ctrl-C scikit-learn's MLP there would print
         # "Training interrupted by user" with a source line, once per worker, after ours.
-        os.environ.setdefault("PYTHONWARNINGS", "ignore:Training interrupted by user")
+        # After Ctrl-C or SIGTERM, multiprocessing's resource tracker cleans up what the killed pool left and
+        # warns about each: expected (a rerun resumes), so not printed after the "interrupted" line either.
+        os.environ.setdefault("PYTHONWARNINGS", "ignore:Training interrupted by user,ignore:resource_tracker")
         warnings.filterwarnings("ignore", category=FutureWarning)
         warnings.filterwarnings("ignore", category=DeprecationWarning)
 
@@ -377,14 +379,78 @@ def _scoped_process_state():
         mne.utils.logger.setLevel(mne_level)
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (what a scheduler or ``kill`` sends), met as Ctrl-C: every open MLflow run ends KILLED, the finished
+    cells stay on disk, and the same command resumes."""
+
+
+# Code a signal must not interrupt: the MLflow store's writes (SQLAlchemy, sqlite3). Cut in half, a write leaves
+# the sqlite store locked, and the runs could then not be marked KILLED.
+_STORE_CODE = tuple(f"{os.sep}{name}{os.sep}" for name in ("sqlalchemy", "sqlite3", "store"))
+_RETRY_S = 0.05
+
+
+def _in_store_call(frame) -> bool:
+    while frame is not None:
+        if any(part in frame.f_code.co_filename for part in _STORE_CODE):
+            return True
+        frame = frame.f_back
+    return False
+
+
+@contextlib.contextmanager
+def _interrupts_between_store_writes():
+    """Within the block, Ctrl-C raises KeyboardInterrupt and SIGTERM (what a scheduler or ``kill`` sends)
+    :class:`Terminated` in the main thread, but never inside a write to the MLflow store: a signal that arrives
+    there is sent again 50 ms later, until the write is done. The previous handlers come back after the block. Off
+    the main thread (a notebook's worker) signals cannot be set: nothing changes there."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        if _in_store_call(frame):
+            threading.Timer(_RETRY_S, os.kill, (os.getpid(), signum)).start()
+            return
+        raise Terminated if signum == signal.SIGTERM else KeyboardInterrupt
+
+    previous = {signum: signal.signal(signum, handler) for signum in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for signum, old in previous.items():
+            signal.signal(signum, old)
+
+
 def run(args) -> int:
     level = args.log_level or ("info" if args.verbose else "warning")
-    with _scoped_process_state():
+    with _scoped_process_state(), _interrupts_between_store_writes():
         configure_console(level)
         code = _guarded(args, level)
-    if code == 130:
+    if code in (130, 143):
         _quiet_interrupted_workers()
     return code
+
+
+def _end_interrupted_runs() -> None:
+    """After Ctrl-C or SIGTERM, every MLflow run this process left open ends KILLED (the ``with`` blocks end the
+    runs they hold; a run created just as the signal arrived is ended here), so none stays RUNNING; a rerun
+    reopens them. A second signal or a store that cannot be reached only leaves them to the next run, which marks
+    runs of a dead process FAILED and reopens them."""
+    import signal
+
+    from eegprivacy.tracking.runs import end_own_runs
+
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut this short
+    try:
+        end_own_runs("a")
+    except Exception as err:  # noqa: BLE001 - the message that follows matters more
+        log.info("could not end the interrupted MLflow runs (%s); the next run will", err)
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def _quiet_interrupted_workers() -> None:
@@ -400,11 +466,31 @@ def _quiet_interrupted_workers() -> None:
 
 
 def _guarded(args, level: str) -> int:
+    """The command's exit code: 0, 2 for bad input (one line), 130 after Ctrl-C and 143 after SIGTERM (128 + the
+    signal), when the runs it left open are ended KILLED."""
+    code, interrupted = _interruptible(args, level)
+    if interrupted is None:
+        return code
+    # Out of the except block, the interrupted frames (and a store connection one held mid-write) are gone.
+    import gc
+
+    gc.collect()
+    _end_interrupted_runs()
+    print(INTERRUPTED, file=sys.stderr)
+    return 143 if isinstance(interrupted, Terminated) else 130
+
+
+def _interruptible(args, level: str) -> tuple[int, KeyboardInterrupt | None]:
+    """(exit code, None), or (0, the interrupt that stopped the command: Ctrl-C or SIGTERM), without its frames."""
+    try:
+        return _checked(args, level), None
+    except KeyboardInterrupt as err:
+        return 0, type(err)()
+
+
+def _checked(args, level: str) -> int:
     try:
         return _run(args)
-    except KeyboardInterrupt:
-        print(INTERRUPTED, file=sys.stderr)
-        return 130
     except UsageError as err:
         print(f"eegprivacy audit-cohort: error: {err}\nusage: {USAGE}", file=sys.stderr)
         return 2
@@ -530,7 +616,7 @@ def group_level(args, bids_dir: str | None, output_dir: Path, work: Path, config
                        n_jobs=args.jobs)
     uri = tracking_uri()
     print(f"report: {result.paths['report']}")
-    print(f"runs:   {runs_link(uri)}")
+    print(f"runs:   {runs_link(uri, result.cohort.dataset)}")
     print(f"work:   {work} (private: the un-noised features, named by subject; delete it when done)")
     left_out = result.cohort.summary["left_out"]
     if left_out:
@@ -544,16 +630,19 @@ def group_level(args, bids_dir: str | None, output_dir: Path, work: Path, config
     return 0
 
 
-def runs_link(uri: str, port: int = 5000) -> str:
+def runs_link(uri: str, dataset: str, port: int = 5000) -> str:
     """How to open the audit's runs: for a local store the ``mlflow ui`` command and the address of the runs table
     (``workflowType=machine_learning``: MLflow 3's UI otherwise opens an experiment on its GenAI pages, whatever
-    the experiment's kind tag says)."""
+    the experiment's kind tag says), opened on the cohort's view (``viewStateShareKey``: this cohort's audits, one
+    row each, with the ε, AUROC and re-identification columns; :func:`~eegprivacy.tracking.runs.share_view`)."""
     import mlflow
 
+    from eegprivacy.studies.cohort_audit import runs_view_key
     from eegprivacy.tracking.runs import EXPERIMENTS, RUNS_PAGE_QUERY
 
     experiment = mlflow.MlflowClient(uri).get_experiment_by_name(EXPERIMENTS["a"])
-    page = f"#/experiments/{experiment.experiment_id}/runs?{RUNS_PAGE_QUERY}" if experiment else "#/"
+    page = (f"#/experiments/{experiment.experiment_id}/runs?{RUNS_PAGE_QUERY}&viewStateShareKey="
+            f"{runs_view_key(dataset)}" if experiment else "#/")
     if uri.startswith(("http://", "https://")):
         return f"{uri.rstrip('/')}/{page}"
     return f"mlflow ui --backend-store-uri {uri} --port {port}, then open http://127.0.0.1:{port}/{page}"

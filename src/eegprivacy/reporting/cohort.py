@@ -252,10 +252,11 @@ def _caution(summary: dict) -> str | None:
     if limit is None:
         return None
     positive, negative = _labels(summary)
+    named = {"0", "1"} <= set(cohort.get("label_names") or {})
     small = [(n, name) for n, name in ((cohort["n_label_1"], positive), (cohort["n_label_0"], negative)) if n < limit]
     if not small:
         return None
-    which = " and ".join(f"{n} {name} patients" for n, name in small)
+    which = " and ".join(f"{n} {name} patients" if named else f"{n} patients with {name}" for n, name in small)
     return (f"Caution: only {which} (fewer than {limit} per class): the intervals below are too wide to decide "
             "either way; read these numbers as a first look, and audit a larger cohort before releasing.")
 

@@ -29,6 +29,7 @@ which order it lists them, or where its files live. Numbers depend on the record
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import logging
 import math
@@ -578,8 +579,8 @@ def patient_table(cohort: Cohort) -> PatientTable:
 
 
 class _AuditRunner(SweepRunner):
-    """A sweep runner that also reports each computed cell to ``on_cell`` (the audit's one overall progress line),
-    in place of a bar per sweep."""
+    """A sweep runner that also reports each computed cell to ``on_cell(config, seed)`` (the audit's one overall
+    progress line), in place of a bar per sweep."""
 
     on_cell = None
 
@@ -589,24 +590,39 @@ class _AuditRunner(SweepRunner):
 
         def counted(config, seed):
             rows = cell_fn(config, seed)
-            self.on_cell()
+            self.on_cell(config, seed)
             return rows
 
         return super().run(cells, counted)
 
 
+def audit_key(cohort: Cohort, config: AuditConfig) -> str:
+    """The audit's idempotency key: a hash of everything its results depend on (the stage, the dataset and its
+    version, the feature settings, every knob, the code), so a rerun of the same inputs and parameters reopens the
+    same MLflow runs instead of adding new ones (:func:`eegprivacy.tracking.runs.start_run`)."""
+    text = json.dumps({"stage": STAGE, "dataset": cohort.dataset, "dataset_version": cohort.dataset_version,
+                       "features_hash": cohort.features_hash, "config": config.to_dict(), "code": code_hash()},
+                      sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
 def _runner(cohort: Cohort, config: AuditConfig, cells_dir: str | Path, name: str, progress: bool,
-            parent_tags: dict, tags_fn) -> SweepRunner:
+            parent_tags: dict, tags_fn, key: str | None = None) -> SweepRunner:
+    """The audit runner of sweep ``name``; with the audit's ``key``, the sweep's own (the two hashed)."""
+    sweep_key = None if key is None else hashlib.sha256(f"{key}/{name}".encode()).hexdigest()[:16]
     return _AuditRunner(name=f"{STAGE}-{cohort.dataset}-{name}", study="a", dataset=cohort.dataset,
                         out_dir=Path(cells_dir) / name, parent_tags=parent_tags, tags_fn=tags_fn,
-                        params={"audit": config.to_dict(), **cohort.base_config}, progress=progress)
+                        params={"audit": config.to_dict(), **cohort.base_config}, progress=progress,
+                        idempotency_key=sweep_key)
 
 
-def utility_plan(cohort: Cohort, config: AuditConfig, cells_dir: str | Path, progress: bool = True) -> list[Sweep]:
+def utility_plan(cohort: Cohort, config: AuditConfig, cells_dir: str | Path, progress: bool = True,
+                 key: str | None = None) -> list[Sweep]:
     """Study A's utility plan (:func:`eegprivacy.studies.release.utility.utility_plan`) for the cohort: the same
     arms and cells (configs, seeds, cache keys) as ``dp_utility`` on this table, each sweep run by an audit runner
     (named ``audit_cohort-<dataset>-utility-<sweep>``, its cells under ``cells_dir``, tagged ``stage =
-    audit_cohort`` on top of dp_utility's own tags: mechanism, model, attack, ε, δ)."""
+    audit_cohort`` on top of dp_utility's own tags: mechanism, model, attack, ε, δ); with the audit's ``key``
+    (:func:`audit_key`) each sweep's runs are reused by a rerun."""
     release_config, utility_config = study_a_configs(config, cohort.dataset)
     prefix = f"dp_utility-{cohort.dataset}-"
     sweeps = []
@@ -619,14 +635,16 @@ def utility_plan(cohort: Cohort, config: AuditConfig, cells_dir: str | Path, pro
             return {**_own(cell), **run_tags(cohort, cell.seed)}
 
         sweeps.append(Sweep(name, _runner(cohort, config, cells_dir, name, progress,
-                                          {**runner.parent_tags, **run_tags(cohort, None)}, tags_fn),
+                                          {**runner.parent_tags, **run_tags(cohort, None)}, tags_fn, key),
                             cells, "utility"))
     return sweeps
 
 
-def plan(cohort: Cohort, config: AuditConfig, cells_dir: str | Path, progress: bool = True) -> list[Sweep]:
-    """Every sweep of the audit: study A's utility sweeps (:func:`utility_plan`), then the attacks."""
-    sweeps = utility_plan(cohort, config, cells_dir, progress)
+def plan(cohort: Cohort, config: AuditConfig, cells_dir: str | Path, progress: bool = True,
+         key: str | None = None) -> list[Sweep]:
+    """Every sweep of the audit: study A's utility sweeps (:func:`utility_plan`), then the attacks; with the
+    audit's ``key`` (:func:`audit_key`) a rerun reuses each sweep's runs."""
+    sweeps = utility_plan(cohort, config, cells_dir, progress, key)
     base = {**cohort.base_config, "clip_norm": float(config.clip_norm), "code_hash": code_hash()}
 
     def add(name, kind, cells, mechanism, **tags):
@@ -638,7 +656,7 @@ def plan(cohort: Cohort, config: AuditConfig, cells_dir: str | Path, progress: b
             return run_tags(cohort, cell.seed, mechanism=mechanism, **tags, **own)
 
         runner = _runner(cohort, config, cells_dir, name, progress, run_tags(cohort, None, mechanism=mechanism, **tags),
-                         child_tags)
+                         child_tags, key)
         sweeps.append(Sweep(name, runner, cells, kind))
 
     noise_seeds = range(config.noise_seeds)
@@ -660,32 +678,40 @@ def plan(cohort: Cohort, config: AuditConfig, cells_dir: str | Path, progress: b
     return sweeps
 
 
-def _pending(sweep: Sweep, cells_dir: Path) -> int:
+def _pending(sweep: Sweep, cells_dir: Path) -> list[Cell]:
     """Cells a run computes: not on disk, or (utility) on disk without their kept predictions."""
-    pending = {cell.key for cell in sweep.runner.pending(sweep.cells)}
-    if sweep.kind == "utility":
-        pending |= {cell.key for cell in sweep.cells
-                    if not study_a.predictions_path(cells_dir, cell.key).exists()}
-    return len(pending)
+    missing = {cell.key for cell in sweep.runner.pending(sweep.cells)}
+    return [cell for cell in sweep.cells if cell.key in missing
+            or (sweep.kind == "utility" and not study_a.predictions_path(cells_dir, cell.key).exists())]
+
+
+def cell_cost(config: dict, seed: int, n_patients: int) -> float:
+    """A cell's work in LOSO fits, the unit of the progress line's cells phase: a utility cell's
+    (:func:`eegprivacy.studies.release.utility.loso_fits`: n, or n plus the nested protocol's inner fits), an
+    attack cell's one (a few releases and distance computations: about one fit's time)."""
+    if config.get("kind") in ("reidentification", "membership"):
+        return 1.0
+    return study_a.loso_fits(config, seed, n_patients)
 
 
 def run_sweeps(cohort: Cohort, config: AuditConfig, cells_dir: str | Path, *, progress: bool = True,
-               n_jobs: int = 1, bar=None) -> tuple[list[Sweep], list[pd.DataFrame], dict]:
+               n_jobs: int = 1, bar=None, key: str | None = None) -> tuple[list[Sweep], list[pd.DataFrame], dict]:
     """Run every sweep: the utility sweeps through study A's
     :func:`~eegprivacy.studies.release.utility.run_keeping_predictions` (per-patient predictions kept under
     ``cells_dir``), then the attacks; pending cells are computed ahead by ``n_jobs`` processes or the process-wide
-    executor. With ``bar`` (a tqdm bar) every computed cell advances it, and no sweep draws its own."""
+    executor. With ``bar`` (a :class:`~eegprivacy.pipeline.progress.PhaseProgress`) the cells are one phase of it,
+    counted in LOSO fits (:func:`cell_cost`), and no sweep draws its own. With the audit's ``key``
+    (:func:`audit_key`) a rerun reuses the sweeps' MLflow runs."""
     cells_dir = Path(cells_dir)
-    sweeps = plan(cohort, config, cells_dir, progress and bar is None)
+    sweeps = plan(cohort, config, cells_dir, progress and bar is None, key)
     utility = [s for s in sweeps if s.kind == "utility"]
     attacks = [s for s in sweeps if s.kind != "utility"]
-    computed = sum(_pending(s, cells_dir) for s in sweeps)
+    pending = [cell for s in sweeps for cell in _pending(s, cells_dir)]
     if bar is not None:
-        bar.total = (bar.total or 0) + computed
-        bar.set_description_str("audit: utility and attack cells")
-        bar.refresh()
+        cost = functools.partial(cell_cost, n_patients=len(cohort.y))
+        bar.phase("audit: utility and attack cells", sum(cost(c.config, c.seed) for c in pending), "LOSO fits")
         for sweep in sweeps:
-            sweep.runner.on_cell = functools.partial(bar.update, 1)
+            sweep.runner.on_cell = lambda config, seed, _cost=cost: bar.advance(_cost(config, seed))
     frames = study_a.run_keeping_predictions([(s.runner, s.cells) for s in utility],
                                              functools.partial(study_a.utility_cell, X=cohort.X, y=cohort.y),
                                              cells_dir, n_jobs)
@@ -698,8 +724,8 @@ def run_sweeps(cohort: Cohort, config: AuditConfig, cells_dir: str | Path, *, pr
     compute = PrefetchedCells(cell_fn, jobs, n_jobs=n_jobs)
     frames += [s.runner.run(s.cells, compute) for s in attacks]
     n_cells = sum(len(s.cells) for s in sweeps)
-    return utility + attacks, frames, {"cells": n_cells, "cells_computed": computed,
-                                       "cells_resumed": n_cells - computed}
+    return utility + attacks, frames, {"sweeps": len(sweeps), "cells": n_cells, "cells_computed": len(pending),
+                                       "cells_resumed": n_cells - len(pending)}
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -989,43 +1015,74 @@ def default_cache_dir(dataset: str, version: str) -> Path:
     return Path("data") / "cache" / "cohort_audit" / f"{dataset}-{version[:8]}"
 
 
+# The audit run's headline columns, per mechanism (the name says what the column holds, then which mechanism, so a
+# narrow column still shows what it is) and the chance level of re-identification.
+HEADLINE_COLUMNS = {"epsilon": "ε {}", "release_auroc": "AUROC {}", "reidentification": "re-identified {}"}
+CHANCE_COLUMN = "re-identified by chance"
+
+
+def headline_metrics(summary: dict) -> dict[str, float]:
+    """The verdict's lead as the audit run's metrics, the columns a steward reads first in MLflow's runs table
+    (:data:`HEADLINE_COLUMNS`): per mechanism the ε of :func:`headline`, the release's AUROC there and the share
+    of patients re-identified there, and :data:`CHANCE_COLUMN`, to 3 decimals as a table shows them (the exact
+    values are the summary metrics of the same run); a number the summary does not have is left out."""
+    out = {}
+    for point in summary.get("headline") or []:
+        for name, column in HEADLINE_COLUMNS.items():
+            value = point["epsilon"] if name == "epsilon" else (point.get(name) or {}).get("value")
+            if value is not None:
+                out[column.format(point["mechanism"])] = round(float(value), 3)
+        chance = (point.get("reidentification") or {}).get("chance")
+        if chance is not None:
+            out[CHANCE_COLUMN] = round(float(chance), 3)
+    return out
+
+
+def headline_columns(config: AuditConfig) -> list[str]:
+    """The runs-table columns of the audit's first screen (:func:`headline_metrics`), in reading order."""
+    return [column.format(m) for m in config.mechanisms for column in HEADLINE_COLUMNS.values()] + [CHANCE_COLUMN]
+
+
 def run_audit(dataset: EEGDataset, config: AuditConfig = AuditConfig(), out_dir: str | Path | None = None, *,
               cache_dir: str | Path | None = None, progress: bool = True, n_jobs: int = 1) -> AuditResult:
-    """The whole audit: cohort -> sweeps -> summary rows -> one MLflow summary run -> rows.csv, summary.json,
-    figures and report.html in ``out_dir`` (written together, atomically; the report reads the logged rows).
-    ``cache_dir`` keeps the feature table and every finished cell, so a rerun computes only what is missing."""
-    from tqdm.auto import tqdm
-
+    """The whole audit: cohort -> one top-level MLflow run for the audit, its sweeps nested under it -> summary
+    rows, logged on that run with the verdict's headline columns (:func:`headline_metrics`) -> rows.csv,
+    summary.json, figures and report.html in ``out_dir`` (written together, atomically; the report reads the logged
+    rows). A rerun of the same inputs and parameters reopens the same runs (:func:`audit_key`), and the runs
+    table's first screen for the cohort is stored in the experiment (:func:`~eegprivacy.tracking.runs.share_view`).
+    ``cache_dir`` keeps the feature table and every finished cell, so a rerun computes only what is missing.
+    One progress line: recordings read, then LOSO fits computed, each phase's ETA from its own measured pace
+    (:class:`~eegprivacy.pipeline.progress.PhaseProgress`)."""
+    from eegprivacy.pipeline.progress import PhaseProgress
     from eegprivacy.reporting import cohort as cohort_report
     from eegprivacy.tracking import log_artifact, log_metrics, start_run
+    from eegprivacy.tracking.runs import share_view
 
     out = Path(out_dir) if out_dir is not None else default_out_dir(dataset.name, dataset.version())
     cache = Path(cache_dir) if cache_dir is not None else default_cache_dir(dataset.name, dataset.version())
-    # One overall progress line: every recording read, then every cell computed; tqdm's ETA from the rate so far.
-    # Written to a terminal it redraws in place; to a file or pipe (a batch job's log), one line every 30 s at most.
-    interactive = getattr(sys.stderr, "isatty", lambda: False)()
-    bar = tqdm(total=0, desc="audit: checking labels and recordings", unit="step", disable=not progress,
-               dynamic_ncols=True, mininterval=0.2 if interactive else 30, bar_format="{desc}: {n}/{total} steps |{bar}| {elapsed} elapsed, ETA {remaining}")
+    line = PhaseProgress(enabled=progress)
+    line.note("audit: checking labels and recordings")
     try:
         def on_recording():
-            if not bar.total:
-                bar.total = len(dataset.recordings())
-                bar.set_description_str("audit: reading recordings")
-            bar.update(1)
+            if line.unit != "recordings":
+                line.phase("audit: reading recordings", len(dataset.recordings()), "recordings")
+            line.advance()
 
         cohort = load_cohort(dataset, config, cache_dir=cache, progress=False, on_recording=on_recording)
-        sweeps, frames, counts = run_sweeps(cohort, config, cache / "cells", progress=progress, n_jobs=n_jobs,
-                                            bar=bar if progress else None)
-        bar.set_description_str("audit: intervals and report")
-        bar.refresh()
-        rows = summarise(cohort, config, sweeps, frames, cache / "cells")
-        paths = {"rows": out / "rows.csv", "summary": out / "summary.json", "report": out / "report.html",
-                 "utility_figure": out / "utility_vs_epsilon.png", "attack_figure": out / "attacks_vs_epsilon.png"}
-        with start_run(study="a", tags=run_tags(cohort, None), run_name=f"{STAGE}-{cohort.dataset}-summary",
-                       params={"audit": config.to_dict(), **cohort.base_config}) as run:
-            log_metrics({**summary_metrics(rows), **{f"sweep/{k}": float(v) for k, v in counts.items()}})
+        key = audit_key(cohort, config)
+        with start_run(study="a", tags=run_tags(cohort, None), run_name=f"{STAGE}-{cohort.dataset}",
+                       params={"audit": config.to_dict(), **cohort.base_config}, idempotency_key=key) as run:
+            sweeps, frames, counts = run_sweeps(cohort, config, cache / "cells", progress=progress, n_jobs=n_jobs,
+                                                bar=line if progress else None, key=key)
+            line.note("audit: intervals and report")
+            rows = summarise(cohort, config, sweeps, frames, cache / "cells")
+            paths = {"rows": out / "rows.csv", "summary": out / "summary.json", "report": out / "report.html",
+                     "utility_figure": out / "utility_vs_epsilon.png",
+                     "attack_figure": out / "attacks_vs_epsilon.png"}
             summary = summary_document(cohort, config, rows, run.info.run_id)
             summary["counts"] = counts
+            log_metrics({**summary_metrics(rows), **{f"sweep/{k}": float(v) for k, v in counts.items()},
+                         **headline_metrics(summary)})
             figures = cohort_report.figures(rows, summary)
             with atomic_paths(*paths.values()) as (tmp_rows, tmp_summary, tmp_report, tmp_utility, tmp_attack):
                 rows.to_csv(tmp_rows, index=False)
@@ -1034,16 +1091,27 @@ def run_audit(dataset: EEGDataset, config: AuditConfig = AuditConfig(), out_dir:
                 figures["attacks"].savefig(tmp_attack, dpi=110)
                 cohort_report.write_html(tmp_report, rows, summary, {"utility": tmp_utility, "attacks": tmp_attack})
             cohort_report.close(figures)
-            for key in ("rows", "summary", "report"):
-                log_artifact(paths[key], STAGE)
-            for key in ("utility_figure", "attack_figure"):
-                log_artifact(paths[key], f"{STAGE}/figures")
+            for name in ("rows", "summary", "report"):
+                log_artifact(paths[name], STAGE)
+            for name in ("utility_figure", "attack_figure"):
+                log_artifact(paths[name], f"{STAGE}/figures")
+        share_view("a", runs_view_key(cohort.dataset), f"tags.stage = '{STAGE}' and tags.dataset = "
+                   f"{_quoted_filter(cohort.dataset)}", headline_columns(config))
     except BaseException:
-        bar.leave = False  # an error or Ctrl-C: clear the progress line, so the message that follows starts a line
+        line.close(leave=False)  # an error or Ctrl-C: clear the line, so the message that follows starts a line
         raise
-    finally:
-        bar.close()
+    line.close()
     return AuditResult(cohort, rows, summary, counts, paths)
+
+
+def runs_view_key(dataset: str) -> str:
+    """The key of the cohort's runs view in MLflow (``viewStateShareKey`` in the address the command prints)."""
+    return f"{STAGE}-{hashlib.sha256(dataset.encode()).hexdigest()[:16]}"
+
+
+def _quoted_filter(text: str) -> str:
+    """``text`` as a string literal of MLflow's search syntax."""
+    return f"'{text}'" if "'" not in text else f'"{text}"'
 
 
 def _json_default(value):
