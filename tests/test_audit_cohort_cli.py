@@ -85,18 +85,21 @@ def _no_traceback(text: str) -> None:
 @pytest.fixture(scope="module")
 def steward(trees, tmp_path_factory):
     """The steward's group run: a cohort named in its dataset_description.json, labels HC/SZ mapped with
-    --label-map, a truncated EDF, 8 participants selected, from an empty working folder with the progress line on;
-    its default work folder in a user cache of its own."""
+    --label-map, 8 participants selected, run from an empty working folder with the progress line on, its default
+    work folder in a user cache of its own; and a steward's usual bad files: sub-03's recording an EDF cut in half
+    (read up to its last whole record, flagged), sub-09's an EDF cut inside its first record (no reader opens it)
+    and sub-08's with NaN samples (BrainVision, the tree's format: BIDS lets formats differ between subjects)."""
     tmp = tmp_path_factory.mktemp("steward")
-    tree = Path(shutil.copytree(trees / "edf", tmp / "bids"))
+    tree = Path(shutil.copytree(trees / "bv", tmp / "bids"))
     description = json.loads((tree / "dataset_description.json").read_text())
     (tree / "dataset_description.json").write_text(json.dumps({**description, "Name": "Steward cohort"}))
     table = pd.read_csv(tree / "participants.tsv", sep="\t", dtype=str)
     table.assign(label=table["label"].map({"0": "HC", "1": "SZ"})).to_csv(tree / "participants.tsv", sep="\t",
                                                                           index=False)
-    edf = tree / "sub-03" / "eeg" / "sub-03_task-rest_eeg.edf"
+    edf = _as_edf(trees, tree, "03")
     with open(edf, "r+b") as handle:
         handle.truncate(edf.stat().st_size // 2)
+    unreadable, nan = _truncated_edf(trees, tree, "09"), _nan_samples(tree, "08")
     cwd, out = _empty(tmp), tmp / "audit"
     labels = ["01", "02", "03", "04", "sub-07", "08", "09", "10"]
     args = ["audit-cohort", tree, None, "group", "--label", "label", "--label-map", "SZ=1", "HC=0",
@@ -104,7 +107,8 @@ def steward(trees, tmp_path_factory):
     with_progress = [arg for arg in args if arg != "--no-progress"]
     with_progress[2] = out
     done = _run(with_progress, cwd, XDG_CACHE_HOME=str(tmp / "xdg"))
-    return {"tree": tree, "edf": edf, "cwd": cwd, "out": out, "args": args, "done": done, "tmp": tmp}
+    return {"tree": tree, "edf": edf, "unreadable": unreadable, "nan": nan, "cwd": cwd, "out": out, "args": args,
+            "done": done, "tmp": tmp}
 
 
 def test_group_level_from_an_empty_folder_with_participant_selection_and_a_truncated_file(steward):
@@ -112,8 +116,8 @@ def test_group_level_from_an_empty_folder_with_participant_selection_and_a_trunc
     folder in the user cache (never in OUTPUT_DIR, never named in the report), nothing in the working folder;
     --participant-label and --task select; the cohort's name from dataset_description.json titles the report and
     tags the runs; labels mapped with --label-map are named so in the verdict, which the console prints too, with
-    the caution of a small cohort; a truncated EDF is one console line naming the file; MNE's and MLflow's INFO
-    lines are off; the last line is a sentence."""
+    the caution of a small cohort; an EDF cut in half is read, flagged and one console line naming the file (the
+    two unusable files: the next test); MNE's and MLflow's INFO lines are off; the last line is a sentence."""
     import mlflow
 
     done, cwd, out, edf, tmp_path = (steward[k] for k in ("done", "cwd", "out", "edf", "tmp"))
@@ -126,7 +130,7 @@ def test_group_level_from_an_empty_folder_with_participant_selection_and_a_trunc
     for name in ("report.html", "summary.json", "rows.csv"):
         assert str(work) not in (out / name).read_text() and "audit-cohort/" not in (out / name).read_text()
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["dataset"] == "Steward cohort" and summary["cohort"]["n_patients"] == 8
+    assert summary["dataset"] == "Steward cohort" and summary["cohort"]["n_patients"] == 6  # 8 selected, 2 left out
     assert "Cohort audit: Steward cohort" in (out / "report.html").read_text()
     # the verdict's lead on the console: at the ε a steward would pick, utility and re-identification together
     verdict = [line for line in done.stdout.splitlines() if line.startswith("verdict: ")]
@@ -144,7 +148,7 @@ def test_group_level_from_an_empty_folder_with_participant_selection_and_a_trunc
     # one overall progress line (tqdm rewrites it in place), with elapsed time and an ETA from the pace measured in
     # each phase: recordings read, then LOSO fits of the cells (tests/test_phase_progress.py)
     bars = [part for part in re.split(r"[\r\n]", done.stderr) if part.startswith("audit: ")]
-    assert any(re.match(r"audit: reading recordings: \d+/8 recordings \|.*\| \d+:\d\d elapsed, ETA (\d+:\d\d|\?)$",
+    assert any(re.match(r"audit: reading recordings: \d+/7 recordings \|.*\| \d+:\d\d elapsed, ETA (\d+:\d\d|\?)$",
                         b) for b in bars), bars
     assert any(re.match(r"audit: utility and attack cells: \d+/\d+ LOSO fits \|.*\| \d+:\d\d elapsed, ETA \d+:\d\d$",
                         b) for b in bars), bars
@@ -155,7 +159,7 @@ def test_group_level_from_an_empty_folder_with_participant_selection_and_a_trunc
         assert noise not in done.stderr + done.stdout, noise
     last = done.stdout.strip().splitlines()[-1]
     ci = r"-?\d\.\d{3} \[-?\d\.\d{3}, -?\d\.\d{3}\]"
-    assert re.fullmatch(rf"Steward cohort: 8 patients, non-private AUROC {ci} vs permuted-label control {ci} "
+    assert re.fullmatch(rf"Steward cohort: 6 patients, non-private AUROC {ci} vs permuted-label control {ci} "
                         rf"\(difference {ci.replace('-?', '[+-]')}\), 95% intervals over subjects\+seeds; "
                         r"gaussian_analytic beats its matched null (from ε = \d+|at no ε ≤ 10) \(ε per patient, on "
                         r"the features; \d+ cells computed, 0 resumed\)\.", last), last
@@ -184,31 +188,34 @@ def _nan_samples(tree: Path, subject: str = "05") -> Path:
     return samples.with_suffix(".vhdr")
 
 
-def _truncated_edf(trees: Path, tree: Path, subject: str = "03") -> Path:
-    """The subject's recording as EDF (BIDS lets formats differ between subjects), cut inside its first data
-    record, as an interrupted copy leaves it: no reader can open it."""
+def _as_edf(trees: Path, tree: Path, subject: str) -> Path:
+    """The subject's recording in ``tree`` replaced by its EDF copy (BIDS lets formats differ between subjects)."""
     eeg = tree / f"sub-{subject}" / "eeg"
     for path in eeg.iterdir():
         path.unlink()
     for path in (trees / "edf" / f"sub-{subject}" / "eeg").iterdir():
         shutil.copy(path, eeg / path.name)
-    edf = eeg / f"sub-{subject}_task-rest_eeg.edf"
+    return eeg / f"sub-{subject}_task-rest_eeg.edf"
+
+
+def _truncated_edf(trees: Path, tree: Path, subject: str) -> Path:
+    """The subject's recording as EDF, cut inside its first data record, as an interrupted copy leaves it: no
+    reader can open it."""
+    edf = _as_edf(trees, tree, subject)
     with open(edf, "r+b") as handle:
         handle.truncate(256 * (1 + 16) + 500)  # the header (16 channels) and 500 bytes of a 4,096-byte record
     return edf
 
 
-def test_bad_recordings_are_left_out_and_the_group_run_finishes(trees, tmp_path):
+def test_bad_recordings_are_left_out_and_the_group_run_finishes(steward):
     """A steward's cohort always has some bad recordings: here one truncated EDF that no reader can open and one
     recording with NaN samples. The group run goes on without them (the default, --skip-bad): each is one console
     line naming the file and the reason; summary.json and the report list both, file names and subjects redacted;
     the private work folder's left_out.tsv names them; no feature or cell cache holds anything of them."""
     from eegprivacy.tracking.leaks import scan_for_identifiers
 
-    tree = _copy(trees, "bv", tmp_path)
-    edf, vhdr = _truncated_edf(trees, tree), _nan_samples(tree)
-    out, work = tmp_path / "out", tmp_path / "work"
-    done = _run(["audit-cohort", tree, out, "group", "--label", "label", "--work-dir", work, *SMALL], _empty(tmp_path))
+    done, out, edf, vhdr = steward["done"], steward["out"], steward["unreadable"], steward["nan"]
+    [work] = (steward["tmp"] / "xdg" / "eegprivacy" / "audit-cohort").iterdir()
     assert done.returncode == 0, done.stderr
     _no_traceback(done.stderr)
     for path, reason in ((edf, "cannot read"), (vhdr, "NaN/infinite sample(s)")):
@@ -216,18 +223,18 @@ def test_bad_recordings_are_left_out_and_the_group_run_finishes(trees, tmp_path)
         assert len(named) == 1 and named[0].startswith("warning: ") and reason in named[0], done.stderr
         assert named[0].endswith("; left out"), named[0]
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["cohort"]["n_patients"] == 10
     left_out = summary["cohort"]["left_out"]
+    assert len(left_out) == 2 and all(e["unusable"] for e in left_out)
     assert any("cannot read" in e["reason"] for e in left_out) and any("NaN" in e["reason"] for e in left_out)
     report = (out / "report.html").read_text()
     assert "Left out" in report and "2 recording(s) were left out" in report
-    ids = {"subject": ["sub-03", "sub-05"], "file": [edf.name, vhdr.name, "sub-03_task-rest", "sub-05_task-rest"]}
+    ids = {"subject": ["sub-08", "sub-09"], "file": [edf.name, vhdr.name, "sub-08_task-rest", "sub-09_task-rest"]}
     assert scan_for_identifiers([out], ids, whole_words=["subject"]) == []
     table = pd.read_csv(work / "left_out.tsv", sep="\t")
     assert sorted(table["file"]) == sorted([str(edf), str(vhdr)]) and table["reason"].str.len().min() > 20
     assert f"left out: 2 recording(s), each named in a warning above and in {work / 'left_out.tsv'}" in done.stdout
     features = pd.read_parquet(next(work.glob("features-*.parquet")))
-    assert set(features["subject"]) == {f"sub-{i:02d}" for i in range(1, 13)} - {"sub-03", "sub-05"}
+    assert set(features["subject"]) == {f"sub-{i}" for i in ("01", "02", "03", "04", "07", "10")}
     assert scan_for_identifiers([work / "cells"], ids, whole_words=["subject"]) == []
 
 

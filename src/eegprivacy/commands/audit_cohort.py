@@ -5,9 +5,11 @@
 
 The computing lives in :mod:`eegprivacy.studies.cohort_audit`; this module is the command line around it: the
 BIDS-Apps arguments (https://bids-apps.neuroimaging.io: ``BIDS_DIR OUTPUT_DIR participant|group``,
-``--participant-label``, ``--session``, ``--task``), every path under OUTPUT_DIR (or a flag), console output a
-person reads (one line per problem, an overall progress line, a summary sentence at the end), and bad input ending
-as one line and a non-zero exit.
+``--participant-label``, ``--session``, ``--task``), where things go (results and the MLflow store under
+OUTPUT_DIR, never in the dataset outside ``derivatives/``; the private work folder outside OUTPUT_DIR), console
+output a person reads (one line per problem, an overall progress line, the verdict's lead and a summary sentence at
+the end), bad input ending as one line and a non-zero exit with nothing left behind, and Ctrl-C or SIGTERM ending
+the MLflow runs KILLED.
 """
 
 from __future__ import annotations

@@ -16,9 +16,11 @@ Stages, each resumable:
    subject, optionally its two halves, labelled *same-session*), and membership inference on the released table.
 
 Every cell is a :class:`~eegprivacy.pipeline.sweep.SweepRunner` cell: a resumable cache file, a nested MLflow child
-run under one parent per sweep. Per-patient LOSO predictions (needed for the patient-level bootstrap) are kept in
-the cell cache beside the rows and are never logged. Summaries (:func:`summarise`: study A's utility summary plus
-the attacks) are logged as metrics of one ``summary`` run and written as ``rows.csv``/``summary.json``.
+run under one run per sweep, the sweeps nested under one top-level run per audit, which a rerun of the same inputs
+and parameters reopens (:func:`audit_key`). Per-patient LOSO predictions (needed for the patient-level bootstrap)
+are kept in the cell cache beside the rows and are never logged. Summaries (:func:`summarise`: study A's utility
+summary plus the attacks) are logged as metrics of the audit's run, with the verdict's lead as its headline columns
+(:func:`headline`, :func:`headline_metrics`), and written as ``rows.csv``/``summary.json``.
 
 **Patient order is canonical**: patients (rows) are sorted by their feature vectors (lexicographically on values
 rounded to ~6 significant digits, label last), and feature columns by name, so everything position-dependent (MLP
@@ -983,7 +985,7 @@ def _clean(value):
 
 
 def summary_metrics(rows: pd.DataFrame) -> dict[str, float]:
-    """What the summary run logs: every row's value under its key, and each other finite number of the row
+    """What the audit run logs: every row's value under its key, and each other finite number of the row
     (interval, p-value, its Monte-Carlo error, adjusted p, α tested...) under ``<key>_<column>``; descriptors
     (ε, n, seeds, chance), booleans and text are not logged."""
     out = {}
@@ -1056,7 +1058,7 @@ def run_audit(dataset: EEGDataset, config: AuditConfig = AuditConfig(), out_dir:
     from eegprivacy.pipeline.progress import PhaseProgress
     from eegprivacy.reporting import cohort as cohort_report
     from eegprivacy.tracking import log_artifact, log_metrics, start_run
-    from eegprivacy.tracking.runs import share_view
+    from eegprivacy.tracking.runs import search_literal, share_view
 
     out = Path(out_dir) if out_dir is not None else default_out_dir(dataset.name, dataset.version())
     cache = Path(cache_dir) if cache_dir is not None else default_cache_dir(dataset.name, dataset.version())
@@ -1095,8 +1097,9 @@ def run_audit(dataset: EEGDataset, config: AuditConfig = AuditConfig(), out_dir:
                 log_artifact(paths[name], STAGE)
             for name in ("utility_figure", "attack_figure"):
                 log_artifact(paths[name], f"{STAGE}/figures")
-        share_view("a", runs_view_key(cohort.dataset), f"tags.stage = '{STAGE}' and tags.dataset = "
-                   f"{_quoted_filter(cohort.dataset)}", headline_columns(config))
+        name = search_literal(cohort.dataset)  # None: a name with both kinds of quotes, which no filter can hold
+        share_view("a", runs_view_key(cohort.dataset), f"tags.stage = '{STAGE}'"
+                   + (f" and tags.dataset = {name}" if name else ""), headline_columns(config))
     except BaseException:
         line.close(leave=False)  # an error or Ctrl-C: clear the line, so the message that follows starts a line
         raise
@@ -1107,11 +1110,6 @@ def run_audit(dataset: EEGDataset, config: AuditConfig = AuditConfig(), out_dir:
 def runs_view_key(dataset: str) -> str:
     """The key of the cohort's runs view in MLflow (``viewStateShareKey`` in the address the command prints)."""
     return f"{STAGE}-{hashlib.sha256(dataset.encode()).hexdigest()[:16]}"
-
-
-def _quoted_filter(text: str) -> str:
-    """``text`` as a string literal of MLflow's search syntax."""
-    return f"'{text}'" if "'" not in text else f'"{text}"'
 
 
 def _json_default(value):

@@ -460,7 +460,7 @@ def _count(text: str | None) -> int:
         return 0
 
 
-def _quoted(text: str) -> str | None:
+def search_literal(text: str) -> str | None:
     """``text`` as a string literal of MLflow's search syntax, None when it holds both kinds of quotes."""
     if "'" not in text:
         return f"'{text}'"
@@ -492,7 +492,7 @@ def resumable_run(client, experiment_id: str, run_name: str | None, parent_run_i
     are not compared) and no param that differs from or is missing in ``params`` (a run killed before it logged
     its params has a subset). Runs without a name are never resumed. A top-level run is looked up after
     :func:`fail_orphaned_runs`, so a run whose process was killed with SIGKILL is FAILED by then."""
-    name = _quoted(run_name) if run_name else None
+    name = search_literal(run_name) if run_name else None
     if name is None:
         return None
     query = f"attributes.run_name = {name}"
