@@ -19,6 +19,9 @@ import numpy as np
 from eegprivacy.data.base import EEGDataset, Recording
 from eegprivacy.data.msu_schizophrenia import MSUSchizophrenia
 
+# The key to_bids numbers the test trees' subjects with (tests/test_to_bids_pseudonyms.py): fixed, so a test that
+# damages sub-05 damages the same subject on every run.
+TREE_KEY = b"eegprivacy tests: a fixed key for the subject numbers"
 MSU_CHANNELS = ["F7", "F3", "F4", "F8", "T3", "C3", "Cz", "C4", "T4", "T5", "P3", "Pz", "P4", "T6", "O1", "O2"]
 SFREQ = 128.0
 

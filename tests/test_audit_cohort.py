@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from _cohort_audit_data import MiniMSU, NoiseCohort
+from _cohort_audit_data import TREE_KEY, MiniMSU, NoiseCohort
 
 from eegprivacy.evaluation.cluster_bootstrap import bootstrap_indices, combine_seeds
 from eegprivacy.studies.cohort_audit import (
@@ -79,6 +79,7 @@ def audit(tmp_path_factory, data_root):
         first_rows = pd.read_csv(out / "rows.csv")
         assert main(command) == 0
         second = json.loads((out / "summary.json").read_text())
+        assert main(command) == 0  # a second rerun: it too reuses the audit's runs (issue 49)
     return {"out": out, "tmp": tmp, "uri": f"sqlite:///{tmp / 'mlflow.db'}", "first": first, "second": second,
             "first_rows": first_rows}
 
@@ -195,13 +196,41 @@ def test_rerun_resumes_every_cell_with_identical_numbers(audit):
 
     first, second = audit["first"], audit["second"]
     assert first["counts"]["cells_computed"] == first["counts"]["cells"] > 0
-    assert second["counts"] == {"cells": first["counts"]["cells"], "cells_computed": 0,
-                                "cells_resumed": first["counts"]["cells"]}
+    assert second["counts"] == {"sweeps": first["counts"]["sweeps"], "cells": first["counts"]["cells"],
+                                "cells_computed": 0, "cells_resumed": first["counts"]["cells"]}
     client = mlflow.MlflowClient(audit["uri"])
     run = client.get_run(second["mlflow_summary_run"])
     assert run.data.metrics["sweep/cells_resumed"] == first["counts"]["cells"]
     rows = pd.read_csv(audit["out"] / "rows.csv")
     pd.testing.assert_frame_equal(rows, audit["first_rows"])
+
+
+def test_reruns_keep_one_run_per_audit_and_one_per_sweep(audit):
+    """Issue 49: the same inputs and parameters reuse their runs (an idempotency key in the tags): after a run and
+    two reruns the experiment holds one top-level run for the audit, one run per sweep under it, and no child
+    twice; the top-level run carries the headline columns a steward reads (ε, AUROC, re-identified)."""
+    import mlflow
+
+    client = mlflow.MlflowClient(audit["uri"])
+    experiment = client.get_experiment_by_name("study-a-dp-release")
+    runs = client.search_runs([experiment.experiment_id], "tags.stage = 'audit_cohort'", max_results=5000)
+    tops = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    assert [r.info.run_name for r in tops] == ["audit_cohort-mini_msu"]
+    [top] = tops
+    assert top.info.run_id == audit["second"]["mlflow_summary_run"] == audit["first"]["mlflow_summary_run"]
+    assert top.data.tags["idempotency_key"] and top.data.tags["resumed"] == "2" and top.info.status == "FINISHED"
+    sweeps = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == top.info.run_id]
+    names = [r.info.run_name for r in sweeps]
+    assert len(names) == len(set(names)) == audit["first"]["counts"]["sweeps"] > 5
+    children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") in {s.info.run_id for s in sweeps}]
+    assert len(children) == audit["first"]["counts"]["cells"]  # one per cell, none twice
+    point = audit["second"]["headline"][0]
+    assert top.data.metrics["ε gaussian_analytic"] == point["epsilon"]
+    assert top.data.metrics["AUROC gaussian_analytic"] == pytest.approx(point["release_auroc"]["value"], abs=5e-4)
+    assert top.data.metrics["re-identified gaussian_analytic"] == pytest.approx(point["reidentification"]["value"],
+                                                                               abs=5e-4)
+    assert top.data.metrics["re-identified by chance"] == pytest.approx(point["reidentification"]["chance"],
+                                                                       abs=5e-4)
 
 
 def test_numbers_do_not_depend_on_subject_ids_or_order(audit, tmp_path):
@@ -225,7 +254,7 @@ def bids_audit(tmp_path_factory, data_root):
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("EEGPRIVACY_DATA", str(data_root))
         mp.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp / 'mlflow.db'}")
-        to_bids(MiniMSU(), tmp / "bids", format="BrainVision")
+        to_bids(MiniMSU(), tmp / "bids", format="BrainVision", key=TREE_KEY)
         command = ["audit-cohort", str(tmp / "bids"), str(tmp / "out"), "group", "--label", "label",
                    "--work-dir", str(tmp / "cache"), *ARGS]
         assert main(command) == 0
@@ -357,19 +386,22 @@ def _unreadable(tree: Path) -> str:
                               "unreadable_file"])
 def test_bad_bids_input_is_one_clear_error_and_nothing_written(damage, tmp_path, data_root, monkeypatch, capsys):
     """Through the command as a user runs it: exit 2, one line naming the file or column, no output folder, no
-    MLflow run."""
+    work folder, no MLflow run. An unreadable recording stops the run only with --no-skip-bad (by default it is
+    left out: tests/test_audit_cohort_cli.py)."""
     from eegprivacy.cli import main
     from eegprivacy.data.bids import to_bids
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
-    to_bids(MiniMSU(3), tmp_path / "bids", format="BrainVision")
+    to_bids(MiniMSU(3), tmp_path / "bids", format="BrainVision", key=TREE_KEY)
     message = damage(tmp_path / "bids")
+    stop = ["--no-skip-bad"] if damage is _unreadable else []
     assert main(["audit-cohort", str(tmp_path / "bids"), str(tmp_path / "out"), "group", "--label", "label",
-                 "--work-dir", str(tmp_path / "cache"), *ARGS]) == 2
+                 "--work-dir", str(tmp_path / "work"), *stop, *ARGS]) == 2
     err = capsys.readouterr().err
     assert re.search(message, err), err
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "out").exists() and not (tmp_path / "mlflow.db").exists()
+    assert not (tmp_path / "work").exists()
 
 
 def test_to_bids_command_converts_a_clinical_folder(tmp_path, data_root, capsys):
@@ -513,3 +545,65 @@ def test_reidentification_links_first_session_to_second():
     release, auxiliary, kind, _ = _reidentification_tables(one, features, meta, split_halves=True)
     assert kind == "same-session halves" and len(release) == 5
     assert _reidentification_tables(one, features, meta, split_halves=False)[2] == "none"
+
+
+# ---- where things go (issue 49, point 2) -------------------------------------------------------------------------
+def _listing(root: Path) -> list[str]:
+    return sorted(p.relative_to(root).as_posix() for p in root.rglob("*"))
+
+
+def _stub_tree(root: Path) -> Path:
+    """A BIDS root the refusals below never read past (they come before any file is opened)."""
+    (root / "sub-01" / "eeg").mkdir(parents=True)
+    (root / "participants.tsv").write_text("participant_id\tlabel\nsub-01\t0\n")
+    (root / "dataset_description.json").write_text('{"Name": "stub", "BIDSVersion": "1.9.0"}')
+    (root / "sub-01" / "eeg" / "sub-01_task-rest_eeg.edf").write_bytes(b"0" * 256)
+    return root
+
+
+@pytest.mark.parametrize("output, work, message", [
+    ("{bids}", None, r"OUTPUT_DIR .* is BIDS_DIR itself"),
+    ("{bids}/results", None, r"OUTPUT_DIR .*/results is inside BIDS_DIR"),
+    ("{bids}/sub-01/audit", None, r"OUTPUT_DIR .*/sub-01/audit is inside BIDS_DIR"),
+    ("{tmp}/out", "{bids}/derivatives/work", r"--work-dir .*/derivatives/work is inside BIDS_DIR"),
+    ("{tmp}/out", "{tmp}/out/work", r"--work-dir .*/out/work is inside OUTPUT_DIR"),
+], ids=["bids_dir_itself", "inside_bids_dir", "inside_a_subject", "work_in_bids_dir", "work_in_output_dir"])
+@pytest.mark.parametrize("level", ["participant", "group"])
+def test_output_or_work_dir_in_the_dataset_is_refused_and_nothing_written(output, work, message, level, tmp_path,
+                                                                          capsys):
+    """BIDS Apps' rule: results go outside the dataset or under its derivatives/, and the private work folder
+    (un-noised per-patient features) neither into the dataset nor into OUTPUT_DIR; one line naming the flag,
+    exit 2, nothing written anywhere."""
+    from eegprivacy.cli import main
+
+    bids = _stub_tree(tmp_path / "bids")
+    before, xdg = _listing(tmp_path), tmp_path / "xdg"
+    command = ["audit-cohort", str(bids), output.format(bids=bids, tmp=tmp_path), level, "--label", "label"]
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("XDG_CACHE_HOME", str(xdg))
+        mp.delenv("EEGPRIVACY_CACHE")
+        mp.delenv("MLFLOW_TRACKING_URI")
+        code = main(command + (["--work-dir", work.format(bids=bids, tmp=tmp_path)] if work else []) + ARGS)
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert re.search(message, err.splitlines()[0]), err
+    assert "derivatives" in err.splitlines()[0] or "--work-dir" in err.splitlines()[0]
+    # no output folder, no work folder, no store, no cache (a library's own cache under xdg/ may appear)
+    assert [p for p in _listing(tmp_path) if not p.startswith("xdg")] == before
+    assert not (xdg / "eegprivacy").exists()
+
+
+def test_results_under_derivatives_are_accepted_and_leave_the_dataset_version(tmp_path, data_root, capsys):
+    """OUTPUT_DIR under BIDS_DIR/derivatives/ (BIDS Apps' place for results) is accepted, and what is written there
+    does not change the dataset's version (derivatives are not raw data), so a rerun finds its caches."""
+    from eegprivacy.cli import main
+    from eegprivacy.data.bids import BIDSDataset, to_bids
+
+    to_bids(MiniMSU(3), tmp_path / "bids", format="BrainVision", key=TREE_KEY)
+    version = BIDSDataset(tmp_path / "bids", label="label").version()
+    out = tmp_path / "bids" / "derivatives" / "eegprivacy"
+    assert main(["audit-cohort", str(tmp_path / "bids"), str(out), "participant", "--label", "label",
+                 "--participant-label", "01", "--work-dir", str(tmp_path / "work"), "--no-progress"]) == 0, \
+        capsys.readouterr().err
+    assert (out / "sub-01_qc.tsv").exists()
+    assert BIDSDataset(tmp_path / "bids", label="label").version() == version

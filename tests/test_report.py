@@ -117,3 +117,40 @@ def test_report_from_small_profile(small_pipeline, tmp_path, monkeypatch):
     assert "features only: the scaling statistics are fitted on the private patients outside ε" in text
     check_report(out / "study-b.md", uri)
     check_report(out / "study-c.md", uri)
+
+
+# An absolute path in a committed report is the writer's machine: a sqlite URI with four slashes, a file URI, a
+# Windows drive, or a path under the usual top-level folders of a home, a mount or a container.
+ABSOLUTE_PATH = re.compile(r"sqlite:////|file:///|\b[A-Za-z]:\\|(?<![\w.~-])/(?:home|root|tmp|work|Users|mnt|srv|"
+                           r"var|opt|private|data|scratch|media)/")
+
+
+def test_committed_reports_name_no_absolute_path():
+    """Committed reports read the same on every machine (issue 49): no writer's absolute path in any
+    reports/*.md."""
+    from pathlib import Path
+
+    reports = sorted((Path(__file__).resolve().parents[1] / "reports").rglob("*.md"))
+    assert reports
+    found = [f"{path.name}: {match.group(0)!r}" for path in reports
+             for match in ABSOLUTE_PATH.finditer(path.read_text(encoding="utf-8"))]
+    assert found == []
+
+
+def test_report_prints_the_store_relative_to_the_repository(tmp_path):
+    """The generator writes a store inside the checkout as the conventions name it (``sqlite:///mlflow.db``,
+    relative to the repository), a server without its credentials, and anything else as configured."""
+    from pathlib import Path
+
+    import pandas as pd
+
+    from eegprivacy.reporting.study_reports import render
+
+    repo = Path(__file__).resolve().parents[1]
+    for uri, shown in ((f"sqlite:///{repo / 'mlflow.db'}", "sqlite:///mlflow.db"),
+                       (f"sqlite:///{repo / 'stores' / 'a.db'}", "sqlite:///stores/a.db"),
+                       ("http://alice:s3cret@127.0.0.1:5000", "http://127.0.0.1:5000"),
+                       ("sqlite:///mlflow.db", "sqlite:///mlflow.db")):
+        text = render("a", pd.DataFrame(), uri, None)
+        assert f"store `{shown}`" in text and f"tracking store {shown}." in text, (uri, text)
+        assert str(repo) not in text and "s3cret" not in text

@@ -84,7 +84,8 @@ def msu(data_root):
 @pytest.fixture(scope="module")
 def msu_tree(msu, data_root, tmp_path_factory):
     """The first PER_CLASS subjects of each MSU class, written by ``eegprivacy to-bids --subjects ...``; with the
-    labels they must carry, in the order the tree numbers them (dataset order)."""
+    labels they must carry (the tree numbers them in a random order, tests/test_to_bids_pseudonyms.py). The success
+    line says which column holds the label and how many participants carry each value (issue 49)."""
     tmp = tmp_path_factory.mktemp("msu_to_bids")
     by_label: dict[int, list[str]] = {}
     for rec in msu.recordings():
@@ -96,6 +97,8 @@ def msu_tree(msu, data_root, tmp_path_factory):
                 data_root, tmp)
     assert done.returncode == 0, done.stderr
     assert f"wrote {len(chosen)} subjects, {len(chosen)} recordings" in done.stdout
+    assert (f"the label is participants.tsv column 'label' (participants per value: 0: {PER_CLASS}, 1: {PER_CLASS}), "
+            "so audit it with --label label") in done.stdout
     return tmp / "bids", [labels[s] for s in chosen]
 
 
@@ -106,7 +109,7 @@ def test_participants_tsv_has_the_label_and_no_empty_column(msu_tree):
     assert empty == [], f"columns n/a for every participant: {empty}"
     assert list(table.columns) == ["participant_id", "label"]  # MSU publishes no age, sex, ...
     assert list(table["participant_id"]) == [f"sub-{i:02d}" for i in range(1, len(expected) + 1)]
-    assert list(table["label"]) == expected and sorted(set(expected)) == ["0", "1"]
+    assert sorted(table["label"]) == sorted(expected) and sorted(set(expected)) == ["0", "1"]
 
 
 def test_participants_json_describes_exactly_those_columns_and_the_label_levels(msu_tree):
@@ -165,7 +168,7 @@ def test_bids_validator_flags_a_broken_sidecar(msu_tree, tmp_path):
     assert any("PowerLineFrequency" in str(issue) for issue in errors), errors
 
 
-def test_clinical_folder_line_freq_is_written_only_when_given(data_root, tmp_path):
+def test_clinical_folder_line_freq_is_written_only_when_given(data_root, tmp_path, capsys):
     """A user's folder has no known site: ``n/a`` (valid BIDS) unless ``--dataset-arg line_freq=60`` says so; its
     label Levels state the keyword rule."""
     from bad_inputs import corpus
@@ -184,15 +187,27 @@ def test_clinical_folder_line_freq_is_written_only_when_given(data_root, tmp_pat
     for name, hz in (("unknown", "n/a"), ("given", 60)):
         assert [json.loads(p.read_text())["PowerLineFrequency"] for p in _eeg_sidecars(trees[name])] == [hz, hz]
     table = _participants(trees["unknown"])
-    assert list(table.columns) == ["participant_id", "label"] and list(table["label"]) == ["1", "0"]
+    assert list(table.columns) == ["participant_id", "label"] and sorted(table["label"]) == ["0", "1"]
     levels = json.loads((trees["unknown"] / "participants.json").read_text())["label"]["Levels"]
     assert levels == dict(ClinicalFolder.label_levels["label"]) and "seizure" in levels["1"]
     if _validator() is not None:
         assert _validate(trees["unknown"])[0] == []  # n/a is valid BIDS
-    # a column whose meaning the dataset does not state gets the generic text, for each value present
+    # a column whose meaning the dataset does not state gets the generic text, for each value present; a --key-file
+    # orders the subject numbers and is written nowhere (not in the tree, not on the console)
+    key = tmp_path / "numbering.key"
+    key.write_bytes(b"a private key of the steward, 32b")
     done = _cli(["to-bids", "--dataset-arg", f"folder={folder}", "--label-column", "n_reports", "--out",
-                 str(tmp_path / "generic")], data_root, tmp_path)
+                 str(tmp_path / "generic"), "--key-file", str(key)], data_root, tmp_path)
     assert done.returncode == 0, done.stderr
+    assert "column 'n_reports'" in done.stdout and "--label n_reports" in done.stdout
+    assert all(key.read_bytes() not in p.read_bytes() for p in (tmp_path / "generic").rglob("*") if p.is_file())
+    assert "private key" not in done.stdout + done.stderr
+    key.write_bytes(b"short")
+    from eegprivacy.cli import main
+
+    assert main(["to-bids", "--dataset-arg", f"folder={folder}", "--out", str(tmp_path / "never"), "--key-file",
+                 str(key)]) == 2
+    assert "--key-file" in capsys.readouterr().err and not (tmp_path / "never").exists()
     described = json.loads((tmp_path / "generic" / "participants.json").read_text())
     assert described["n_reports"]["Levels"] == {"1": "label value 1"} and "label" not in described
 

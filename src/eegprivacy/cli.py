@@ -103,8 +103,10 @@ def cmd_report(args) -> int:
 def cmd_to_bids(args) -> int:
     """Write a dataset (your own ``clinical_folder``, or any registered one) as a BIDS-EEG tree with mne-bids, so
     ``audit-cohort BIDS_DIR OUTPUT_DIR group`` (and any BIDS tool) can read it. Subjects become sub-01, sub-02,
-    ... (the mapping is not written anywhere); the per-subject label goes to participants.tsv; nothing is left
-    behind on failure."""
+    ... numbered in a random order (a keyed hash of the source ids: the numbers say nothing about where a subject
+    stood in the source, e.g. controls listed first); the mapping and the key are written nowhere. The
+    per-subject label goes to participants.tsv; nothing is left behind on failure. The tree holds your patients'
+    EEG: keep it as private as the source."""
     from eegprivacy.data import ChecksumMismatchError, get_dataset
     from eegprivacy.data.bids import RecordingReadError, to_bids
     from eegprivacy.errors import InputDataError
@@ -115,16 +117,39 @@ def cmd_to_bids(args) -> int:
         print(f"eegprivacy to-bids: {err}", file=sys.stderr)
         return 2
     try:
+        key = _key_file(args.key_file)
         conversion = to_bids(get_dataset(args.dataset, **kwargs), args.out, label_column=args.label_column,
                              task=None if args.task == "condition" else args.task, overwrite=args.overwrite,
-                             format=args.format, subjects=args.subjects)
+                             format=args.format, subjects=args.subjects, key=key)
     except (KeyError, ValueError, FileNotFoundError, FileExistsError, ChecksumMismatchError, RecordingReadError,
             InputDataError) as err:  # bad input: every error of the data layer is one line
         print(f"eegprivacy to-bids: {err.args[0] if isinstance(err, KeyError) and err.args else err}",
               file=sys.stderr)
         return 2
-    print(f"wrote {len(conversion.subjects)} subjects, {len(conversion.recordings)} recordings to {conversion.root}")
+    values = ", ".join(f"{value}: {n}" for value, n in conversion.label_counts.items())
+    print(f"wrote {len(conversion.subjects)} subjects, {len(conversion.recordings)} recordings to {conversion.root}; "
+          f"the label is participants.tsv column {conversion.label_column!r} (participants per value: {values}), "
+          f"so audit it with --label {conversion.label_column}")
     return 0
+
+
+# A key shorter than this is guessable, and a guessed key undoes the shuffle of the subject numbers.
+MIN_KEY_BYTES = 16
+
+
+def _key_file(path: str | None) -> bytes | None:
+    """The bytes of ``--key-file`` (None without one: to_bids draws a fresh key); a file that cannot be read or is
+    too short is a ValueError naming the flag."""
+    if path is None:
+        return None
+    try:
+        key = Path(path).expanduser().read_bytes()
+    except OSError as err:
+        raise ValueError(f"--key-file {path}: cannot read it ({err.strerror})") from None
+    if len(key) < MIN_KEY_BYTES:
+        raise ValueError(f"--key-file {path} holds {len(key)} bytes; a key needs at least {MIN_KEY_BYTES} random "
+                         "bytes, e.g. `head -c 32 /dev/urandom > FILE` (keep the file private)")
+    return key
 
 
 def cmd_stages(args) -> int:
@@ -197,6 +222,10 @@ def build_parser() -> argparse.ArgumentParser:
     to_bids.add_argument("--subjects", nargs="+", metavar="SUBJECT", default=None,
                          help="convert only these subjects, as the dataset names them (default: all)")
     to_bids.add_argument("--overwrite", action="store_true", help="replace an existing tree at --out")
+    to_bids.add_argument("--key-file", metavar="FILE", default=None,
+                         help="a private file of random bytes that keys the order of the subject numbers, so a "
+                              "later conversion with the same file numbers the same subjects the same way (default: "
+                              "a fresh random key each time); the key is written nowhere, keep the file private")
     to_bids.set_defaults(func=cmd_to_bids)
     stages.add_stage_parsers(sub)
     parser.epilog = _command_groups(set(sub.choices)) + EPILOG

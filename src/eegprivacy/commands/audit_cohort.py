@@ -5,9 +5,11 @@
 
 The computing lives in :mod:`eegprivacy.studies.cohort_audit`; this module is the command line around it: the
 BIDS-Apps arguments (https://bids-apps.neuroimaging.io: ``BIDS_DIR OUTPUT_DIR participant|group``,
-``--participant-label``, ``--session``, ``--task``), every path under OUTPUT_DIR (or a flag), console output a
-person reads (one line per problem, an overall progress line, a summary sentence at the end), and bad input ending
-as one line and a non-zero exit.
+``--participant-label``, ``--session``, ``--task``), where things go (results and the MLflow store under
+OUTPUT_DIR, never in the dataset outside ``derivatives/``; the private work folder outside OUTPUT_DIR), console
+output a person reads (one line per problem, an overall progress line, the verdict's lead and a summary sentence at
+the end), bad input ending as one line and a non-zero exit with nothing left behind, and Ctrl-C or SIGTERM ending
+the MLflow runs KILLED.
 """
 
 from __future__ import annotations
@@ -40,10 +42,17 @@ analysis levels (BIDS Apps):
                horizon, re-identification and membership attacks; OUTPUT_DIR/report.html (verdict first),
                rows.csv, summary.json and two figures, free of subject ids.
 
-OUTPUT_DIR also holds the MLflow store (mlflow.db, mlartifacts/; browse it with the command printed at the end)
-unless MLFLOW_TRACKING_URI or --tracking-uri names another, and the work folder (--work-dir, default
-OUTPUT_DIR/work: the feature table and every finished cell; it names subjects, keep it private). A rerun of the
-same command computes only what is missing; Ctrl-C stops it cleanly.
+what is private and what you may share:
+  PRIVATE      the work folder (-w/--work-dir; default $XDG_CACHE_HOME/eegprivacy/audit-cohort/<hash of OUTPUT_DIR>,
+               printed at the end): the un-noised window features of every recording, named by subject and file,
+               and every finished cell with its per-patient predictions. Never inside OUTPUT_DIR or BIDS_DIR;
+               delete it when done. The console output also names files. BIDS_DIR holds your patients' EEG.
+  shareable    OUTPUT_DIR: report.html, rows.csv, summary.json, the figures and (unless MLFLOW_TRACKING_URI or
+               --tracking-uri names another) the MLflow store mlflow.db + mlartifacts/: aggregates only, no subject
+               id, file name or un-noised per-patient value. OUTPUT_DIR may not be BIDS_DIR or inside it, except
+               under BIDS_DIR/derivatives/.
+A rerun of the same command computes only what is missing, in the same MLflow runs; Ctrl-C or SIGTERM (what a
+scheduler sends) stops it cleanly.
 
 ε is per patient (one released vector per patient) and covers the released features only: the robust-scaling
 statistics are fitted on the private patients outside ε, and the labels travel in the clear. Numbers depend on the recordings,
@@ -120,11 +129,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help=f"refuse cohorts with fewer patients (default {d.min_patients})")
     audit.add_argument("--no-split-halves", action="store_true", help="with one recording per subject, skip the "
                        "same-session re-identification (first half released, second half known to the attacker)")
+    audit.add_argument("--skip-bad", action=argparse.BooleanOptionalAction, default=d.skip_bad,
+                       help="group level: leave out a recording that cannot be used (an unreadable or truncated file, "
+                       "NaN samples) and go on, each one console line naming the file and the reason, listed in the "
+                       "report and in the work folder's left_out.tsv (default: a cohort always has a few, and one "
+                       "should not cost the whole run; the participant level checks each). --no-skip-bad stops at the "
+                       "first instead, leaving nothing behind")
     audit.add_argument("--features-params", metavar="FILE", help="a params file with a 'features' section "
                        "(default: the settings shipped with the package, the pipeline's params/features.yaml)")
     where = parser.add_argument_group("where things go, and the console")
-    where.add_argument("--work-dir", metavar="DIR", help="feature table and finished cells, for resuming (default "
-                       "OUTPUT_DIR/work; it names subjects: keep it private)")
+    where.add_argument("-w", "--work-dir", metavar="DIR", help="PRIVATE: the un-noised feature table (it names "
+                       "subjects) and every finished cell, for resuming; never inside OUTPUT_DIR or BIDS_DIR (default: "
+                       "$XDG_CACHE_HOME/eegprivacy/audit-cohort/<hash of OUTPUT_DIR>, printed at the end)")
     where.add_argument("--tracking-uri", metavar="URI", help="MLflow store (default: $MLFLOW_TRACKING_URI, else "
                        "sqlite:///OUTPUT_DIR/mlflow.db)")
     where.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1),
@@ -194,7 +210,9 @@ def configure_console(level: str) -> None:
     if numeric > logging.INFO:
         # Worker processes (loky) start from the environment: on Ctrl-C scikit-learn's MLP there would print
         # "Training interrupted by user" with a source line, once per worker, after ours.
-        os.environ.setdefault("PYTHONWARNINGS", "ignore:Training interrupted by user")
+        # After Ctrl-C or SIGTERM, multiprocessing's resource tracker cleans up what the killed pool left and
+        # warns about each: expected (a rerun resumes), so not printed after the "interrupted" line either.
+        os.environ.setdefault("PYTHONWARNINGS", "ignore:Training interrupted by user,ignore:resource_tracker")
         warnings.filterwarnings("ignore", category=FutureWarning)
         warnings.filterwarnings("ignore", category=DeprecationWarning)
 
@@ -260,14 +278,15 @@ def _config(args):
                        clip_norm=args.clip_norm, delta=args.delta, bootstrap=args.bootstrap,
                        confidence=args.confidence, membership_trials=args.membership_trials,
                        min_patients=args.min_patients, split_halves=not args.no_split_halves,
-                       features_params=args.features_params)
+                       features_params=args.features_params, skip_bad=args.skip_bad)
 
 
-def _bids_dataset(args, bids_dir: str, participants: list[str] | None = None):
+def _bids_dataset(args, bids_dir: str, participants: list[str] | None = None, skip_unreadable: bool = False):
     from eegprivacy.data import get_dataset
 
     kwargs = {"root": bids_dir, "label": args.label, "task": args.task, "session": args.session,
-              "participants": participants if participants is not None else args.participant_label}
+              "participants": participants if participants is not None else args.participant_label,
+              "skip_unreadable": skip_unreadable}
     if args.label_map:
         pairs = _mapping(args.label_map, "--label-map")
         bad = {k: v for k, v in pairs.items() if v not in ("0", "1")}
@@ -277,13 +296,49 @@ def _bids_dataset(args, bids_dir: str, participants: list[str] | None = None):
     return get_dataset("bids", **kwargs)
 
 
-def _use_output_dir(args, output_dir: Path) -> Path:
-    """Create OUTPUT_DIR; point MLflow and the file-hash cache inside it (unless told otherwise), so nothing is
-    written to the working folder. Returns the work folder. Nothing is created here: the folders appear once the
-    input has passed its checks."""
+def default_work_dir(output_dir: Path) -> Path:
+    """The work folder of an audit writing to ``output_dir`` when ``--work-dir`` is not given: in the user cache
+    (``$XDG_CACHE_HOME/eegprivacy/audit-cohort/<hash of OUTPUT_DIR>``), outside OUTPUT_DIR and the dataset, like
+    fMRIPrep's, and the same on every rerun of the command so it resumes."""
+    import hashlib
+
+    from eegprivacy.paths import user_cache_dir
+
+    return user_cache_dir() / "audit-cohort" / hashlib.sha256(str(output_dir).encode()).hexdigest()[:16]
+
+
+def _inside(path: Path, folder: Path) -> bool:
+    return path == folder or path.is_relative_to(folder)
+
+
+def check_places(bids_dir: str | None, output_dir: Path, work: Path) -> None:
+    """Refuse, before anything is written, an OUTPUT_DIR that is the dataset or inside it outside ``derivatives/``
+    (BIDS Apps' rule: results never mix with the raw data), and a work folder inside the dataset or inside
+    OUTPUT_DIR (it holds the un-noised per-patient features: never beside what is shared)."""
+    if bids_dir is not None:
+        root = Path(bids_dir).expanduser().resolve()
+        if _inside(output_dir, root) and not _inside(output_dir, root / "derivatives"):
+            where = "is BIDS_DIR itself" if output_dir == root else f"is inside BIDS_DIR {root}"
+            raise UsageError(f"OUTPUT_DIR {output_dir} {where}: results would mix with the dataset; choose a folder "
+                             f"outside it, or under {root / 'derivatives'}/ (e.g. "
+                             f"{root / 'derivatives' / 'eegprivacy'})")
+        if _inside(work, root):
+            raise UsageError(f"--work-dir {work} is inside BIDS_DIR {root}: it holds un-noised per-patient features; "
+                             "choose a private folder outside the dataset (default: the user cache)")
+    if _inside(work, output_dir):
+        raise UsageError(f"--work-dir {work} is inside OUTPUT_DIR {output_dir}: it holds un-noised per-patient "
+                         "features and OUTPUT_DIR is what you share; choose a private folder outside it (default: the "
+                         "user cache)")
+
+
+def _use_output_dir(args, bids_dir: str | None, output_dir: Path) -> Path:
+    """Check where things go (:func:`check_places`); point MLflow inside OUTPUT_DIR and the file-hash cache inside
+    the work folder (unless told otherwise), so nothing is written to the working folder. Returns the work folder.
+    Nothing is created here: the folders appear once the input has passed its checks."""
     from eegprivacy.paths import CACHE_ENV
 
-    work = Path(args.work_dir).expanduser().resolve() if args.work_dir else output_dir / "work"
+    work = Path(args.work_dir).expanduser().resolve() if args.work_dir else default_work_dir(output_dir)
+    check_places(bids_dir, output_dir, work)
     if args.tracking_uri:
         os.environ["MLFLOW_TRACKING_URI"] = args.tracking_uri
     else:
@@ -326,14 +381,78 @@ def _scoped_process_state():
         mne.utils.logger.setLevel(mne_level)
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (what a scheduler or ``kill`` sends), met as Ctrl-C: every open MLflow run ends KILLED, the finished
+    cells stay on disk, and the same command resumes."""
+
+
+# Code a signal must not interrupt: the MLflow store's writes (SQLAlchemy, sqlite3). Cut in half, a write leaves
+# the sqlite store locked, and the runs could then not be marked KILLED.
+_STORE_CODE = tuple(f"{os.sep}{name}{os.sep}" for name in ("sqlalchemy", "sqlite3", "store"))
+_RETRY_S = 0.05
+
+
+def _in_store_call(frame) -> bool:
+    while frame is not None:
+        if any(part in frame.f_code.co_filename for part in _STORE_CODE):
+            return True
+        frame = frame.f_back
+    return False
+
+
+@contextlib.contextmanager
+def _interrupts_between_store_writes():
+    """Within the block, Ctrl-C raises KeyboardInterrupt and SIGTERM (what a scheduler or ``kill`` sends)
+    :class:`Terminated` in the main thread, but never inside a write to the MLflow store: a signal that arrives
+    there is sent again 50 ms later, until the write is done. The previous handlers come back after the block. Off
+    the main thread (a notebook's worker) signals cannot be set: nothing changes there."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        if _in_store_call(frame):
+            threading.Timer(_RETRY_S, os.kill, (os.getpid(), signum)).start()
+            return
+        raise Terminated if signum == signal.SIGTERM else KeyboardInterrupt
+
+    previous = {signum: signal.signal(signum, handler) for signum in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for signum, old in previous.items():
+            signal.signal(signum, old)
+
+
 def run(args) -> int:
     level = args.log_level or ("info" if args.verbose else "warning")
-    with _scoped_process_state():
+    with _scoped_process_state(), _interrupts_between_store_writes():
         configure_console(level)
         code = _guarded(args, level)
-    if code == 130:
+    if code in (130, 143):
         _quiet_interrupted_workers()
     return code
+
+
+def _end_interrupted_runs() -> None:
+    """After Ctrl-C or SIGTERM, every MLflow run this process left open ends KILLED (the ``with`` blocks end the
+    runs they hold; a run created just as the signal arrived is ended here), so none stays RUNNING; a rerun
+    reopens them. A second signal or a store that cannot be reached only leaves them to the next run, which marks
+    runs of a dead process FAILED and reopens them."""
+    import signal
+
+    from eegprivacy.tracking.runs import end_own_runs
+
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut this short
+    try:
+        end_own_runs("a")
+    except Exception as err:  # noqa: BLE001 - the message that follows matters more
+        log.info("could not end the interrupted MLflow runs (%s); the next run will", err)
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def _quiet_interrupted_workers() -> None:
@@ -349,11 +468,31 @@ def _quiet_interrupted_workers() -> None:
 
 
 def _guarded(args, level: str) -> int:
+    """The command's exit code: 0, 2 for bad input (one line), 130 after Ctrl-C and 143 after SIGTERM (128 + the
+    signal), when the runs it left open are ended KILLED."""
+    code, interrupted = _interruptible(args, level)
+    if interrupted is None:
+        return code
+    # Out of the except block, the interrupted frames (and a store connection one held mid-write) are gone.
+    import gc
+
+    gc.collect()
+    _end_interrupted_runs()
+    print(INTERRUPTED, file=sys.stderr)
+    return 143 if isinstance(interrupted, Terminated) else 130
+
+
+def _interruptible(args, level: str) -> tuple[int, KeyboardInterrupt | None]:
+    """(exit code, None), or (0, the interrupt that stopped the command: Ctrl-C or SIGTERM), without its frames."""
+    try:
+        return _checked(args, level), None
+    except KeyboardInterrupt as err:
+        return 0, type(err)()
+
+
+def _checked(args, level: str) -> int:
     try:
         return _run(args)
-    except KeyboardInterrupt:
-        print(INTERRUPTED, file=sys.stderr)
-        return 130
     except UsageError as err:
         print(f"eegprivacy audit-cohort: error: {err}\nusage: {USAGE}", file=sys.stderr)
         return 2
@@ -373,10 +512,39 @@ def _run(args) -> int:
         config = _config(args)
     except ValueError as err:  # a knob out of range (ε <= 0, an unknown mechanism): before any data is read
         raise UsageError(str(err)) from None
-    work = _use_output_dir(args, output_dir)
-    if level == "participant":
-        return participant_level(args, bids_dir, output_dir, config)
-    return group_level(args, bids_dir, output_dir, work, config)
+    work = _use_output_dir(args, bids_dir, output_dir)
+    fresh = [top for top in map(_topmost_missing, (output_dir, work)) if top is not None]
+    try:
+        if level == "participant":
+            return participant_level(args, bids_dir, output_dir, config)
+        return group_level(args, bids_dir, output_dir, work, config)
+    except Exception as err:
+        _remove_if_input_error(err, fresh)
+        raise
+
+
+def _topmost_missing(path: Path) -> Path | None:
+    """The highest folder of ``path`` (itself included) that does not exist yet: what creating it would create."""
+    missing = None
+    for folder in (path, *path.parents):
+        if folder.exists():
+            break
+        missing = folder
+    return missing
+
+
+def _remove_if_input_error(err: Exception, fresh: list[Path]) -> None:
+    """After bad input (which stops a run before any result: labels, headers, a recording with --no-skip-bad),
+    remove the folders this run created (OUTPUT_DIR, the work folder with its file-hash cache), so a failed run
+    leaves nothing behind. Anything else (Ctrl-C, a crash) keeps them: the next run resumes from them."""
+    import shutil
+
+    from eegprivacy.errors import InputDataError
+    from eegprivacy.params import ParamsError
+
+    if isinstance(err, (InputDataError, ParamsError, FileNotFoundError)):
+        for path in fresh:
+            shutil.rmtree(path, ignore_errors=True)
 
 
 def participant_level(args, bids_dir: str, output_dir: Path, config) -> int:
@@ -432,11 +600,12 @@ def participant_level(args, bids_dir: str, output_dir: Path, config) -> int:
 
 def group_level(args, bids_dir: str | None, output_dir: Path, work: Path, config) -> int:
     from eegprivacy.data import get_dataset
-    from eegprivacy.studies.cohort_audit import run_audit
+    from eegprivacy.reporting.cohort import lead_text
+    from eegprivacy.studies.cohort_audit import LEFT_OUT_FILE, run_audit
     from eegprivacy.tracking.runs import tracking_uri
 
     if bids_dir is not None:
-        dataset = _bids_dataset(args, bids_dir)
+        dataset = _bids_dataset(args, bids_dir, skip_unreadable=config.skip_bad)
     else:
         try:
             dataset = get_dataset(args.dataset, **_mapping(args.dataset_arg, "--dataset-arg"))
@@ -449,24 +618,33 @@ def group_level(args, bids_dir: str | None, output_dir: Path, work: Path, config
                        n_jobs=args.jobs)
     uri = tracking_uri()
     print(f"report: {result.paths['report']}")
-    print(f"runs:   {runs_link(uri)}")
+    print(f"runs:   {runs_link(uri, result.cohort.dataset)}")
+    print(f"work:   {work} (private: the un-noised features, named by subject; delete it when done)")
+    left_out = result.cohort.summary["left_out"]
+    if left_out:
+        print(f"left out: {len(left_out)} recording(s), each named in a warning above and in {work / LEFT_OUT_FILE}")
     summary = result.summary
+    for sentence in lead_text(summary):  # the report's lead: per mechanism, what the release keeps and leaks
+        print(f"verdict: {sentence}")
     print(f"test:   utility horizon by {summary['horizon_test']}; ε covers {summary['eps_covers']}"
           + (f" ({summary['eps_covers_note']})" if summary.get("eps_covers_note") else ""))
     print(summary_line(summary, result.counts))
     return 0
 
 
-def runs_link(uri: str, port: int = 5000) -> str:
+def runs_link(uri: str, dataset: str, port: int = 5000) -> str:
     """How to open the audit's runs: for a local store the ``mlflow ui`` command and the address of the runs table
     (``workflowType=machine_learning``: MLflow 3's UI otherwise opens an experiment on its GenAI pages, whatever
-    the experiment's kind tag says)."""
+    the experiment's kind tag says), opened on the cohort's view (``viewStateShareKey``: this cohort's audits, one
+    row each, with the ε, AUROC and re-identification columns; :func:`~eegprivacy.tracking.runs.share_view`)."""
     import mlflow
 
+    from eegprivacy.studies.cohort_audit import runs_view_key
     from eegprivacy.tracking.runs import EXPERIMENTS, RUNS_PAGE_QUERY
 
     experiment = mlflow.MlflowClient(uri).get_experiment_by_name(EXPERIMENTS["a"])
-    page = f"#/experiments/{experiment.experiment_id}/runs?{RUNS_PAGE_QUERY}" if experiment else "#/"
+    page = (f"#/experiments/{experiment.experiment_id}/runs?{RUNS_PAGE_QUERY}&viewStateShareKey="
+            f"{runs_view_key(dataset)}" if experiment else "#/")
     if uri.startswith(("http://", "https://")):
         return f"{uri.rstrip('/')}/{page}"
     return f"mlflow ui --backend-store-uri {uri} --port {port}, then open http://127.0.0.1:{port}/{page}"

@@ -63,12 +63,28 @@ class Recording:
         return str(self.meta.get("locator") or self.describe())
 
 
+@dataclass(frozen=True)
+class LeftOut:
+    """A recording an analysis left out: its subject, its file (or, without one, how errors describe it) and why, in
+    one line that names the file; ``unusable``: it could not be used at all (unreadable, NaN samples: left out only
+    when the analysis is told to skip such recordings, else an error), not merely too short for one window.
+    Private: it names subjects and files."""
+
+    subject: str
+    source: str
+    reason: str
+    unusable: bool = True
+
+
 class EEGDataset(ABC):
     """Base class: subclasses implement ``_recordings`` and ``_version``; the rest is shared."""
 
     name: str = ""
     synthetic: bool = False
     description: str = ""
+    #: Recordings the listing itself left out (:class:`LeftOut`), for a dataset told to skip files it cannot open
+    #: (``BIDSDataset(skip_unreadable=True)``); empty for the others.
+    left_out: list[LeftOut] | tuple = ()
     #: Mains (power-line) frequency of the recording site in Hz: 50 in Europe and most of Asia, 60 in the Americas.
     #: BIDS asks for it (``PowerLineFrequency`` in every ``*_eeg.json``) because it tells a reader where line
     #: noise sits; :func:`~eegprivacy.data.bids.to_bids` writes it. ``None`` when the site is not known: the tree
@@ -124,6 +140,11 @@ class EEGDataset(ABC):
 
     def version(self) -> str:
         return self._cached("_ver", self._version)
+
+    def label_names(self) -> dict[str, str]:
+        """What the 0/1 values of ``meta["label"]`` stand for, in the dataset's words (``label_levels["label"]``,
+        e.g. ``{"0": "healthy control", "1": "schizophrenia"}``); {} where it does not say."""
+        return dict(self.label_levels.get("label", {}))
 
     def summary(self) -> dict:
         """What ``eegprivacy datasets`` prints: presence, version, subject count."""

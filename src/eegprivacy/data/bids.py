@@ -34,9 +34,10 @@ Converting a non-BIDS folder (or any dataset) to BIDS, e.g. a clinical folder (`
     bids = get_dataset("bids", root="my_hospital_bids", label="label")
 
 ``to_bids`` writes each recording with ``mne_bids.write_raw_bids(..., format="EDF")``, one BIDS subject per
-dataset subject (pseudonymous labels ``01``, ``02``, ... unless ``keep_subject_ids=True``; the mapping is only
-returned, never written), ``run-N`` entities where a subject has several recordings of a task, and the label column
-in ``participants.tsv``. EDF holds whole 1-s data records: a recording whose length is not a whole number of
+dataset subject (pseudonymous labels ``01``, ``02``, ... in the order of a keyed hash of the source ids, so the
+numbers carry nothing about the source order, unless ``keep_subject_ids=True``; the mapping and the key are only
+held in memory, never written), ``run-N`` entities where a subject has several recordings of a task, and the label
+column in ``participants.tsv``. EDF holds whole 1-s data records: a recording whose length is not a whole number of
 seconds is padded with its edge values to the next second (MNE's EDF export says so). It writes into a hidden
 temporary folder beside the target and renames it at the end, so a failure leaves nothing behind. Signals are
 re-quantised to 16-bit EDF (per channel range); headers are rebuilt from channel names and sampling rate only, so
@@ -45,9 +46,11 @@ no name, birthday or recording date travels into the tree.
 
 from __future__ import annotations
 
+import hmac
 import json
 import os
 import re
+import secrets
 import shutil
 import uuid
 import warnings
@@ -60,7 +63,7 @@ import numpy as np
 import pandas as pd
 
 from eegprivacy.data._local import EdfHeaderError, read_edf_header, recording_meta
-from eegprivacy.data.base import DataQualityWarning, EEGDataset, Recording
+from eegprivacy.data.base import DataQualityWarning, EEGDataset, LeftOut, Recording
 from eegprivacy.data.clinical_folder import RecordingReadError  # one error class for unreadable recordings
 from eegprivacy.data.manifest import DataMissingError, hash_files, manifest_version
 from eegprivacy.errors import InputDataError
@@ -156,7 +159,10 @@ class BIDSDataset(EEGDataset):
     patient label; ``label_map``: value -> 0/1 where the column is not already 0/1; ``task``: read only this task
     (default: every task); ``session``: only this session; ``participants``: only these participant labels (with
     or without ``sub-``; BIDS Apps' ``--participant-label``), the others are neither read nor checked;
-    ``datatype``: the BIDS data type folder (``eeg``).
+    ``datatype``: the BIDS data type folder (``eeg``); ``skip_unreadable``: a recording whose file cannot be
+    opened (an unreadable header, a file cut inside its first data record) is left out of the listing, with one
+    :class:`DataQualityWarning` naming the file and the reason and an entry in :attr:`left_out`, instead of
+    stopping the listing with a :class:`RecordingReadError`.
 
     The dataset's ``name`` is the ``Name`` of the tree's ``dataset_description.json`` (``bids`` when it has none),
     so reports and MLflow tags say which cohort they are about; a tree :func:`to_bids` wrote from a synthetic
@@ -168,8 +174,11 @@ class BIDSDataset(EEGDataset):
     description = "A BIDS EEG dataset read with mne-bids; label from a participants.tsv column"
 
     def __init__(self, root, label: str, label_map: Mapping[Any, int] | None = None, task: str | None = None,
-                 datatype: str = "eeg", session: str | None = None, participants: list[str] | None = None):
+                 datatype: str = "eeg", session: str | None = None, participants: list[str] | None = None,
+                 skip_unreadable: bool = False):
         self.root = Path(root).expanduser().resolve()
+        self.skip_unreadable = bool(skip_unreadable)
+        self.left_out: list[LeftOut] = []  # filled while listing, with skip_unreadable
         self.session = None if session is None else str(session).removeprefix("ses-")
         self.selected = None if participants is None else sorted({str(p).removeprefix("sub-") for p in participants})
         if self.selected is not None and not self.selected:
@@ -189,6 +198,22 @@ class BIDSDataset(EEGDataset):
     @property
     def participants_tsv(self) -> Path:
         return self.root / PARTICIPANTS
+
+    def label_names(self) -> dict[str, str]:
+        """What 0 and 1 stand for: the values ``label_map`` sends to each (``--label-map SZ=1 HC=0``: SZ and HC;
+        several are joined by "or"), else the label column's ``Levels`` in ``participants.json`` for the values 0
+        and 1 (what :func:`to_bids` writes), else {}."""
+        if self.label_map is not None:
+            return {str(v): " or ".join(k for k, w in self.label_map.items() if w == v)
+                    for v in sorted(set(self.label_map.values()))}
+        sidecar = self.root / "participants.json"
+        try:
+            levels = json.loads(sidecar.read_text(encoding="utf-8")).get(self.label, {}).get("Levels") or {}
+        except (OSError, ValueError, AttributeError):
+            return {}
+        # to_bids' generic text for a value whose meaning the source did not state says nothing more than the value
+        return {value: str(levels[value]) for value in ("0", "1")
+                if value in levels and str(levels[value]) != f"label value {value}"}
 
     def is_available(self) -> bool:
         return self.participants_tsv.is_file()
@@ -288,7 +313,14 @@ class BIDSDataset(EEGDataset):
                                        f"recording, or remove the folder and its row in {PARTICIPANTS}")
             label, value = listed.get(f"sub-{subject}", listed.get(subject))
             for bp in paths:
-                raw, flags = _read_bids(bp)
+                try:
+                    raw, flags = _read_bids(bp)
+                except RecordingReadError as err:
+                    if not self.skip_unreadable:
+                        raise
+                    self.left_out.append(LeftOut(f"sub-{subject}", str(bp.fpath), str(err)))
+                    warnings.warn(f"{err}; left out", DataQualityWarning, stacklevel=4)
+                    continue
                 rec_id = bp.copy().update(suffix=None, extension=None, check=False).basename
                 meta = recording_meta(value, label, raw.info["sfreq"], raw.ch_names, raw.n_times / raw.info["sfreq"],
                                       flags, session=bp.session, task=bp.task, run=bp.run,
@@ -303,11 +335,13 @@ class BIDSDataset(EEGDataset):
         return out
 
     def _version(self) -> str:
-        """sha256 over (relative path, size, sha256) of every non-hidden file under the root (with a participant
-        selection: the root's own files and the selected participants' folders)."""
+        """sha256 over (relative path, size, sha256) of every non-hidden file under the root but ``derivatives/``
+        (results of tools, not raw data: an audit writing there leaves the version as it was), with a participant
+        selection the root's own files and the selected participants' folders."""
         self.participants()
         rels = sorted(p.relative_to(self.root).as_posix() for p in self.root.rglob("*")
                       if p.is_file() and not any(part.startswith(".") for part in p.relative_to(self.root).parts)
+                      and p.relative_to(self.root).parts[0] != "derivatives"
                       and self._in_selection(p.relative_to(self.root)))
         return manifest_version([(rel, size, sha) for rel, (size, sha) in hash_files(self.root, rels).items()])
 
@@ -345,6 +379,17 @@ class BIDSConversion:
     root: Path
     subjects: dict[str, str] = field(default_factory=dict)
     recordings: dict[tuple[str, str], str] = field(default_factory=dict)
+    label_column: str = "label"
+    label_counts: dict[str, int] = field(default_factory=dict)  # participants per label value, as written
+
+
+def pseudonym_order(subjects: list[str], key: bytes) -> list[str]:
+    """``subjects`` in the order :func:`to_bids` numbers them: by HMAC-SHA256 of each source id under ``key``.
+
+    Under a secret (or fresh random) key the order is a uniformly random permutation that carries nothing about the
+    source's listing (a folder of controls then patients, a sort by date or by name); the same key and ids give the
+    same order whatever the listing, so a steward holding the key can convert again to the same numbers."""
+    return sorted(subjects, key=lambda s: hmac.new(key, str(s).encode(), "sha256").digest())
 
 
 def _alnum(text: str) -> str:
@@ -415,7 +460,7 @@ def _write_participants(root: Path, labels: Mapping[str, str], label_column: str
     meaning where it states one (:attr:`EEGDataset.label_levels`), else a generic text.
     """
     tsv, sidecar = root / PARTICIPANTS, root / "participants.json"
-    table = pd.read_csv(tsv, sep="\t", dtype=str, keep_default_na=False)
+    table = pd.read_csv(tsv, sep="\t", dtype=str, keep_default_na=False).sort_values("participant_id")
     table[label_column] = table["participant_id"].map(labels)
     keep = ["participant_id", label_column]
     table = table[[c for c in table.columns if c in keep or not _is_missing(table[c])]]
@@ -435,7 +480,7 @@ def _write_participants(root: Path, labels: Mapping[str, str], label_column: str
 
 def to_bids(dataset: EEGDataset, bids_root, *, label_column: str = "label", task: str | None = "rest",
             overwrite: bool = False, subjects: list[str] | None = None, keep_subject_ids: bool = False,
-            format: str = "EDF") -> BIDSConversion:  # noqa: A002 - mne-bids' own name for it
+            format: str = "EDF", key: bytes | None = None) -> BIDSConversion:  # noqa: A002 - mne-bids' name
     """Write every recording of ``dataset`` as a BIDS-EEG tree at ``bids_root`` (``write_raw_bids``).
 
     ``format``: ``"EDF"`` (the most widely read; 16-bit samples scaled per channel, so values move by up to half
@@ -444,10 +489,14 @@ def to_bids(dataset: EEGDataset, bids_root, *, label_column: str = "label", task
     ``label_column``: the recording-meta key holding the per-subject label (``rec.meta[label_column]``, the
     ``label`` column by default), written under that name to ``participants.tsv``; it must be one value per
     subject. ``task``: the BIDS task of every recording, or ``None`` to use each recording's ``condition``
-    (e.g. eegmat's ``rest``/``arithmetic``). Subjects become ``sub-01``, ``sub-02``, ... in dataset order, or their
-    alphanumeric source id with ``keep_subject_ids=True`` (only for public ids). Several recordings of one task
-    get ``run-1``, ``run-2``, .... An existing ``bids_root`` is an error unless ``overwrite=True``; the tree is
-    built in a hidden folder beside it and renamed into place only when complete. ``subjects``: convert only
+    (e.g. eegmat's ``rest``/``arithmetic``). Subjects become ``sub-01``, ``sub-02``, ... in the order of
+    :func:`pseudonym_order` under ``key`` (default: a fresh random key, used for this conversion only), so neither
+    a number nor the order of ``participants.tsv`` rows or of the files' writing tells where a subject stood in the
+    source (a source listing its controls first would otherwise name its patients by their numbers); or their
+    alphanumeric source id with ``keep_subject_ids=True`` (only for public ids). ``key`` (bytes) is never
+    written. Several recordings of one task get ``run-1``, ``run-2``, .... An existing ``bids_root`` is an error
+    unless ``overwrite=True``; the tree is built in a hidden folder beside it and renamed into place only when
+    complete. ``subjects``: convert only
     these source subjects (an id the dataset does not have is an error, not a smaller tree).
 
     What a reader of the tree learns about the dataset: ``participants.tsv`` holds ``participant_id``, the label
@@ -479,6 +528,9 @@ def to_bids(dataset: EEGDataset, bids_root, *, label_column: str = "label", task
     for rec in recs:
         by_subject.setdefault(rec.subject, []).append(rec)
     width = max(2, len(str(len(by_subject))))
+    # Numbered (and written) in the keyed order: the numbers, the participants.tsv rows and the files' times carry
+    # nothing about the source's listing.
+    by_subject = {s: by_subject[s] for s in pseudonym_order(list(by_subject), key or secrets.token_bytes(32))}
     sub_labels, labels = {}, {}
     for i, (subject, group) in enumerate(by_subject.items(), start=1):
         absent = [r.describe() for r in group if label_column not in r.meta or pd.isna(r.meta[label_column])]
@@ -536,8 +588,9 @@ def to_bids(dataset: EEGDataset, bids_root, *, label_column: str = "label", task
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    return BIDSConversion(bids_root, {s: f"sub-{sub_labels[s]}" for s in by_subject}, mapping)
+    counts = {value: list(labels.values()).count(value) for value in sorted(set(labels.values()))}
+    return BIDSConversion(bids_root, {s: f"sub-{sub_labels[s]}" for s in by_subject}, mapping, label_column, counts)
 
 
 __all__ = ["EXTENSIONS", "WRITE_FORMATS", "BIDSConversion", "BIDSDataset", "BIDSLabelError", "RecordingReadError",
-           "to_bids"]
+           "pseudonym_order", "to_bids"]

@@ -118,9 +118,19 @@ class LocalExecutor:
         self._pool_for_this_environment()
         # One BLAS/OpenMP thread per worker (joblib sets the workers' thread limits when it starts them, at no
         # cost per cell): the processes already fill the cores, and more threads would only fight over them.
-        with parallel_config(backend="loky", inner_max_num_threads=1):
+        # Workers ignore Ctrl-C and SIGTERM, which a terminal or a scheduler sends the whole process group: this
+        # process meets them (its MLflow runs end KILLED) and stops the workers (loky kills them with SIGKILL).
+        with parallel_config(backend="loky", inner_max_num_threads=1, initializer=_ignore_interrupts):
             return Parallel(n_jobs=int(n_jobs), return_as="generator")(
                 delayed(cell_fn)(config, seed) for config, seed in jobs)
+
+
+def _ignore_interrupts() -> None:
+    """A local worker's start: SIGINT and SIGTERM ignored (the process that owns the pool handles them)."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
 
 @dataclass(frozen=True)

@@ -195,12 +195,21 @@ class SweepRunner:
 
     def __init__(self, *, name: str, study: str, dataset: str, out_dir: str | Path, parent_tags: Mapping[str, str],
                  tags_fn: Callable[[Cell], Mapping[str, str]], params: Mapping[str, Any] | None = None,
-                 progress: bool = True):
+                 progress: bool = True, idempotency_key: str | None = None):
         self.name, self.study, self.dataset = name, study, dataset
         self.out_dir = Path(out_dir)
         self.parent_tags, self.tags_fn = dict(parent_tags), tags_fn
         self.params = dict(params or {})
         self.progress = progress
+        # With a key (a hash of everything the sweep's results depend on), a rerun reuses the parent run and the
+        # children of that key, whatever their status (start_run), instead of adding new ones.
+        self.idempotency_key = idempotency_key
+
+    def child_key(self, cell: Cell) -> str | None:
+        """The idempotency key of ``cell``'s child run: the sweep's key and the cell's, hashed (None without one)."""
+        if self.idempotency_key is None:
+            return None
+        return hashlib.sha256(f"{self.idempotency_key}/{cell.key}".encode()).hexdigest()[:16]
 
     def cell_path(self, cell: Cell) -> Path:
         return self.out_dir / f"{cell.key}.csv"
@@ -216,7 +225,8 @@ class SweepRunner:
         _remove_stale_tmp(self.out_dir)
         grid_keys = sorted({k for c in cells for k in c.config})
         names = run_names(self.name, cells)
-        with start_run(study=self.study, tags=self.parent_tags, params=self.params, run_name=self.name) as parent:
+        with start_run(study=self.study, tags=self.parent_tags, params=self.params, run_name=self.name,
+                       idempotency_key=self.idempotency_key) as parent:
             frames, resumed = [], 0
             for cell in tqdm(cells, desc=self.name, unit="cell", disable=not self.progress):
                 path = self.cell_path(cell)
@@ -230,7 +240,8 @@ class SweepRunner:
                 # The child run is open while the cell computes: a crash marks it FAILED, a kill leaves it
                 # RUNNING for the next start to mark FAILED.
                 with start_run(study=self.study, tags=self.tags_fn(cell), run_name=names[cell.key],
-                               params={**cell.config, "seed": cell.seed}, parent_run_id=parent.info.run_id):
+                               params={**cell.config, "seed": cell.seed}, parent_run_id=parent.info.run_id,
+                               idempotency_key=self.child_key(cell)):
                     rows = pd.DataFrame(cell_fn(dict(cell.config), cell.seed))
                     for column, value in (("study", self.study), ("dataset", self.dataset),
                                           ("config_key", cell.group), ("seed", cell.seed)):

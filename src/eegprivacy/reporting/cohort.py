@@ -185,40 +185,97 @@ def _not_covered(note: str) -> list[str]:
     return out
 
 
-def _attack_point(summary: dict) -> tuple[str | None, float, str]:
-    """(mechanism, ε, why this ε) at which the verdict reads the attacks: the smallest utility horizon of any
-    mechanism, else the largest ε of the grid (there, the mechanism the re-identification, else the membership,
-    attack does best against)."""
-    horizons = {m: float(h) for m, h in summary["horizons"].items() if isinstance(h, (int, float))}
-    if horizons:
-        mechanism = min(horizons, key=lambda m: (horizons[m], m))
-        return mechanism, horizons[mechanism], "the smallest ε that keeps utility"
-    epsilon = max(float(e) for e in summary["config"]["epsilons"])
-    best, score = None, -1.0
-    for kind, metric in (("reidentification", "top1_accuracy"), ("membership", "auroc_likelihood")):
-        info = summary["attacks"].get(kind) or {}
-        for mechanism, by_eps in (info.get("results") or {}).items():
-            entry = (by_eps.get(_g(epsilon)) or {}).get(metric) or {}
-            if mechanism in summary["config"]["mechanisms"] and (entry.get("value") or -1.0) > score:
-                best, score = mechanism, entry["value"]
-        if best is not None:
-            break
-    return best, epsilon, "the largest ε tried, since none keeps utility"
+def _labels(summary: dict) -> tuple[str, str]:
+    """(positive, negative) as the verdict names them: the names given (``--label-map SZ=1 HC=0``, or the tree's
+    Levels), else "label 1" and "label 0"."""
+    names = summary["cohort"].get("label_names") or {}
+    return names.get("1") or "label 1", names.get("0") or "label 0"
+
+
+_WHY = {"horizon": "the smallest ε that keeps utility", "largest": "the largest ε tried, since none keeps utility",
+        "not tested": "the largest ε tried; utility not tested: too few noise draws"}
+
+
+def _lead(summary: dict, point: dict) -> str:
+    """One lead sentence: at the point's ε (study A's :func:`~eegprivacy.studies.cohort_audit.headline`), what a
+    classifier still finds in the release beside its matched null, and how many patients an attacker
+    re-identifies against chance (or, where that cannot be tested, why), with the membership AUROC."""
+    confidence = float(summary["config"]["confidence"])
+    unit = "patient" if summary["eps_unit"] == "subject" else summary["eps_unit"]
+    names = summary["cohort"].get("label_names") or {}
+    positive, negative = _labels(summary)
+    what = f"{positive} from {negative}" if {"0", "1"} <= set(names) else "the label"
+    release, null = point.get("release_auroc") or {}, point.get("matched_null_auroc") or {}
+    test = point.get("release_minus_null_auroc") or {}
+    at = (f"At ε = {_g(point['epsilon'])} per {unit} with {_mechanism(summary, point['mechanism'])} "
+          f"({_WHY[point['why']]}): ")
+    verb = "tells" if what != "the label" else "finds"
+    if release.get("value") is None:
+        utility = "the release's utility was not computed at this ε"
+    else:
+        found = (f"a classifier trained on the released vectors {{still}}{verb} {what} with AUROC "
+                 f"{release['value']:.2f}{_interval(release, '.2f', confidence)}")
+        null_text = f"its matched null's {null['value']:.2f} (the same noise on a blank table"
+        if point["why"] == "not tested" or not test.get("tested", True):
+            utility = f"{found.format(still='')}, against {null_text}; not tested)"
+        elif test.get("keeps_utility"):
+            utility = (f"{found.format(still='still ')}, better than {null_text}) by a test at the "
+                       f"{1 - confidence:.0%} level")
+        else:
+            utility = (f"{found.format(still='')}, no better than {null_text}) by a test at the "
+                       f"{1 - confidence:.0%} level")
+    reid_info = summary["attacks"].get("reidentification") or {}
+    top1, noiseless = point.get("reidentification") or {}, point.get("reidentification_none") or {}
+    if reid_info.get("applies") and top1.get("value") is not None:
+        attacker = _REID_ATTACKER.get(reid_info.get("kind"), "a second recording of each patient")
+        leak = (f"an attacker holding {attacker} re-identifies {top1['value']:.0%} of the patients"
+                f"{_interval(top1, '.0%')}, against {top1['chance']:.0%} by chance"
+                + (f" ({noiseless['value']:.0%} without any noise)" if noiseless.get("value") is not None else ""))
+    else:
+        reason = (reid_info.get("reason") or "it was not run").removeprefix("re-identification does not apply: ")
+        if reason == "one recording per subject":
+            reason = "each patient has only one recording, so an attacker has no second recording to match against"
+        leak = f"re-identification (matching a released vector back to a patient) could not be tested: {reason}"
+    member = point.get("membership") or {}
+    if member.get("value") is not None:
+        low, high = member.get("ci_low"), member.get("ci_high")
+        within = f"95% interval {low:.2f} to {high:.2f}; " if low is not None and high is not None else ""
+        leak += f"; membership AUROC {member['value']:.2f} ({within}{_g(member.get('chance', 0.5))} is guessing)"
+    return f"{at}{utility}, and {leak}." if "could not be tested" not in leak else f"{at}{utility}; {leak}."
+
+
+def _caution(summary: dict) -> str | None:
+    """A caution when a class has fewer patients than ``config["caution_per_class"]``: with so few, the intervals
+    are too wide to decide (None otherwise)."""
+    cohort = summary["cohort"]
+    limit = summary["config"].get("caution_per_class")
+    if limit is None:
+        return None
+    positive, negative = _labels(summary)
+    named = {"0", "1"} <= set(cohort.get("label_names") or {})
+    small = [(n, name) for n, name in ((cohort["n_label_1"], positive), (cohort["n_label_0"], negative)) if n < limit]
+    if not small:
+        return None
+    which = " and ".join(f"{n} {name} patients" if named else f"{n} patients with {name}" for n, name in small)
+    return (f"Caution: only {which} (fewer than {limit} per class): the intervals below are too wide to decide "
+            "either way; read these numbers as a first look, and audit a larger cohort before releasing.")
 
 
 def verdict_text(summary: dict) -> list[str]:
-    """The report's verdict: five plain sentences for a data steward or clinician — what was released; at which ε
-    per patient; what ε covers and, plainly, what it does NOT; whether any mechanism keeps utility and from which ε
-    (the horizons of the fixed-sequence test: "none" is no ε of the grid); and how re-identifiable the release is
-    there (re-identification top-1 against chance, membership AUROC against 0.5, at the smallest horizon, else at
-    the largest ε; where re-identification does not apply, why). Every number is a value of ``summary``
-    (summary.json); a synthetic cohort's first sentence says SYNTHETIC."""
+    """The report's verdict for a data steward or clinician, the leak in the headline: first one sentence per
+    mechanism, at the ε a steward would pick (its utility horizon, else the largest ε tried: ``summary["headline"]``,
+    :func:`eegprivacy.studies.cohort_audit.headline`), holding both what a classifier still finds in the release
+    (AUROC beside its matched null, and the test's decision) and how many patients an attacker re-identifies
+    against chance; a caution where a class is small; then what was released (the labels by the names given), at
+    which ε per patient, what ε covers and, plainly, what it does NOT, and whether any mechanism keeps utility with
+    the non-private reference. Every number is a value of ``summary`` (summary.json); a synthetic cohort's first
+    sentence says SYNTHETIC."""
     cohort, config = summary["cohort"], summary["config"]
     unit = "patient" if summary["eps_unit"] == "subject" else summary["eps_unit"]
     note = summary.get("eps_covers_note") or ""
     confidence = float(config["confidence"])
     mechanisms = [_mechanism(summary, m) for m in config["mechanisms"]]
-    sentences = []
+    sentences = lead_text(summary)
 
     if "in the clear" in note:
         labels = "with each patient's 0/1 label released as it is (not noised)"
@@ -226,11 +283,15 @@ def verdict_text(summary: dict) -> list[str]:
         labels = "with each patient's 0/1 label randomly flipped before release (randomized response)"
     else:
         labels = "with each patient's label as the note on ε below says"
+    names = cohort.get("label_names") or {}
+    positive, negative = _labels(summary)
+    counts = (f"{cohort['n_label_1']} {positive}, {cohort['n_label_0']} {negative}" if {"0", "1"} <= set(names)
+              else f"{cohort['n_label_1']} with label 1, {cohort['n_label_0']} with label 0")
+    left_out = left_out_sentence(summary)
     sentences.append(
-        ("SYNTHETIC DATA (not real patients): " if summary["synthetic"] else "")
-        + f"What was released: one noised vector of {cohort['n_features']} EEG features per patient for the "
-        f"{cohort['n_patients']} patients of {summary['dataset']} ({cohort['n_label_1']} with label 1, "
-        f"{cohort['n_label_0']} with label 0), {labels}.")
+        f"What was released: one noised vector of {cohort['n_features']} EEG features per patient for the "
+        f"{cohort['n_patients']} patients of {summary['dataset']} ({counts}), {labels}."
+        + (f" {left_out}" if left_out else ""))
     sentences.append(
         f"The noise is set by ε (epsilon, the privacy budget per {unit}: a smaller ε adds more noise and protects "
         f"more), tried at ε = {', '.join(_g(e) for e in config['epsilons'])} per {unit} with the "
@@ -267,36 +328,18 @@ def verdict_text(summary: dict) -> list[str]:
     else:
         sentences.append(f"Usefulness was not tested ({test}): too few noise draws per ε{reference}.")
 
-    mechanism, epsilon, why = _attack_point(summary)
-    reid = summary["attacks"].get("reidentification") or {}
-    member = summary["attacks"].get("membership") or {}
-    where = f"At ε = {_g(epsilon)}" + (f" with {_mechanism(summary, mechanism)}" if mechanism else "") + f" ({why})"
-    entry = ((reid.get("results") or {}).get(mechanism) or {}).get(_g(epsilon), {}).get("top1_accuracy") or {}
-    if reid.get("applies") and entry.get("value") is not None:
-        noiseless = ((reid["results"].get("none") or {}).get("none") or {}).get("top1_accuracy") or {}
-        control = ((reid["results"].get(mechanism) or {}).get(_g(epsilon)) or {}).get(
-            "top1_accuracy_shuffled_control") or {}
-        attacker = _REID_ATTACKER.get(reid.get("kind"), "a second recording of each patient")
-        first = (f"{where}, an attacker holding {attacker} matched {entry['value']:.0%} of the released vectors to the "
-                 f"right patient{_interval(entry, '.0%')}, against {entry['chance']:.0%} by pure guessing"
-                 + (f" and {noiseless['value']:.0%} without any noise" if noiseless.get("value") is not None else "")
-                 + (f", and {control['value']:.0%} with the patients' identities shuffled (the attack's control)"
-                    if control.get("value") is not None else ""))
-    else:
-        reason = (reid.get("reason") or "it was not run").removeprefix("re-identification does not apply: ")
-        if reason == "one recording per subject":
-            reason = "each patient has only one recording, so an attacker has no second recording to match against"
-        first = (f"{where}, re-identification (matching a released vector back to a patient) could not be tested: "
-                 f"{reason}")
-    entry = ((member.get("results") or {}).get(mechanism) or {}).get(_g(epsilon), {}).get("auroc_likelihood") or {}
-    if member.get("applies") and entry.get("value") is not None:
-        second = (f"an attacker who knows a patient's true features could tell whether that patient is in the release "
-                  f"with AUROC {entry['value']:.2f}{_interval(entry, '.2f')}, where {_g(entry.get('chance', 0.5))} "
-                  "is guessing and 1 is always right")
-    else:
-        second = ("membership inference (telling whether a patient is in the release) "
-                  + (member.get("reason") or "was not run"))
-    sentences.append(f"{first}; {second}.")
+    return sentences
+
+
+def lead_text(summary: dict) -> list[str]:
+    """The verdict's lead (what the console prints too): one sentence per point of ``summary["headline"]``, then the
+    small-cohort caution where it applies; a synthetic cohort's first sentence says SYNTHETIC."""
+    sentences = [_lead(summary, point) for point in summary.get("headline") or []]
+    caution = _caution(summary)
+    if caution:
+        sentences.append(caution)
+    if summary["synthetic"] and sentences:
+        sentences[0] = "SYNTHETIC DATA (not real patients): " + sentences[0]
     return sentences
 
 
@@ -307,13 +350,10 @@ def intervals_note(summary: dict) -> str:
     """What the verdict's intervals resample, one clause per quantity, from each entry's ``ci_over`` (patients are
     the privacy unit; the membership rows are resampled over noise seeds)."""
     baseline = ((summary.get("controls") or {}).get("baseline") or {}).get("auroc") or {}
-    mechanism, epsilon, _ = _attack_point(summary)
+    point = (summary.get("headline") or [{}])[0]
     parts = [("the AUROCs", baseline.get("ci_over"))]
-    for kind, metric, what in (("reidentification", "top1_accuracy", "re-identification"),
-                               ("membership", "auroc_likelihood", "membership")):
-        results = (summary["attacks"].get(kind) or {}).get("results") or {}
-        entry = ((results.get(mechanism) or {}).get(_g(epsilon)) or {}).get(metric) or {}
-        parts.append((what, entry.get("ci_over")))
+    for key, what in (("reidentification", "re-identification"), ("membership", "membership")):
+        parts.append((what, (point.get(key) or {}).get("ci_over")))
     said = [f"{what} over {_RESAMPLED.get(over, over)}" for what, over in parts if over]
     return "Intervals resample " + "; ".join(said) + "." if said else ""
 
@@ -426,7 +466,9 @@ def _table(header: list[str], body: list[list]) -> str:
 
 def cohort_html(summary: dict) -> str:
     c = summary["cohort"]
-    body = [["patients (subjects)", c["n_patients"]], ["label 1 / label 0", f"{c['n_label_1']} / {c['n_label_0']}"],
+    positive, negative = _labels(summary)
+    body = [["patients (subjects)", c["n_patients"]],
+            [f"{positive} / {negative}", f"{c['n_label_1']} / {c['n_label_0']}"],
             ["recordings used / listed", f"{c['n_recordings']} / {c['n_recordings_listed']}"],
             ["windows", c["n_windows"]], ["channels", f"{c['n_channels']}: {', '.join(c['channels'])}"],
             ["sampling rate(s), Hz", ", ".join(f"{f:g}" for f in c["sfreqs"])],
@@ -570,11 +612,39 @@ def guarantees_html(summary: dict) -> str:
             + f"<h4>Caveats</h4><ul>{caveats}</ul>")
 
 
+def left_out_html(summary: dict) -> str:
+    """The recordings the audit left out, with why (file names and subjects redacted: the console and the private
+    work folder's left_out.tsv name them)."""
+    entries = summary["cohort"].get("left_out") or []
+    if not entries:
+        return "<p>No recording was left out.</p>"
+    body = [[i, "could not be used" if e["unusable"] else "too short", e["reason"]] for i, e in enumerate(entries, 1)]
+    header = ["#", "why", "reason (file names redacted)"]
+    return (f"<p>{left_out_sentence(summary)}</p>" + _table(header, body)
+            + _column_list(header, own={"#": "the recording's number in this list",
+                                        "why": "could not be used: unreadable file or NaN samples (skipped with "
+                                               "--skip-bad, the default); too short: no complete window",
+                                        "reason (file names redacted)": "the reason as the console printed it, with "
+                                        "the file name and subject replaced by <redacted>"}))
+
+
+def left_out_sentence(summary: dict) -> str:
+    """One sentence: how many recordings were left out and where they are named (empty when none was)."""
+    entries = summary["cohort"].get("left_out") or []
+    if not entries:
+        return ""
+    unusable = sum(1 for e in entries if e["unusable"])
+    return (f"{len(entries)} recording(s) were left out ({unusable} could not be used, {len(entries) - unusable} too "
+            "short for one window); the console output and the private work folder's left_out.tsv name each file, "
+            "and the Data quality section gives each reason.")
+
+
 def quality_html(summary: dict) -> str:
     c = summary["cohort"]
     body = [[flag, count] for flag, count in c["flags"].items()]
     header = ["flag (recordings)", "count"]
-    text = _table(header, body) + _column_list(header) if body else "<p>No recording carries a flag.</p>"
+    text = "<h4>Left out</h4>" + left_out_html(summary) + "<h4>Flags</h4>"
+    text += _table(header, body) + _column_list(header) if body else "<p>No recording carries a flag.</p>"
     if c["features_dropped_nonfinite"]:
         text += (f"<p>{len(c['features_dropped_nonfinite'])} feature(s) left out (not finite for every patient): "
                  f"{html.escape(', '.join(c['features_dropped_nonfinite'][:20]))}</p>")
@@ -613,5 +683,5 @@ def write_html(path: str | Path, rows: pd.DataFrame, summary: dict, images: dict
     return Path(path)
 
 
-__all__ = ["figures", "utility_figure", "attack_figure", "horizon_html", "verdict_text", "verdict_html",
+__all__ = ["figures", "utility_figure", "attack_figure", "horizon_html", "lead_text", "verdict_text", "verdict_html",
            "write_html", "close", "VERDICT_TITLE"]

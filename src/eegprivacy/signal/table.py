@@ -21,7 +21,8 @@ import pyarrow.parquet as pq
 from tqdm.auto import tqdm
 
 from eegprivacy.atomic import atomic_path
-from eegprivacy.data.base import DataQualityWarning
+from eegprivacy.data.base import DataQualityWarning, LeftOut
+from eegprivacy.data.clinical_folder import RecordingReadError
 from eegprivacy.errors import InputDataError, InvalidInputError
 from eegprivacy.params import Config, ParamsError, param
 from eegprivacy.signal.features import FeatureConfig, feature_columns, window_features
@@ -152,6 +153,11 @@ class _Survey:
     sfreq: float
     n_times: int
     short: bool
+    left_out: bool = False  # could not be used (unreadable, NaN samples) and skipped: out of the channel plan
+
+    @property
+    def usable(self) -> bool:
+        return not (self.short or self.left_out)
 
 
 def _too_short(n_times: int, sfreq: float, config: FeaturePipelineConfig) -> bool:
@@ -165,6 +171,19 @@ def _planned(rec, config: FeaturePipelineConfig) -> _Survey | None:
         return None
     n_times = int(round(float(duration) * float(sfreq)))
     return _Survey(str(channels).split(","), [], float(sfreq), n_times, _too_short(n_times, float(sfreq), config))
+
+
+def _loaded(rec, config: FeaturePipelineConfig):
+    """(the recording's Raw with its data read, its survey); a file no reader can open is a
+    :class:`RecordingReadError` naming it, NaN samples a :class:`NonFiniteSamplesError`."""
+    try:
+        raw = rec.load().load_data(verbose="error")
+    except InputDataError:
+        raise
+    except Exception as err:  # noqa: BLE001 - any reader failure becomes one error naming the file
+        raise RecordingReadError(f"cannot read {rec.describe()} ({type(err).__name__}: {err}); copy or export the "
+                                 "recording again, or remove it") from err
+    return raw, _survey(rec, raw, config)
 
 
 def _survey(rec, raw, config: FeaturePipelineConfig) -> _Survey:
@@ -194,7 +213,7 @@ def _channel_plan(recordings, surveys: list[_Survey]) -> tuple[list[str], dict[i
     *dropped* where it exists. Either way it leaves the table, so all rows share one channel set and one average
     reference, whatever order the recordings come in.
     """
-    usable = [i for i, s in enumerate(surveys) if not s.short]
+    usable = [i for i, s in enumerate(surveys) if s.usable]
     counts: dict[str, int] = {}
     for i in usable:
         for ch in surveys[i].channels:
@@ -230,12 +249,12 @@ def _warn_plan(dataset, recordings, surveys: list[_Survey], kept: list[str], fla
         names = [recordings[i].locate() for i in indices]
         return "; ".join(names[:5]) + (f"; and {len(names) - 5} more" if len(names) > 5 else "")
 
-    short = [i for i, s in enumerate(surveys) if s.short]
+    short = [i for i, s in enumerate(surveys) if s.short and not s.left_out]
     if short:
         warnings.warn(f"{dataset.name}: {len(short)} recording(s) are shorter than the band-pass filter plus one "
                       f"window need ({where(short)}); they contribute no windows. Lower features.preprocess.l_freq "
                       "(a shorter filter) or leave them out", DataQualityWarning, stacklevel=3)
-        kept_subjects = {recordings[i].subject for i, s in enumerate(surveys) if not s.short}
+        kept_subjects = {recordings[i].subject for i, s in enumerate(surveys) if s.usable}
         lost = {recordings[i].subject for i in short} - kept_subjects
         if lost:
             warnings.warn(f"{dataset.name}: {len(lost)} subject(s) have no recording long enough and are not in the "
@@ -250,20 +269,23 @@ def _warn_plan(dataset, recordings, surveys: list[_Survey], kept: list[str], fla
                           f"({where(hit)}); left out of every recording so all rows share one channel set "
                           f"({len(kept)} channels kept). Their rows are flagged '{kind}:<channel>'",
                           DataQualityWarning, stacklevel=3)
-    rates = sorted({s.sfreq for s in surveys if not s.short})
+    rates = sorted({s.sfreq for s in surveys if s.usable})
     if len(rates) > 1:
         log.info("%s: recordings at %d sampling rates (%s Hz); each is filtered, windowed and analysed at its own "
                  "rate (column 'sfreq')", dataset.name, len(rates), ", ".join(f"{r:g}" for r in rates))
 
 
 def dataset_window_features(dataset, config: FeaturePipelineConfig, progress: bool = True,
-                            on_recording=None) -> pd.DataFrame:
+                            on_recording=None, skip_bad: bool = False, on_left_out=None) -> pd.DataFrame:
     """All recordings of ``dataset`` -> tidy window-feature table, one channel set for all rows.
 
-    Bad input is met as follows: NaN/infinite samples are an error naming the file; a recording shorter than the
-    band-pass filter plus one window is skipped; a channel missing from, or flat in, any recording is left out of
-    all of them (:func:`_channel_plan`), so every row has the same columns and average reference. Each recovery
-    is flagged on the rows of the recordings concerned and reported by one :class:`DataQualityWarning`.
+    Bad input is met as follows: a recording that cannot be read (NaN/infinite samples, a file no reader opens) is
+    an error naming the file, or with ``skip_bad`` is left out with one :class:`DataQualityWarning` naming the
+    file and the reason; a recording shorter than the band-pass filter plus one window is skipped; a channel
+    missing from, or flat in, any recording is left out of all of them (:func:`_channel_plan`), so every row has
+    the same columns and average reference. Each recovery is flagged on the rows of the recordings concerned and
+    reported by one :class:`DataQualityWarning`. ``on_left_out(LeftOut)``, if given, is called for each recording
+    that contributes no row (skipped as bad, or too short), so a caller can list them.
 
     The channel plan starts from the metadata (channels, rate, duration) and is corrected as each recording is
     loaded (a flat channel only shows in the data); recordings computed under an earlier plan are computed again,
@@ -273,13 +295,27 @@ def dataset_window_features(dataset, config: FeaturePipelineConfig, progress: bo
     recordings = dataset.recordings()
     if not recordings:
         raise InvalidInputError(f"dataset {dataset.name} has no recordings")
-    surveys = [_planned(rec, config) or _survey(rec, rec.load(), config) for rec in recordings]
-    if all(s.short for s in surveys):
-        longest = max(surveys, key=lambda s: s.n_times / s.sfreq)
-        raise InvalidInputError(f"every recording of {dataset.name} is too short for the band-pass filter plus one window "
-                         f"(the longest is {longest.n_times / longest.sfreq:.2f} s at {longest.sfreq:g} Hz); lower "
-                         "features.preprocess.l_freq or use longer recordings")
-    kept, _ = _channel_plan(recordings, surveys)
+
+    def leave_out(i: int, err: InputDataError) -> None:
+        surveys[i] = _Survey([], [], surveys[i].sfreq if surveys[i] else 0.0, 0, False, left_out=True)
+        warnings.warn(f"{err}; left out", DataQualityWarning, stacklevel=3)
+        if on_left_out is not None:
+            on_left_out(LeftOut(recordings[i].subject, recordings[i].source or recordings[i].describe(), str(err)))
+
+    surveys: list[_Survey | None] = [_planned(rec, config) for rec in recordings]
+    for i, rec in enumerate(recordings):
+        if surveys[i] is None:  # no metadata to plan from: read it now
+            try:
+                surveys[i] = _loaded(rec, config)[1]
+            except InputDataError as err:
+                if not skip_bad:
+                    raise
+                leave_out(i, err)
+    if all(s.short for s in surveys if not s.left_out) and any(not s.left_out for s in surveys):
+        longest = max((s for s in surveys if not s.left_out), key=lambda s: s.n_times / s.sfreq)
+        raise InvalidInputError(f"every recording of {dataset.name} is too short for the band-pass filter plus one "
+                                f"window (the longest is {longest.n_times / longest.sfreq:.2f} s at "
+                                f"{longest.sfreq:g} Hz); lower features.preprocess.l_freq or use longer recordings")
 
     def compute(i: int, raw) -> tuple[list[str], pd.DataFrame]:
         eeg = [raw.ch_names[j] for j in mne.pick_types(raw.info, eeg=True, exclude=())]
@@ -287,24 +323,39 @@ def dataset_window_features(dataset, config: FeaturePipelineConfig, progress: bo
             raw = raw.copy().pick(kept)
         return list(kept), _recording_frame(dataset, recordings[i], raw, kept, config)
 
+    kept: list[str] = []
     frames: dict[int, tuple[list[str], pd.DataFrame]] = {}
     for i, rec in enumerate(tqdm(recordings, desc=f"features {dataset.name}", unit="rec", disable=not progress)):
-        if surveys[i].short:
+        if not surveys[i].usable:
             if on_recording is not None:
                 on_recording()
             continue
-        raw = rec.load().load_data()
-        surveys[i] = _survey(rec, raw, config)
-        if not surveys[i].short:
-            kept, _ = _channel_plan(recordings, surveys)
-            frames[i] = compute(i, raw)
+        try:
+            raw, surveys[i] = _loaded(rec, config)
+        except InputDataError as err:
+            if not skip_bad:
+                raise
+            leave_out(i, err)
+        else:
+            if surveys[i].usable:
+                kept, _ = _channel_plan(recordings, surveys)
+                frames[i] = compute(i, raw)
         if on_recording is not None:
             on_recording()
+    if not frames:
+        raise InvalidInputError(f"no recording of {dataset.name} could be used: every one was left out (the "
+                                "warnings above name each file and why)")
     kept, plan_flags = _channel_plan(recordings, surveys)
     for i in sorted(frames):
         if frames[i][0] != kept:  # computed before a later recording changed the plan
             frames[i] = compute(i, recordings[i].load())
     _warn_plan(dataset, recordings, surveys, kept, plan_flags)
+    if on_left_out is not None:
+        for i, survey in enumerate(surveys):
+            if survey.short and not survey.left_out:
+                on_left_out(LeftOut(recordings[i].subject, recordings[i].source or recordings[i].describe(),
+                                    f"{recordings[i].locate()}: {survey.n_times / survey.sfreq:.2f} s, shorter than "
+                                    "the band-pass filter plus one window need", unusable=False))
     out = []
     for i in sorted(frames):
         frame = frames[i][1]

@@ -16,9 +16,11 @@ Stages, each resumable:
    subject, optionally its two halves, labelled *same-session*), and membership inference on the released table.
 
 Every cell is a :class:`~eegprivacy.pipeline.sweep.SweepRunner` cell: a resumable cache file, a nested MLflow child
-run under one parent per sweep. Per-patient LOSO predictions (needed for the patient-level bootstrap) are kept in
-the cell cache beside the rows and are never logged. Summaries (:func:`summarise`: study A's utility summary plus
-the attacks) are logged as metrics of one ``summary`` run and written as ``rows.csv``/``summary.json``.
+run under one run per sweep, the sweeps nested under one top-level run per audit, which a rerun of the same inputs
+and parameters reopens (:func:`audit_key`). Per-patient LOSO predictions (needed for the patient-level bootstrap)
+are kept in the cell cache beside the rows and are never logged. Summaries (:func:`summarise`: study A's utility
+summary plus the attacks) are logged as metrics of the audit's run, with the verdict's lead as its headline columns
+(:func:`headline`, :func:`headline_metrics`), and written as ``rows.csv``/``summary.json``.
 
 **Patient order is canonical**: patients (rows) are sorted by their feature vectors (lexicographically on values
 rounded to ~6 significant digits, label last), and feature columns by name, so everything position-dependent (MLP
@@ -29,6 +31,7 @@ which order it lists them, or where its files live. Numbers depend on the record
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import logging
 import math
@@ -48,7 +51,7 @@ from eegprivacy.attacks.table import (
     TableMembershipInference,
     top_k_hits,
 )
-from eegprivacy.data.base import DataQualityWarning, EEGDataset
+from eegprivacy.data.base import DataQualityWarning, EEGDataset, LeftOut
 from eegprivacy.errors import InputDataError
 from eegprivacy.evaluation import mean_ci, wilson_interval
 from eegprivacy.params import ParamsError
@@ -98,6 +101,10 @@ _MEMBERSHIP_STREAM = 0x4D454D42
 _CONTROL_STREAM = 0x43544C52
 
 
+# The private list of the recordings an audit left out (file, reason), in its work folder.
+LEFT_OUT_FILE = "left_out.tsv"
+
+
 class CohortError(InputDataError, ValueError):
     """The cohort cannot be audited as given (no labels, one class, too few patients...)."""
 
@@ -121,10 +128,12 @@ class AuditConfig:
     confidence: float = 0.95  # intervals; α = 1 − confidence for the horizon test (split over the mechanisms)
     min_patients: int = 6
     min_per_class: int = 2
+    caution_per_class: int = 8  # fewer patients in a class: the verdict cautions that its intervals are too wide
     membership_trials: int = 20
     member_fraction: float = 0.5
     split_halves: bool = True  # one recording per subject: re-identify its second half from its first
     features_params: str | None = None  # a params file with a ``features`` section; None: the packaged defaults
+    skip_bad: bool = True  # leave out a recording that cannot be used (unreadable, NaN samples) instead of stopping
 
     def __post_init__(self):
         object.__setattr__(self, "mechanisms", tuple(self.mechanisms))
@@ -212,46 +221,61 @@ def feature_settings(config: AuditConfig):
 
 
 def window_table(dataset: EEGDataset, config: AuditConfig, cache_dir: str | Path | None,
-                 progress: bool = True, on_recording=None) -> tuple[pd.DataFrame, str, str]:
-    """(window features, dataset version, feature-config hash), read from ``cache_dir`` when current.
+                 progress: bool = True, on_recording=None) -> tuple[pd.DataFrame, str, str, list[LeftOut]]:
+    """(window features, dataset version, feature-config hash, recordings left out), read from ``cache_dir`` when
+    current.
 
     A user's cohort gets the shared feature settings whatever it is called (``per_dataset`` overrides are the
     pipeline's own datasets'), so a BIDS copy of a dataset and its loader give the same numbers; a low-pass or band
-    above the cohort's Nyquist is moved or dropped, and flagged, by the signal layer. The data-quality warnings
-    raised while the table was computed are kept beside it (``.warnings.json``) and raised again when it is read
+    above the cohort's Nyquist is moved or dropped, and flagged, by the signal layer. With ``config.skip_bad`` a
+    recording that cannot be used (unreadable, NaN samples) is left out (else it stops the audit); it and the
+    recordings too short for one window are returned. The data-quality warnings raised while the table was
+    computed, and the recordings left out, are kept beside it (``.warnings.json``) and raised again when it is read
     back, so a resumed audit reports (and prints) the same problems as the first run. ``on_recording`` is called
     once per recording read (an overall progress bar)."""
     features = feature_settings(config)
     version = dataset.version()
+    left_out: list[LeftOut] = []
+
+    def compute() -> pd.DataFrame:
+        return dataset_window_features(dataset, features, progress=progress, on_recording=on_recording,
+                                       skip_bad=config.skip_bad, on_left_out=left_out.append)
+
     if cache_dir is None:
-        return (dataset_window_features(dataset, features, progress=progress, on_recording=on_recording), version,
-                features.config_hash())
+        return compute(), version, features.config_hash(), left_out
     path = Path(cache_dir) / f"features-{version[:16]}-{features.config_hash()}.parquet"
     notes = path.with_suffix(".warnings.json")
-    if is_current(path, version, features) and notes.exists():
-        for message in json.loads(notes.read_text()):
+    kept = json.loads(notes.read_text()) if notes.exists() else None
+    # a table that left bad recordings out is not what an audit that stops at them (skip_bad off) would compute
+    if is_current(path, version, features) and isinstance(kept, dict) and (
+            config.skip_bad or not any(entry["unusable"] for entry in kept["left_out"])):
+        for message in kept["warnings"]:
             warnings.warn(message, DataQualityWarning, stacklevel=2)
-        return read_feature_table(path, dataset_version=version, config=features), version, features.config_hash()
+        left_out = [LeftOut(**entry) for entry in kept["left_out"]]
+        return (read_feature_table(path, dataset_version=version, config=features), version, features.config_hash(),
+                left_out)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        table = dataset_window_features(dataset, features, progress=progress, on_recording=on_recording)
+        table = compute()
     messages = [str(w.message) for w in caught if issubclass(w.category, UserWarning)]
     write_feature_table(table, path, dataset_version=version, config=features, synthetic=dataset.synthetic)
     with atomic_paths(notes) as (tmp,):
-        tmp.write_text(json.dumps(messages, indent=1) + "\n")
+        tmp.write_text(json.dumps({"warnings": messages, "left_out": [asdict(e) for e in left_out]}, indent=1)
+                       + "\n")
     for w in caught:  # to the caller, as if never caught here
         warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
-    return table, version, features.config_hash()
+    return table, version, features.config_hash(), left_out
 
 
-def _redacted(messages: list[str], dataset: EEGDataset) -> list[str]:
-    """Warnings as the report may show them: subject ids and file names (which loaders' warnings name) replaced
-    by ``<redacted>``, so the report and MLflow never carry an identifier."""
+def _redacted(messages: list[str], dataset: EEGDataset, left_out: list[LeftOut] = ()) -> list[str]:
+    """Warnings as the report may show them: subject ids, recording ids and file names (which loaders' warnings
+    name, of the recordings read and of those ``left_out``) replaced by ``<redacted>``, so the report and MLflow
+    never carry an identifier."""
     import re
 
     names = set()
-    for rec in dataset.recordings():
-        names |= {str(rec.subject), str(rec.source), Path(str(rec.source)).name}
+    for rec in [*dataset.recordings(), *left_out]:  # a recording id may hold the subject's (BIDS: sub-05_task-rest)
+        names |= {str(rec.subject), str(getattr(rec, "recording", "")), str(rec.source), Path(str(rec.source)).name}
     names = sorted((n for n in names if n and n != "."), key=len, reverse=True)
     if not names:
         return messages
@@ -367,11 +391,16 @@ def load_cohort(dataset: EEGDataset, config: AuditConfig = AuditConfig(), cache_
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         check_labels(dataset, config)
-        frame, version, features_hash = window_table(dataset, config, cache_dir, progress, on_recording)
+        frame, version, features_hash, dropped = window_table(dataset, config, cache_dir, progress, on_recording)
+    left_out = [*dataset.left_out, *dropped]
     messages = sorted({str(w.message) for w in caught if issubclass(w.category, UserWarning)})
     for message in messages:
         log.warning("%s", message)
-    quality_warnings = _redacted(messages, dataset)
+    quality_warnings = _redacted(messages, dataset, left_out)
+    if cache_dir is not None:  # the private list, naming files, beside the feature table
+        with atomic_paths(Path(cache_dir) / LEFT_OUT_FILE) as (tmp,):
+            pd.DataFrame([asdict(e) for e in left_out], columns=["subject", "source", "reason", "unusable"]).rename(
+                columns={"source": "file"}).to_csv(tmp, sep="\t", index=False)
     if frame.empty:
         raise CohortError(f"{dataset.name}: no recording gave a feature window")
     frame = frame.assign(label=_binary_labels(dataset.name, frame))
@@ -399,7 +428,8 @@ def load_cohort(dataset: EEGDataset, config: AuditConfig = AuditConfig(), cache_
     summary = {
         "dataset": dataset.name, "dataset_version": version, "synthetic": bool(dataset.synthetic),
         "n_patients": int(len(y)), "n_label_1": n_pos, "n_label_0": n_neg,
-        "n_recordings": int(len(recs)), "n_recordings_listed": int(len(meta)), "n_windows": int(len(frame)),
+        "n_recordings": int(len(recs)), "n_recordings_listed": int(len(meta) + len(dataset.left_out)),
+        "n_windows": int(len(frame)),
         "recordings_per_subject_max": int(per_subject.max()),
         "n_subjects_with_2plus_recordings": int((per_subject >= 2).sum()),
         "n_sessions": int(used["session"].astype(str).nunique()) if "session" in used else None,
@@ -410,7 +440,10 @@ def load_cohort(dataset: EEGDataset, config: AuditConfig = AuditConfig(), cache_
         "duration_s_total": float(pd.to_numeric(used["duration_s"], errors="coerce").sum()),
         "duration_s_median_per_recording": float(pd.to_numeric(used["duration_s"], errors="coerce").median()),
         "n_features": len(features), "features_dropped_nonfinite": dropped,
+        "label_names": {k: str(v) for k, v in dataset.label_names().items() if k in ("0", "1")},
         "flags": _flag_counts(frame), "warnings": quality_warnings,
+        "left_out": [{"reason": reason, "unusable": e.unusable}
+                     for e, reason in zip(left_out, _redacted([e.reason for e in left_out], dataset, left_out))],
         "reidentification": {"kind": kind, "reason": reason,
                              "n_subjects": 0 if release is None else int(len(release))},
     }
@@ -548,8 +581,8 @@ def patient_table(cohort: Cohort) -> PatientTable:
 
 
 class _AuditRunner(SweepRunner):
-    """A sweep runner that also reports each computed cell to ``on_cell`` (the audit's one overall progress line),
-    in place of a bar per sweep."""
+    """A sweep runner that also reports each computed cell to ``on_cell(config, seed)`` (the audit's one overall
+    progress line), in place of a bar per sweep."""
 
     on_cell = None
 
@@ -559,24 +592,39 @@ class _AuditRunner(SweepRunner):
 
         def counted(config, seed):
             rows = cell_fn(config, seed)
-            self.on_cell()
+            self.on_cell(config, seed)
             return rows
 
         return super().run(cells, counted)
 
 
+def audit_key(cohort: Cohort, config: AuditConfig) -> str:
+    """The audit's idempotency key: a hash of everything its results depend on (the stage, the dataset and its
+    version, the feature settings, every knob, the code), so a rerun of the same inputs and parameters reopens the
+    same MLflow runs instead of adding new ones (:func:`eegprivacy.tracking.runs.start_run`)."""
+    text = json.dumps({"stage": STAGE, "dataset": cohort.dataset, "dataset_version": cohort.dataset_version,
+                       "features_hash": cohort.features_hash, "config": config.to_dict(), "code": code_hash()},
+                      sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
 def _runner(cohort: Cohort, config: AuditConfig, cells_dir: str | Path, name: str, progress: bool,
-            parent_tags: dict, tags_fn) -> SweepRunner:
+            parent_tags: dict, tags_fn, key: str | None = None) -> SweepRunner:
+    """The audit runner of sweep ``name``; with the audit's ``key``, the sweep's own (the two hashed)."""
+    sweep_key = None if key is None else hashlib.sha256(f"{key}/{name}".encode()).hexdigest()[:16]
     return _AuditRunner(name=f"{STAGE}-{cohort.dataset}-{name}", study="a", dataset=cohort.dataset,
                         out_dir=Path(cells_dir) / name, parent_tags=parent_tags, tags_fn=tags_fn,
-                        params={"audit": config.to_dict(), **cohort.base_config}, progress=progress)
+                        params={"audit": config.to_dict(), **cohort.base_config}, progress=progress,
+                        idempotency_key=sweep_key)
 
 
-def utility_plan(cohort: Cohort, config: AuditConfig, cells_dir: str | Path, progress: bool = True) -> list[Sweep]:
+def utility_plan(cohort: Cohort, config: AuditConfig, cells_dir: str | Path, progress: bool = True,
+                 key: str | None = None) -> list[Sweep]:
     """Study A's utility plan (:func:`eegprivacy.studies.release.utility.utility_plan`) for the cohort: the same
     arms and cells (configs, seeds, cache keys) as ``dp_utility`` on this table, each sweep run by an audit runner
     (named ``audit_cohort-<dataset>-utility-<sweep>``, its cells under ``cells_dir``, tagged ``stage =
-    audit_cohort`` on top of dp_utility's own tags: mechanism, model, attack, ε, δ)."""
+    audit_cohort`` on top of dp_utility's own tags: mechanism, model, attack, ε, δ); with the audit's ``key``
+    (:func:`audit_key`) each sweep's runs are reused by a rerun."""
     release_config, utility_config = study_a_configs(config, cohort.dataset)
     prefix = f"dp_utility-{cohort.dataset}-"
     sweeps = []
@@ -589,14 +637,16 @@ def utility_plan(cohort: Cohort, config: AuditConfig, cells_dir: str | Path, pro
             return {**_own(cell), **run_tags(cohort, cell.seed)}
 
         sweeps.append(Sweep(name, _runner(cohort, config, cells_dir, name, progress,
-                                          {**runner.parent_tags, **run_tags(cohort, None)}, tags_fn),
+                                          {**runner.parent_tags, **run_tags(cohort, None)}, tags_fn, key),
                             cells, "utility"))
     return sweeps
 
 
-def plan(cohort: Cohort, config: AuditConfig, cells_dir: str | Path, progress: bool = True) -> list[Sweep]:
-    """Every sweep of the audit: study A's utility sweeps (:func:`utility_plan`), then the attacks."""
-    sweeps = utility_plan(cohort, config, cells_dir, progress)
+def plan(cohort: Cohort, config: AuditConfig, cells_dir: str | Path, progress: bool = True,
+         key: str | None = None) -> list[Sweep]:
+    """Every sweep of the audit: study A's utility sweeps (:func:`utility_plan`), then the attacks; with the
+    audit's ``key`` (:func:`audit_key`) a rerun reuses each sweep's runs."""
+    sweeps = utility_plan(cohort, config, cells_dir, progress, key)
     base = {**cohort.base_config, "clip_norm": float(config.clip_norm), "code_hash": code_hash()}
 
     def add(name, kind, cells, mechanism, **tags):
@@ -608,7 +658,7 @@ def plan(cohort: Cohort, config: AuditConfig, cells_dir: str | Path, progress: b
             return run_tags(cohort, cell.seed, mechanism=mechanism, **tags, **own)
 
         runner = _runner(cohort, config, cells_dir, name, progress, run_tags(cohort, None, mechanism=mechanism, **tags),
-                         child_tags)
+                         child_tags, key)
         sweeps.append(Sweep(name, runner, cells, kind))
 
     noise_seeds = range(config.noise_seeds)
@@ -630,32 +680,40 @@ def plan(cohort: Cohort, config: AuditConfig, cells_dir: str | Path, progress: b
     return sweeps
 
 
-def _pending(sweep: Sweep, cells_dir: Path) -> int:
+def _pending(sweep: Sweep, cells_dir: Path) -> list[Cell]:
     """Cells a run computes: not on disk, or (utility) on disk without their kept predictions."""
-    pending = {cell.key for cell in sweep.runner.pending(sweep.cells)}
-    if sweep.kind == "utility":
-        pending |= {cell.key for cell in sweep.cells
-                    if not study_a.predictions_path(cells_dir, cell.key).exists()}
-    return len(pending)
+    missing = {cell.key for cell in sweep.runner.pending(sweep.cells)}
+    return [cell for cell in sweep.cells if cell.key in missing
+            or (sweep.kind == "utility" and not study_a.predictions_path(cells_dir, cell.key).exists())]
+
+
+def cell_cost(config: dict, seed: int, n_patients: int) -> float:
+    """A cell's work in LOSO fits, the unit of the progress line's cells phase: a utility cell's
+    (:func:`eegprivacy.studies.release.utility.loso_fits`: n, or n plus the nested protocol's inner fits), an
+    attack cell's one (a few releases and distance computations: about one fit's time)."""
+    if config.get("kind") in ("reidentification", "membership"):
+        return 1.0
+    return study_a.loso_fits(config, seed, n_patients)
 
 
 def run_sweeps(cohort: Cohort, config: AuditConfig, cells_dir: str | Path, *, progress: bool = True,
-               n_jobs: int = 1, bar=None) -> tuple[list[Sweep], list[pd.DataFrame], dict]:
+               n_jobs: int = 1, bar=None, key: str | None = None) -> tuple[list[Sweep], list[pd.DataFrame], dict]:
     """Run every sweep: the utility sweeps through study A's
     :func:`~eegprivacy.studies.release.utility.run_keeping_predictions` (per-patient predictions kept under
     ``cells_dir``), then the attacks; pending cells are computed ahead by ``n_jobs`` processes or the process-wide
-    executor. With ``bar`` (a tqdm bar) every computed cell advances it, and no sweep draws its own."""
+    executor. With ``bar`` (a :class:`~eegprivacy.pipeline.progress.PhaseProgress`) the cells are one phase of it,
+    counted in LOSO fits (:func:`cell_cost`), and no sweep draws its own. With the audit's ``key``
+    (:func:`audit_key`) a rerun reuses the sweeps' MLflow runs."""
     cells_dir = Path(cells_dir)
-    sweeps = plan(cohort, config, cells_dir, progress and bar is None)
+    sweeps = plan(cohort, config, cells_dir, progress and bar is None, key)
     utility = [s for s in sweeps if s.kind == "utility"]
     attacks = [s for s in sweeps if s.kind != "utility"]
-    computed = sum(_pending(s, cells_dir) for s in sweeps)
+    pending = [cell for s in sweeps for cell in _pending(s, cells_dir)]
     if bar is not None:
-        bar.total = (bar.total or 0) + computed
-        bar.set_description_str("audit: utility and attack cells")
-        bar.refresh()
+        cost = functools.partial(cell_cost, n_patients=len(cohort.y))
+        bar.phase("audit: utility and attack cells", sum(cost(c.config, c.seed) for c in pending), "LOSO fits")
         for sweep in sweeps:
-            sweep.runner.on_cell = functools.partial(bar.update, 1)
+            sweep.runner.on_cell = lambda config, seed, _cost=cost: bar.advance(_cost(config, seed))
     frames = study_a.run_keeping_predictions([(s.runner, s.cells) for s in utility],
                                              functools.partial(study_a.utility_cell, X=cohort.X, y=cohort.y),
                                              cells_dir, n_jobs)
@@ -668,8 +726,8 @@ def run_sweeps(cohort: Cohort, config: AuditConfig, cells_dir: str | Path, *, pr
     compute = PrefetchedCells(cell_fn, jobs, n_jobs=n_jobs)
     frames += [s.runner.run(s.cells, compute) for s in attacks]
     n_cells = sum(len(s.cells) for s in sweeps)
-    return utility + attacks, frames, {"cells": n_cells, "cells_computed": computed,
-                                       "cells_resumed": n_cells - computed}
+    return utility + attacks, frames, {"sweeps": len(sweeps), "cells": n_cells, "cells_computed": len(pending),
+                                       "cells_resumed": n_cells - len(pending)}
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -867,7 +925,7 @@ def summary_document(cohort: Cohort, config: AuditConfig, rows: pd.DataFrame, ru
             table.setdefault(row["mechanism"], {}).setdefault(eps, {})[row["metric"]] = _entry(row)
         attacks[kind] = {"applies": True, **({"kind": cohort.reid_kind, "reason": cohort.reid_reason}
                                              if kind == "reidentification" else {}), "results": table}
-    return {
+    document = {
         "dataset": cohort.dataset, "dataset_version": cohort.dataset_version, "synthetic": cohort.synthetic,
         "stage": STAGE, "eps_unit": EPS_UNIT, "mlflow_summary_run": run_id,
         "cohort": cohort.summary, "config": config.to_dict(),
@@ -882,6 +940,43 @@ def summary_document(cohort: Cohort, config: AuditConfig, rows: pd.DataFrame, ru
         "horizons": horizons, "horizon_tests": horizon_tests, "utility": utility, "attacks": attacks,
         "guarantees": guarantees(cohort, config), "caveats": list(CAVEATS),
     }
+    document["headline"] = headline(document)
+    return document
+
+
+def headline(summary: dict) -> list[dict]:
+    """The verdict's lead, one point per mechanism: the ε a steward would pick — the mechanism's utility horizon
+    (the smallest ε of the grid from which its release beats the matched null), else the largest ε tried — with
+    what the release keeps there (release AUROC, its matched null, release − null with the test's decision) and
+    what it leaks (re-identification top-1 with its noiseless value, membership AUROC). Every number is an entry
+    of ``summary`` (its ``utility`` and ``attacks``), copied with the MLflow metric it was logged as.
+
+    Returns
+    -------
+    list of dict
+        Per mechanism (config order): ``mechanism``, ``epsilon``, ``why`` ("horizon", "largest" or "not tested")
+        and the entries ``release_auroc``, ``matched_null_auroc``, ``release_minus_null_auroc``,
+        ``reidentification``, ``reidentification_none`` (no noise) and ``membership`` (None where absent).
+    """
+    config, attacks = summary["config"], summary["attacks"]
+    reid = (attacks.get("reidentification") or {}).get("results") or {}
+    member = (attacks.get("membership") or {}).get("results") or {}
+    points = []
+    for mechanism in config["mechanisms"]:
+        horizon = summary["horizons"].get(mechanism)
+        if isinstance(horizon, (int, float)) and math.isfinite(horizon):
+            epsilon, why = float(horizon), "horizon"
+        else:
+            epsilon, why = float(max(config["epsilons"])), "not tested" if horizon == "not tested" else "largest"
+        at = f"{epsilon:g}"
+        cells = (summary.get("utility") or {}).get(mechanism, {}).get(at) or {}
+        points.append({"mechanism": mechanism, "epsilon": epsilon, "why": why,
+                       **{name: cells.get(name) for name in ("release_auroc", "matched_null_auroc",
+                                                             "release_minus_null_auroc")},
+                       "reidentification": (reid.get(mechanism) or {}).get(at, {}).get("top1_accuracy"),
+                       "reidentification_none": (reid.get(NO_NOISE) or {}).get("none", {}).get("top1_accuracy"),
+                       "membership": (member.get(mechanism) or {}).get(at, {}).get("auroc_likelihood")})
+    return points
 
 
 def _clean(value):
@@ -890,7 +985,7 @@ def _clean(value):
 
 
 def summary_metrics(rows: pd.DataFrame) -> dict[str, float]:
-    """What the summary run logs: every row's value under its key, and each other finite number of the row
+    """What the audit run logs: every row's value under its key, and each other finite number of the row
     (interval, p-value, its Monte-Carlo error, adjusted p, α tested...) under ``<key>_<column>``; descriptors
     (ε, n, seeds, chance), booleans and text are not logged."""
     out = {}
@@ -922,43 +1017,74 @@ def default_cache_dir(dataset: str, version: str) -> Path:
     return Path("data") / "cache" / "cohort_audit" / f"{dataset}-{version[:8]}"
 
 
+# The audit run's headline columns, per mechanism (the name says what the column holds, then which mechanism, so a
+# narrow column still shows what it is) and the chance level of re-identification.
+HEADLINE_COLUMNS = {"epsilon": "ε {}", "release_auroc": "AUROC {}", "reidentification": "re-identified {}"}
+CHANCE_COLUMN = "re-identified by chance"
+
+
+def headline_metrics(summary: dict) -> dict[str, float]:
+    """The verdict's lead as the audit run's metrics, the columns a steward reads first in MLflow's runs table
+    (:data:`HEADLINE_COLUMNS`): per mechanism the ε of :func:`headline`, the release's AUROC there and the share
+    of patients re-identified there, and :data:`CHANCE_COLUMN`, to 3 decimals as a table shows them (the exact
+    values are the summary metrics of the same run); a number the summary does not have is left out."""
+    out = {}
+    for point in summary.get("headline") or []:
+        for name, column in HEADLINE_COLUMNS.items():
+            value = point["epsilon"] if name == "epsilon" else (point.get(name) or {}).get("value")
+            if value is not None:
+                out[column.format(point["mechanism"])] = round(float(value), 3)
+        chance = (point.get("reidentification") or {}).get("chance")
+        if chance is not None:
+            out[CHANCE_COLUMN] = round(float(chance), 3)
+    return out
+
+
+def headline_columns(config: AuditConfig) -> list[str]:
+    """The runs-table columns of the audit's first screen (:func:`headline_metrics`), in reading order."""
+    return [column.format(m) for m in config.mechanisms for column in HEADLINE_COLUMNS.values()] + [CHANCE_COLUMN]
+
+
 def run_audit(dataset: EEGDataset, config: AuditConfig = AuditConfig(), out_dir: str | Path | None = None, *,
               cache_dir: str | Path | None = None, progress: bool = True, n_jobs: int = 1) -> AuditResult:
-    """The whole audit: cohort -> sweeps -> summary rows -> one MLflow summary run -> rows.csv, summary.json,
-    figures and report.html in ``out_dir`` (written together, atomically; the report reads the logged rows).
-    ``cache_dir`` keeps the feature table and every finished cell, so a rerun computes only what is missing."""
-    from tqdm.auto import tqdm
-
+    """The whole audit: cohort -> one top-level MLflow run for the audit, its sweeps nested under it -> summary
+    rows, logged on that run with the verdict's headline columns (:func:`headline_metrics`) -> rows.csv,
+    summary.json, figures and report.html in ``out_dir`` (written together, atomically; the report reads the logged
+    rows). A rerun of the same inputs and parameters reopens the same runs (:func:`audit_key`), and the runs
+    table's first screen for the cohort is stored in the experiment (:func:`~eegprivacy.tracking.runs.share_view`).
+    ``cache_dir`` keeps the feature table and every finished cell, so a rerun computes only what is missing.
+    One progress line: recordings read, then LOSO fits computed, each phase's ETA from its own measured pace
+    (:class:`~eegprivacy.pipeline.progress.PhaseProgress`)."""
+    from eegprivacy.pipeline.progress import PhaseProgress
     from eegprivacy.reporting import cohort as cohort_report
     from eegprivacy.tracking import log_artifact, log_metrics, start_run
+    from eegprivacy.tracking.runs import search_literal, share_view
 
     out = Path(out_dir) if out_dir is not None else default_out_dir(dataset.name, dataset.version())
     cache = Path(cache_dir) if cache_dir is not None else default_cache_dir(dataset.name, dataset.version())
-    # One overall progress line: every recording read, then every cell computed; tqdm's ETA from the rate so far.
-    # Written to a terminal it redraws in place; to a file or pipe (a batch job's log), one line every 30 s at most.
-    interactive = getattr(sys.stderr, "isatty", lambda: False)()
-    bar = tqdm(total=0, desc="audit: checking labels and recordings", unit="step", disable=not progress,
-               dynamic_ncols=True, mininterval=0.2 if interactive else 30, bar_format="{desc}: {n}/{total} steps |{bar}| {elapsed} elapsed, ETA {remaining}")
+    line = PhaseProgress(enabled=progress)
+    line.note("audit: checking labels and recordings")
     try:
         def on_recording():
-            if not bar.total:
-                bar.total = len(dataset.recordings())
-                bar.set_description_str("audit: reading recordings")
-            bar.update(1)
+            if line.unit != "recordings":
+                line.phase("audit: reading recordings", len(dataset.recordings()), "recordings")
+            line.advance()
 
         cohort = load_cohort(dataset, config, cache_dir=cache, progress=False, on_recording=on_recording)
-        sweeps, frames, counts = run_sweeps(cohort, config, cache / "cells", progress=progress, n_jobs=n_jobs,
-                                            bar=bar if progress else None)
-        bar.set_description_str("audit: intervals and report")
-        bar.refresh()
-        rows = summarise(cohort, config, sweeps, frames, cache / "cells")
-        paths = {"rows": out / "rows.csv", "summary": out / "summary.json", "report": out / "report.html",
-                 "utility_figure": out / "utility_vs_epsilon.png", "attack_figure": out / "attacks_vs_epsilon.png"}
-        with start_run(study="a", tags=run_tags(cohort, None), run_name=f"{STAGE}-{cohort.dataset}-summary",
-                       params={"audit": config.to_dict(), **cohort.base_config}) as run:
-            log_metrics({**summary_metrics(rows), **{f"sweep/{k}": float(v) for k, v in counts.items()}})
+        key = audit_key(cohort, config)
+        with start_run(study="a", tags=run_tags(cohort, None), run_name=f"{STAGE}-{cohort.dataset}",
+                       params={"audit": config.to_dict(), **cohort.base_config}, idempotency_key=key) as run:
+            sweeps, frames, counts = run_sweeps(cohort, config, cache / "cells", progress=progress, n_jobs=n_jobs,
+                                                bar=line if progress else None, key=key)
+            line.note("audit: intervals and report")
+            rows = summarise(cohort, config, sweeps, frames, cache / "cells")
+            paths = {"rows": out / "rows.csv", "summary": out / "summary.json", "report": out / "report.html",
+                     "utility_figure": out / "utility_vs_epsilon.png",
+                     "attack_figure": out / "attacks_vs_epsilon.png"}
             summary = summary_document(cohort, config, rows, run.info.run_id)
             summary["counts"] = counts
+            log_metrics({**summary_metrics(rows), **{f"sweep/{k}": float(v) for k, v in counts.items()},
+                         **headline_metrics(summary)})
             figures = cohort_report.figures(rows, summary)
             with atomic_paths(*paths.values()) as (tmp_rows, tmp_summary, tmp_report, tmp_utility, tmp_attack):
                 rows.to_csv(tmp_rows, index=False)
@@ -967,16 +1093,23 @@ def run_audit(dataset: EEGDataset, config: AuditConfig = AuditConfig(), out_dir:
                 figures["attacks"].savefig(tmp_attack, dpi=110)
                 cohort_report.write_html(tmp_report, rows, summary, {"utility": tmp_utility, "attacks": tmp_attack})
             cohort_report.close(figures)
-            for key in ("rows", "summary", "report"):
-                log_artifact(paths[key], STAGE)
-            for key in ("utility_figure", "attack_figure"):
-                log_artifact(paths[key], f"{STAGE}/figures")
+            for name in ("rows", "summary", "report"):
+                log_artifact(paths[name], STAGE)
+            for name in ("utility_figure", "attack_figure"):
+                log_artifact(paths[name], f"{STAGE}/figures")
+        name = search_literal(cohort.dataset)  # None: a name with both kinds of quotes, which no filter can hold
+        share_view("a", runs_view_key(cohort.dataset), f"tags.stage = '{STAGE}'"
+                   + (f" and tags.dataset = {name}" if name else ""), headline_columns(config))
     except BaseException:
-        bar.leave = False  # an error or Ctrl-C: clear the progress line, so the message that follows starts a line
+        line.close(leave=False)  # an error or Ctrl-C: clear the line, so the message that follows starts a line
         raise
-    finally:
-        bar.close()
+    line.close()
     return AuditResult(cohort, rows, summary, counts, paths)
+
+
+def runs_view_key(dataset: str) -> str:
+    """The key of the cohort's runs view in MLflow (``viewStateShareKey`` in the address the command prints)."""
+    return f"{STAGE}-{hashlib.sha256(dataset.encode()).hexdigest()[:16]}"
 
 
 def _json_default(value):

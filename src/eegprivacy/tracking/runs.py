@@ -56,8 +56,12 @@ NUMERIC_TAGS = ("epsilon", "delta")
 # The convention's tags a reopened run must share with the run being started (resumable_run): all but git_commit,
 # which changes with every edit of the work tree while the run's cells and config stay what they were.
 RESUME_MATCH_TAGS = tuple(t for t in (*REQUIRED_TAGS, *OPTIONAL_TAGS) if t != "git_commit")
-# How many times a run was reopened after it ended FAILED or KILLED (resumable_run).
+# How many times a run was reopened after it ended FAILED or KILLED (resumable_run), or was reused by its
+# idempotency key.
 RESUMED_TAG = "resumed"
+# A run started with an idempotency key carries it in this tag; starting a run with the same key again reopens that
+# run, whatever its status (keyed_run), so a rerun of the same inputs and parameters adds no run.
+IDEMPOTENCY_TAG = "idempotency_key"
 
 # MLflow 3's UI opens an experiment by its tag ``mlflow.experimentKind``. In mlflow 3.17's bundle
 # (server/js/build/static/js/5439.*.chunk.js, the hook that routes an experiment page by its tag) the tab is
@@ -71,6 +75,10 @@ RESUMED_TAG = "resumed"
 # profile: a tagged experiment still opened on the GenAI Overview. So the links the project prints carry
 # ``?workflowType=machine_learning`` (RUNS_PAGE_QUERY), and the tag is set for UIs that read it.
 RUNS_PAGE_QUERY = "workflowType=machine_learning"
+# A runs-table view (filter, order, columns) MLflow's UI opens for ``viewStateShareKey=<key>`` in the page's address
+# is the experiment tag ``mlflow.sharedViewState.<key>`` (mlflow 3.17 bundle, main.*.js: ``U="viewStateShareKey",
+# $="mlflow.sharedViewState."``), a JSON object of search facets and UI state; plain JSON is read as is.
+SHARED_VIEW_TAG = "mlflow.sharedViewState."
 EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
 EXPERIMENT_KIND = "custom_model_development"
 
@@ -82,6 +90,28 @@ class TrackingPolicyError(ValueError):
 def tracking_uri() -> str:
     """``$MLFLOW_TRACKING_URI`` or the repo's ``sqlite:///mlflow.db``."""
     return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{repo_root() / 'mlflow.db'}"
+
+
+def portable_uri(uri: str, root: Path | None = None) -> str:
+    """``uri`` as a committed report may print it, the same on every machine: a sqlite store inside the
+    repository (``root``, default :func:`~eegprivacy.paths.repo_root`) relative to it (``sqlite:///mlflow.db``, the
+    conventions' form, which MLflow reads from the repository root), a server's address without its credentials,
+    anything else as configured."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    if uri.startswith("sqlite:///"):
+        path = Path(uri.removeprefix("sqlite:///"))
+        if path.is_absolute():
+            try:
+                relative = path.resolve().relative_to((root or repo_root()).resolve())
+            except ValueError:
+                return uri
+            return f"sqlite:///{relative.as_posix()}"
+        return uri
+    parts = urlsplit(uri)
+    if parts.netloc and "@" in parts.netloc:
+        return urlunsplit(parts._replace(netloc=parts.netloc.rsplit("@", 1)[1]))
+    return uri
 
 
 def artifact_root() -> Path | None:
@@ -331,6 +361,28 @@ def fail_orphaned_runs(study: str, client=None) -> list[str]:
     return failed
 
 
+def end_own_runs(study: str, status: str = "KILLED") -> list[str]:
+    """End every run of ``study``'s experiment that this process still holds open, as ``status``: MLflow's active
+    runs, and any run the store shows RUNNING under this process's owner tags (one created just as Ctrl-C or
+    SIGTERM arrived, before MLflow handed it back, which no ``with`` block could close). Returns the run ids the
+    store held open."""
+    import mlflow
+
+    while mlflow.active_run() is not None:
+        mlflow.end_run(status)
+    client = mlflow.MlflowClient(tracking_uri())
+    experiment = client.get_experiment_by_name(EXPERIMENTS[study])
+    if experiment is None:
+        return []
+    mine = owner_tags()
+    query = " and ".join(["attributes.status = 'RUNNING'", *(f"tags.{k} = '{v}'" for k, v in mine.items())])
+    ended = [run.info.run_id for run in client.search_runs([experiment.experiment_id], filter_string=query,
+                                                            max_results=1000)]
+    for run_id in ended:
+        client.set_terminated(run_id, status=status)
+    return ended
+
+
 # MLflow stores a dataset digest in a 36-character column (mlflow.utils.validation.MAX_DATASET_DIGEST_SIZE) and
 # refuses longer ones; a dataset version is a 64-hex sha256, so the input keeps its first 36 characters (144 bits)
 # and carries the full version as the input tag ``dataset_version`` (the run's tag of that name has it too).
@@ -408,7 +460,7 @@ def _count(text: str | None) -> int:
         return 0
 
 
-def _quoted(text: str) -> str | None:
+def search_literal(text: str) -> str | None:
     """``text`` as a string literal of MLflow's search syntax, None when it holds both kinds of quotes."""
     if "'" not in text:
         return f"'{text}'"
@@ -440,7 +492,7 @@ def resumable_run(client, experiment_id: str, run_name: str | None, parent_run_i
     are not compared) and no param that differs from or is missing in ``params`` (a run killed before it logged
     its params has a subset). Runs without a name are never resumed. A top-level run is looked up after
     :func:`fail_orphaned_runs`, so a run whose process was killed with SIGKILL is FAILED by then."""
-    name = _quoted(run_name) if run_name else None
+    name = search_literal(run_name) if run_name else None
     if name is None:
         return None
     query = f"attributes.run_name = {name}"
@@ -463,16 +515,33 @@ def resumable_run(client, experiment_id: str, run_name: str | None, parent_run_i
     return None
 
 
+def keyed_run(client, experiment_id: str, key: str):
+    """The newest run of the experiment tagged with idempotency key ``key`` (:data:`IDEMPOTENCY_TAG`), whatever its
+    status, or None; a run still RUNNING in another live process is not reused (two processes must not share a
+    run)."""
+    runs = client.search_runs([experiment_id], filter_string=f"tags.{IDEMPOTENCY_TAG} = '{key}'", max_results=20,
+                              order_by=["attributes.start_time DESC"])
+    for run in runs:
+        if run.info.status != "RUNNING" or _owner_gone(run.data.tags):
+            return run
+    return None
+
+
 @contextlib.contextmanager
 def start_run(*, study: str, tags: Mapping[str, str], params: Mapping[str, Any] | None = None,
-              run_name: str | None = None, parent_run_id: str | None = None) -> Iterator[Any]:
+              run_name: str | None = None, parent_run_id: str | None = None,
+              idempotency_key: str | None = None) -> Iterator[Any]:
     """Open a run in the study's experiment with validated tags and flattened params.
 
-    ``study`` is a key of EXPERIMENTS. Nested (child) runs pass ``parent_run_id``. A top-level run first marks
-    the experiment's orphaned runs FAILED (:func:`fail_orphaned_runs`). A FAILED or KILLED run of the same name,
-    parent, tags and params is reopened rather than duplicated (:func:`resumable_run`), with the tag ``resumed``
-    counting the reopenings. Param values and the ε/δ tags are written by :func:`param_text`. The tags' dataset
-    is also logged as the run's MLflow dataset input (:func:`_log_dataset_input`).
+    ``study`` is a key of EXPERIMENTS. Nested (child) runs pass ``parent_run_id``; a run started while another is
+    active is that run's child. A top-level run first marks the experiment's orphaned runs FAILED
+    (:func:`fail_orphaned_runs`). With ``idempotency_key`` (a hash of everything the run's results depend on), the
+    run of that key is reopened whatever its status (:func:`keyed_run`): rerunning the same inputs and parameters
+    adds no run. Else a FAILED or KILLED run of the same name, parent, tags and params is reopened rather than
+    duplicated (:func:`resumable_run`). Either way the tag ``resumed`` counts the reopenings. Param values and the
+    ε/δ tags are written by :func:`param_text`. The tags' dataset is also logged as the run's MLflow dataset input
+    (:func:`_log_dataset_input`). Ctrl-C (KeyboardInterrupt, which the audit's SIGTERM handler raises too) ends
+    the run KILLED.
     """
     import mlflow
 
@@ -491,6 +560,8 @@ def start_run(*, study: str, tags: Mapping[str, str], params: Mapping[str, Any] 
     experiment_id = _experiment_id(client, EXPERIMENTS[study])
     if mlflow.active_run() is None:
         fail_orphaned_runs(study, client)
+    elif parent_run_id is None:  # started inside another run: its child, as MLflow nests it
+        parent_run_id = mlflow.active_run().info.run_id
     tags = {k: _tag_text(k, v) for k, v in tags.items()}
     # MLflow caps a param value at 6000 characters.
     texts = {k: param_text(v)[:6000] for k, v in flat.items()}
@@ -498,9 +569,15 @@ def start_run(*, study: str, tags: Mapping[str, str], params: Mapping[str, Any] 
     if parent_run_id:
         run_tags["mlflow.parentRunId"] = parent_run_id
     previous = None
-    if parent_run_id not in _FRESH_PARENTS:  # a run created new by this process has no failed children to resume
+    if idempotency_key:
+        run_tags[IDEMPOTENCY_TAG] = idempotency_key
+    # a run created new by this process has no earlier children to reuse or resume
+    if idempotency_key and parent_run_id not in _FRESH_PARENTS:
+        previous = keyed_run(client, experiment_id, idempotency_key)
+    if previous is None and parent_run_id not in _FRESH_PARENTS:
         previous = resumable_run(client, experiment_id, run_name, parent_run_id, tags, texts)
     if previous is not None:
+        _FRESH_PARENTS.discard(previous.info.run_id)  # reopened: its earlier children are there to reuse
         run_tags[RESUMED_TAG] = str(_count(previous.data.tags.get(RESUMED_TAG)) + 1)
         if "failed_reason" in previous.data.tags:
             client.delete_tag(previous.info.run_id, "failed_reason")
@@ -521,8 +598,37 @@ def start_run(*, study: str, tags: Mapping[str, str], params: Mapping[str, Any] 
             # this run failed: a retry under the same parent may resume it, so look it up from now on
             _FRESH_PARENTS.discard(parent_run_id)
             if isinstance(err, KeyboardInterrupt):  # Ctrl-C: KILLED, as the UI should show it (MLflow says FAILED)
-                mlflow.end_run("KILLED")
+                try:
+                    mlflow.end_run("KILLED")
+                except Exception as store_err:  # noqa: BLE001 - e.g. sqlite locked by the interrupted write
+                    # the interrupt, not this, is what the caller must see; end_own_runs or the next start ends it
+                    log.info("could not mark run %s KILLED yet (%s)", run.info.run_id, store_err)
             raise
+
+
+def share_view(study: str, key: str, search_filter: str, metric_columns: list[str]) -> None:
+    """Store the runs table's view for ``viewStateShareKey=key`` on the study's experiment: the runs ``search_filter``
+    selects, newest first, with ``metric_columns`` as the columns shown, each as wide as its name (the UI's
+    default width cuts a name after about 12 characters), and MLflow's attribute columns (source, models, dataset)
+    left out. A store that refuses the tag only warns."""
+    import json
+
+    import mlflow
+    from mlflow.exceptions import MlflowException
+
+    client = mlflow.MlflowClient(tracking_uri())
+    experiment = client.get_experiment_by_name(EXPERIMENTS[study])
+    if experiment is None:
+        return
+    columns = [f"metrics.`{name}`" for name in metric_columns]
+    # the UI applies a width only to a column its columnOrder lists
+    state = {"searchFilter": search_filter, "orderByKey": "attributes.start_time", "orderByAsc": False,
+             "selectedColumns": columns, "columnOrder": columns,
+             "columnWidths": {c: 30 + 7 * len(name) for c, name in zip(columns, metric_columns)}}
+    try:
+        client.set_experiment_tag(experiment.experiment_id, SHARED_VIEW_TAG + key, json.dumps(state))
+    except MlflowException as err:
+        log.warning("could not store the runs view %s on experiment %s (%s)", key, EXPERIMENTS[study], err)
 
 
 def log_metrics(metrics: Mapping[str, float], step: int | None = None) -> None:
