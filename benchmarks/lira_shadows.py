@@ -14,8 +14,8 @@ shadows over processes instead):
   information: what batching inside one federation alone buys;
 - ``lockstep``: :func:`eegprivacy.federated.lockstep.run_fedavg_many` over all of them.
 
-Every federation must end with the same global weights on every path (to 1e-6) and with the same φ (the logit
-confidence LiRA reads) on every trial.
+Every federation must end with the same global weights on every path (to :data:`ATOL`) and with the same φ (the
+logit confidence LiRA reads) on every trial.
 """
 
 from __future__ import annotations
@@ -27,7 +27,10 @@ from benchmarks._common import timed
 NAME = "lira_shadows"
 DESCRIPTION = "LiRA shadow federations (eegmmidb shapes, SimpleNet, ε 5 and ∞): lock-step vs one at a time"
 TARGET_RATIO = 5.0
-ATOL = 1e-6
+# float32 programs that sum in different orders: the paths agreed below 1e-6 on the Intel Xeon of issue 37's record
+# and differ by 1.5e-6 on a 2-core AMD EPYC (2026-12-05, the same code); a batching bug (a client's rows or seed
+# crossed with another's) moves weights by orders of magnitude more than 1e-5.
+ATOL = 1e-5
 CLIENTS, TRIALS, COMPONENTS = 16, 36, 4
 PER_ROUND, BATCH, LR, CLIP = 8, 32, 1e-3, 1.0
 EPSILONS = (float("inf"), 5.0)

@@ -329,3 +329,29 @@ def test_an_unmet_goal_is_a_goal_and_a_regression_fails_the_gate():
     assert judge({**slow, "passed": False}, {"total_s": 6000.0})["passed"] is False
     assert judge({**slow, "project_s": 6500.0, "passed": False}, {"total_s": 6000.0})["passed"] is True
     assert judge({**slow, "passed": None}, {"total_s": 6000.0})["passed"] is None  # another machine: not judged
+
+
+def test_gates_read_the_record_of_this_processor_else_the_lowest_figures():
+    """``recorded_figures``: the record whose processor (cores, model) is this one's; on an unrecorded processor,
+    each ratio the lowest any record holds, and no from-scratch seconds (never judged across machines). The
+    committed ``benchmarks/recorded.json`` parses into records that each name their processor."""
+    runner = load_benchmark("run")
+    doc = {"records": [
+        {"recorded_on": {"cpu_count": 2, "cpu_model": "Xeon"}, "date": "d1",
+         "benchmarks": {"loso_mlp": {"ratio": 1.87}, "federated_round": {"ratio": 1.0, "ratios": {"simplenet": 2.5}},
+                        "reproduce": {"total_s": 6600.0}}},
+        {"recorded_on": {"cpu_count": 2, "cpu_model": "EPYC"}, "date": "d2",
+         "benchmarks": {"loso_mlp": {"ratio": 1.19}, "federated_round": {"ratio": 1.1, "ratios": {"simplenet": 3.1}},
+                        "reproduce": {"total_s": 5600.0}}}]}
+    figures, basis = runner.recorded_figures(doc, {"cpu_count": 2, "cpu_model": "EPYC", "platform": "x"})
+    assert figures["loso_mlp"] == {"ratio": 1.19} and figures["reproduce"] == {"total_s": 5600.0}
+    assert "EPYC" in basis and "d2" in basis
+    figures, basis = runner.recorded_figures(doc, {"cpu_count": 4, "cpu_model": "EPYC"})
+    assert figures["loso_mlp"] == {"ratio": 1.19} and figures["federated_round"] == {"ratio": 1.0,
+                                                                                  "ratios": {"simplenet": 2.5}}
+    assert "total_s" not in figures["reproduce"] and "no record of this processor" in basis
+    assert runner.judge({"ratio": 1.2, "target_ratio": 1.8, "passed": False, "same_numbers": True},
+                        figures["loso_mlp"])["passed"] is True
+    committed = json.loads((Path(__file__).resolve().parents[1] / "benchmarks" / "recorded.json").read_text())
+    assert committed["records"] and all(r["recorded_on"]["cpu_model"] and r["benchmarks"]
+                                        for r in committed["records"])
