@@ -17,7 +17,8 @@ reproduce time) is printed beside its ratio with ``goal_met``; an unmet goal is 
 that fails, more than 8 GB, or a regression against the figure the project recorded (``benchmarks/recorded.json``):
 a same-run ratio below :data:`REGRESSION_FLOOR` × its recorded ratio (the record of this processor, else the
 lowest recorded: :func:`recorded_figures`; each model's, where a benchmark times several), or a from-scratch
-reproduce time judged on this machine above :data:`REGRESSION_CEILING` × its recorded time. The exit status is 1 when a gate fails (``failed_benchmarks``). A benchmark whose ``passed`` is None is
+reproduce time judged on this machine above :data:`REGRESSION_CEILING` × its recorded time. The exit status is 1
+when a gate fails (``failed_benchmarks``). A benchmark whose ``passed`` is None is
 information, not a gate (``absolute``: seconds that depend on the machine; ``reproduce``: a stored record not from
 scratch on this machine): it is listed under ``not_judged``; the memory limit still applies to it.
 """
