@@ -85,7 +85,8 @@ def test_a_case_is_registered_once_and_says_why_fewer_than_1000():
 # -- study C's cases on tiny cohorts -----------------------------------------------------------------------------
 
 # study_c.diagnosis: its size on ~160 tiny null data sets is tests/test_audit_endpoints.py (the same function);
-# study_c.window_task undercovers (reports/calibration.md marks it) and is not held to the gate until fixed.
+# study_c.window_task is inflated two-sided (size 0.31: its reference, the largest of chance and two noisy controls,
+# sits above the null score) and undercovers; reports/calibration.md marks it and it is not held to the gate until fixed.
 STUDY_C_FAST = ["study_c.identity", "study_c.pretraining_adds_identity", "study_c.head_membership",
                 "study_c.encoder_membership"]
 
