@@ -6,9 +6,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from _audit_synth import single_thread_blas, synth  # noqa: F401
+from sklearn.base import BaseEstimator, ClassifierMixin
 
 from eegprivacy.embeddings.endpoints import (
     AttributeDecoder,
+    _permuted_subject_codes,
     aeds,
     attribute_leakage,
     bpid_at_1,
@@ -17,6 +19,7 @@ from eegprivacy.embeddings.endpoints import (
     membership_residual,
     raw_copy_fraction,
     reconstruction_r2,
+    subject_label_leakage,
 )
 from eegprivacy.embeddings.splits import ReferenceSetSplit, SubjectDisjointSplit, TemporalGapSplit
 
@@ -289,3 +292,165 @@ def test_joint_aeds_on_synthetic_null_is_sensible():
         assert not independent.joint
         width, width_ind = np.diff(res.ci)[0], np.diff(independent.ci)[0]
         assert 0.5 < width / width_ind < 2.0  # no signal, little to correlate: about the same width
+
+
+# --- subject-level label leakage: the permuted-label null (issue 46) --------------------------------------------
+
+
+def _label_cohort(seed, n_subjects=20, n_positive=9, dim=4, subject_sd=2.0, shift=0.0):
+    """SYNTHETIC null-shaped cohort: 3-6 windows per subject, a subject random effect (SD ``subject_sd``) plus
+    unit window noise; ``n_positive`` subjects carry label 1, which adds ``shift`` to coordinate 0 (0: no signal)."""
+    rng = np.random.default_rng(seed)
+    windows = rng.integers(3, 7, n_subjects)
+    groups = np.repeat(np.arange(n_subjects), windows)
+    label = np.zeros(n_subjects, int)
+    label[rng.permutation(n_subjects)[:n_positive]] = 1
+    Z = subject_sd * rng.standard_normal((n_subjects, dim))[groups] + rng.standard_normal((groups.size, dim))
+    Z[:, 0] += shift * label[groups]
+    return Z, label[groups], groups
+
+
+class _SignOfFirstCoordinate(ClassifierMixin, BaseEstimator):
+    """A head that ignores its training labels: P(class 1) = 0.99 where coordinate 0 is positive, else 0.01."""
+
+    def fit(self, X, y):
+        self.classes_ = np.unique(y)
+        return self
+
+    def predict_proba(self, X):
+        p = np.where(np.asarray(X)[:, 0] > 0, 0.99, 0.01)
+        return np.c_[1 - p, p]
+
+    def predict(self, X):
+        return (np.asarray(X)[:, 0] > 0).astype(int)
+
+
+@pytest.mark.usefixtures("torch_one_thread")
+def test_subject_label_null_scores_each_permutation_against_its_permuted_labels():
+    """SYNTHETIC: coordinate 0 is +-1 by the TRUE label. A head that ignores its training labels predicts the same
+    in every permutation, so only the labels the held-out subjects are scored against can move the null: scored
+    against their permuted labels it centres on chance (p = 1/(1+P)); scored against the true ones (the old null)
+    every permutation would read 1.0 and p = 1. The default (batched logistic) head agrees."""
+    Z, y, groups = _label_cohort(0, n_subjects=30, n_positive=14, subject_sd=0.3)
+    Z[:, 0] = np.where(y == 1, 1.0, -1.0)
+    n_perm = 199
+    for head in (_SignOfFirstCoordinate(), None):
+        res = subject_label_leakage(Z, y, groups, SubjectDisjointSplit(5, random_state=0), estimator=head,
+                                    n_bootstrap=20, n_permutations=n_perm, random_state=0)
+        assert res.balanced_accuracy == 1.0
+        assert abs(res.control_permuted - 0.5) < 0.05 and res.control_permuted_q95 < 0.8
+        assert res.p_value == pytest.approx(1 / (1 + n_perm))
+        assert res.p_value_lower == 1.0 and res.p_value_two_sided == pytest.approx(2 / (1 + n_perm))
+
+
+def test_subject_label_p_values_both_tails():
+    """Both tails count ties with the observed score (add-one); two-sided is twice the smaller, at most 1; no
+    permutations: all NaN."""
+    Z, y, groups = _label_cohort(1)
+    res = subject_label_leakage(Z, y, groups, SubjectDisjointSplit(4, random_state=1),
+                                estimator=_SignOfFirstCoordinate(), n_bootstrap=10, n_permutations=99, random_state=1)
+    null, obs = res.null_scores, res.balanced_accuracy
+    assert res.p_value == (1 + np.sum(null >= obs)) / 100 and res.p_value_lower == (1 + np.sum(null <= obs)) / 100
+    assert res.p_value_two_sided == min(1.0, 2 * min(res.p_value, res.p_value_lower))
+    assert res.as_dict()["p_value_lower"] == res.p_value_lower
+    assert res.as_dict()["p_value_two_sided"] == res.p_value_two_sided
+    none = subject_label_leakage(Z, y, groups, SubjectDisjointSplit(4, random_state=1), n_bootstrap=10,
+                                 n_permutations=0)
+    assert np.isnan([none.p_value, none.p_value_lower, none.p_value_two_sided]).all()
+
+
+@pytest.mark.usefixtures("torch_one_thread")
+def test_subject_label_null_size_on_160_null_cohorts():
+    """SYNTHETIC null cohorts (labels independent of the embeddings), 20 subjects (9/11), a strong subject random
+    effect, 4 subject-disjoint folds, 99 permutations each, through subject_label_leakage itself: the permuted
+    null must reject at most 0.09 of them at alpha = 0.05 (one- and two-sided). Measured on these 160: 0.019 both
+    ways (on 600 such cohorts 0.028 one-sided, 0.032 two-sided; conservative: the subject-level score takes few
+    values and ties count). Not a discriminating check of the old within-fold null at this size: it rejected 0.056
+    of these 160 (0.067 of 600), and 0.108 of 400 cohorts with subject SD 3 in 12 dimensions, where this null
+    rejects 0.053."""
+    n_data, upper, two = 160, 0, 0
+    for seed in range(n_data):
+        Z, y, groups = _label_cohort(seed)
+        res = subject_label_leakage(Z, y, groups, SubjectDisjointSplit(4, random_state=seed), n_bootstrap=1,
+                                    n_permutations=99, random_state=seed)
+        upper += res.p_value <= 0.05
+        two += res.p_value_two_sided <= 0.05
+    assert upper / n_data <= 0.09 and two / n_data <= 0.09
+
+
+def test_permuted_subject_codes_keep_both_classes_in_every_training_fold():
+    """SYNTHETIC labels: 2 positives among 8 subjects in 4 folds of 2, so about 1 draw in 7 puts both positives in
+    one held-out pair (a training fold of one class) and is redrawn. Every kept row holds the observed labels
+    rearranged, every training fold sees both classes, and a seed gives the same rows."""
+    subject_code = np.array([1, 1, 0, 0, 0, 0, 0, 0])
+    s_index = np.repeat(np.arange(8), 3)
+    folds = list(SubjectDisjointSplit(4, random_state=0).split(s_index, None, s_index))
+    codes = _permuted_subject_codes(subject_code, s_index, folds, np.arange(8), 300, np.random.RandomState(0))
+    assert codes.shape == (300, 8)
+    assert (np.sort(codes, axis=1) == np.sort(subject_code)).all()
+    for train, _ in folds:
+        assert (codes[:, np.unique(s_index[train])].max(axis=1) == 1).all()
+    assert len({tuple(c) for c in codes}) > 10
+    again = _permuted_subject_codes(subject_code, s_index, folds, np.arange(8), 300, np.random.RandomState(0))
+    np.testing.assert_array_equal(codes, again)
+
+
+class _PairSplit:
+    """Fold k trains on subjects 2k, 2k+1 and tests on the next pair: a label-free but tiny training set."""
+
+    def __init__(self, n_pairs):
+        self.n_pairs = n_pairs
+
+    def split(self, X, y=None, groups=None):
+        pair = np.asarray(groups) // 2
+        for k in range(self.n_pairs):
+            yield np.flatnonzero(pair == k), np.flatnonzero(pair == (k + 1) % self.n_pairs)
+
+
+class _LabelSortedSplit:
+    """Folds that depend on y: subjects dealt into folds in order of their label."""
+
+    def split(self, X, y=None, groups=None):
+        groups, y = np.asarray(groups), np.asarray(y)
+        subjects = np.unique(groups)
+        order = subjects[np.argsort([y[groups == s][0] for s in subjects], kind="stable")]
+        for k in range(4):
+            test = np.isin(groups, order[k::4])
+            yield np.flatnonzero(~test), np.flatnonzero(test)
+
+
+def test_subject_label_null_refuses_what_it_cannot_permute():
+    """A null that keeps the folds is exact only for a splitter that ignores y: scikit-learn's stratified splitter
+    and a label-dependent one are refused. Training folds of one positive and one negative subject each (15 pairs):
+    almost no permutation keeps both classes in every fold (2^15 (15!)^2 / 30! ~ 2e-4), so it gives up."""
+    from sklearn.model_selection import StratifiedGroupKFold
+
+    Z, y, groups = _label_cohort(2)
+    with pytest.raises(ValueError, match="stratifies its folds"):
+        subject_label_leakage(Z, y, groups, StratifiedGroupKFold(4), n_bootstrap=10, n_permutations=5)
+    with pytest.raises(ValueError, match="change when the labels are rearranged"):
+        subject_label_leakage(Z, y, groups, _LabelSortedSplit(), estimator=_SignOfFirstCoordinate(), n_bootstrap=10,
+                              n_permutations=5)
+    subject_label_leakage(Z, y, groups, _LabelSortedSplit(), n_bootstrap=10, n_permutations=0)  # no null: fine
+
+    label = np.tile([0, 1], 15)  # subjects 2k (negative) and 2k + 1 (positive)
+    groups = np.repeat(np.arange(30), 3)
+    Z = np.random.default_rng(0).standard_normal((groups.size, 3))
+    with pytest.raises(ValueError, match="too few subjects of a class"):
+        subject_label_leakage(Z, label[groups], groups, _PairSplit(15), estimator=_SignOfFirstCoordinate(),
+                              n_bootstrap=10, n_permutations=5)
+
+
+def test_subject_label_null_leaves_the_splitters_generator_alone():
+    """SubjectDisjointSplit with a RandomState draws its folds once; probing that its folds ignore y must not
+    advance the caller's generator (the probe reruns a copy). With random_state=None the probe cannot tell and
+    stays quiet."""
+    Z, y, groups = _label_cohort(3)
+    rs, reference = np.random.RandomState(5), np.random.RandomState(5)
+    subject_label_leakage(Z, y, groups, SubjectDisjointSplit(4, random_state=rs),
+                          estimator=_SignOfFirstCoordinate(), n_bootstrap=10, n_permutations=5)
+    reference.permutation(20)  # what one split draws
+    assert rs.randint(1 << 30) == reference.randint(1 << 30)
+    res = subject_label_leakage(Z, y, groups, SubjectDisjointSplit(4, random_state=None),
+                                estimator=_SignOfFirstCoordinate(), n_bootstrap=10, n_permutations=5)
+    assert res.null_scores.shape == (5,)

@@ -27,7 +27,7 @@ from eegprivacy.embeddings.defenses import default_head
 from eegprivacy.embeddings.endpoints import (
     _batched_subject_probabilities,
     _oof_subject_probabilities,
-    _permuted_fit_labels,
+    _permuted_subject_codes,
     _subject_label_codes,
     subject_counts,
     subject_label_leakage,
@@ -153,7 +153,8 @@ def test_batched_scores_equal_the_one_fit_at_a_time_scores(prior_corrected):
     _, _, s_index, subject_code = _subject_label_codes(y, groups, len(y))
     folds = list(SubjectDisjointSplit(5, random_state=1).split(Z, subject_code[s_index], groups))
     rng = np.random.RandomState(0)
-    perms = [_permuted_fit_labels(subject_code, s_index, folds, rng) for _ in range(4)]
+    codes = _permuted_subject_codes(subject_code, s_index, folds, np.arange(subject_code.size), 4, rng)
+    perms = [[labels[s_index[train]] for train, _ in folds] for labels in codes]
     stacked = [np.stack([labels[k] for labels in perms]) for k in range(len(folds))]
     n_subjects = subject_code.size
     got, rows, pred = _batched_subject_probabilities(default_head(), 1.0, Z, stacked, folds, s_index, n_subjects,
@@ -177,8 +178,9 @@ def _near_rule(Z, y, groups, split, head, n_bootstrap, n_permutations, seed) -> 
     subject_counts(subject_code.size, n_bootstrap, rng)  # the bootstrap
     windows = np.bincount(s_index)
     near = set()
+    codes = _permuted_subject_codes(subject_code, s_index, folds, np.arange(subject_code.size), n_permutations, rng)
     for p in range(n_permutations):
-        labels = _permuted_fit_labels(subject_code, s_index, folds, rng)
+        labels = [codes[p][s_index[train]] for train, _ in folds]
         score = _oof_subject_probabilities(head, Z, labels, folds, s_index, subject_code.size, 2, True)
         if np.min(np.abs(score[:, 1] - score[:, 0]) / windows) < 1e-6:
             near.add(p)

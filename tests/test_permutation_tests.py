@@ -352,3 +352,19 @@ def test_paired_identity_holds_its_level_on_null_data():
         quiet += res.p_value > ALPHA
     print(f"\npaired identity null, {n_null} data sets: does not reject in {quiet / n_null:.3f}")
     assert quiet / n_null >= 0.9
+
+
+def test_every_test_gives_both_tails_and_a_two_sided_p():
+    """Issue 46: an effect in the other direction is significant too. A paired identity difference far below 0
+    has a large upper-tail p, a small lower-tail p, and a two-sided p twice the smaller tail."""
+    from eegprivacy.evaluation.permutation import paired_identity_test, two_sided
+
+    rng = np.random.default_rng(0)
+    subjects = np.repeat(np.arange(30), 5)
+    worse = rng.random(subjects.size) < 0.2
+    better = rng.random(subjects.size) < 0.8
+    t = paired_identity_test(worse, better, subjects, n_permutations=999, random_state=0)
+    assert t.p_value > 0.99 and t.p_value_lower == pytest.approx(1 / 1000)
+    assert t.p_value_two_sided == pytest.approx(2 / 1000) and t.direction == "below"
+    assert two_sided(0.3, 0.8) == pytest.approx(0.6) and two_sided(0.9, 0.7) == 1.0
+    assert np.isnan(two_sided(np.nan, 0.1))

@@ -148,3 +148,17 @@ def test_committed_claims_meet_the_protocol():
     for line in text.splitlines():
         if line.startswith("| ") and "| identity |" in line:
             assert any(link in line for link in IDENTITY_LINKS.values()), line
+
+
+def test_a_significant_difference_below_the_control_reads_reverse_not_no_evidence():
+    """Issue 46: the claims are two-sided. A pretrained encoder whose BPID@1 is far *below* its random-init twin
+    (EEGPT on one cohort: −0.365) is a finding in the other direction ("reverse"), not "no evidence"; a small p
+    above the reference stays "yes"."""
+    tidy = _tidy()
+    unit = tidy["unit"] == "claim/pretraining_adds_identity"
+    tidy.loc[unit & (tidy["metric"] == "difference"), ["value", "ci_low", "ci_high"]] = [-0.365, -0.45, -0.28]
+    tidy.loc[unit & (tidy["metric"] == "p_value"), "value"] = 1e-4
+    adds = _claims(tidy).set_index("claim").loc["pretraining_adds_identity"]
+    assert (adds["direction"], adds["verdict"]) == ("below", "reverse")
+    task = _claims(tidy).query("claim == 'task'")
+    assert set(task["direction"]) == {"above"} and list(task["verdict"]) == ["yes", "yes", "no evidence"]

@@ -93,7 +93,10 @@ class _RecordingHead(ClassifierMixin, BaseEstimator):
 
 def test_permuted_null_moves_whole_subjects_labels(monkeypatch):
     """A window-level shuffle would give training subjects mixed labels; the subject-level null must keep one
-    label per subject, permute them among the fold's training subjects only, and actually permute."""
+    label per subject, permute the labels across all subjects once per permutation (a subject carries the same
+    permuted label into every fold it trains in; the multiset of labels is unchanged), leave every training fold
+    with both classes, and actually permute. (Issue 46: it used to permute within each fold's training subjects,
+    a null not exchangeable with the observed labels.)"""
     Z, y, groups = synthetic_cohort(seed=3)
     Z[:, 0] = np.arange(Z.shape[0])  # column 0 names the row, so each recorded fit tells whose windows it saw
     monkeypatch.setattr(_RecordingHead, "fits", [])
@@ -101,18 +104,23 @@ def test_permuted_null_moves_whole_subjects_labels(monkeypatch):
     subject_label_leakage(Z, y, groups, SubjectDisjointSplit(n_folds, random_state=0), estimator=_RecordingHead(),
                           n_bootstrap=10, n_permutations=n_perm, random_state=0)
     codes = np.unique(y, return_inverse=True)[1]
+    truth = np.array([codes[groups == s][0] for s in np.unique(groups)])
     on_rows = [(X[:, 0].astype(int), lab) for X, lab in _RecordingHead.fits
                if np.array_equal(X[:, 0], np.round(X[:, 0]))]  # the Gaussian control's fits drop out
     assert len(on_rows) == n_folds * (1 + n_perm)
     assert all(np.array_equal(lab, codes[rows]) for rows, lab in on_rows[:n_folds])  # the real fits: true labels
     changed = 0
-    for rows, lab in on_rows[n_folds:]:
-        subjects = np.unique(groups[rows])
-        per_subject = [np.unique(lab[groups[rows] == s]) for s in subjects]
-        assert all(u.size == 1 for u in per_subject)  # one label per training subject
-        permuted = np.array([u[0] for u in per_subject])
-        truth = np.array([codes[groups == s][0] for s in subjects])
-        assert np.array_equal(np.sort(permuted), np.sort(truth))  # permuted among the fold's training subjects
+    for p in range(n_perm):
+        permuted = np.full(truth.size, -1)
+        for rows, lab in on_rows[n_folds * (1 + p):n_folds * (2 + p)]:
+            for s in np.unique(groups[rows]):
+                u = np.unique(lab[groups[rows] == s])
+                assert u.size == 1  # one label per training subject
+                assert permuted[s] in (-1, u[0])  # the same label in every fold the subject trains in
+                permuted[s] = u[0]
+            assert np.unique(lab).size == 2  # every training fold sees both classes
+        assert (permuted >= 0).all()  # every subject trains somewhere
+        assert np.array_equal(np.sort(permuted), np.sort(truth))  # permuted across all subjects
         changed += not np.array_equal(permuted, truth)
     assert changed > 0
 

@@ -20,6 +20,7 @@ are marked **(ours)** and restated where they are implemented:
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -415,8 +416,11 @@ class SubjectLabelResult:
     ``window_balanced_accuracy`` / ``window_ci`` score the same held-out windows one by one, subjects still
     resampled. ``control_gaussian`` is the subject-level balanced accuracy of the same protocol on i.i.d. Gaussian
     embeddings; ``control_permuted`` / ``control_permuted_q95`` are the mean and 95th percentile of
-    ``null_scores``, its values with labels permuted among each fold's training subjects, and ``p_value`` =
-    (1 + #null >= observed) / (1 + n_permutations).
+    ``null_scores``, the whole cross-fitted protocol rerun with the subjects' labels permuted across all subjects
+    (fitted on and scored against the permuted labels; see :func:`subject_label_leakage`). ``p_value`` is the
+    upper tail, (1 + #null >= observed) / (1 + n_permutations) (the label is decodable); ``p_value_lower`` the
+    lower one, (1 + #null <= observed) / (1 + n_permutations) (the score lies below its null); and
+    :attr:`p_value_two_sided` = min(1, 2 · min(upper, lower)). All are NaN without permutations.
     """
 
     balanced_accuracy: float
@@ -432,14 +436,23 @@ class SubjectLabelResult:
     draws: np.ndarray = field(repr=False)
     null_scores: np.ndarray = field(default=None, repr=False)
     ci_over: str = "subjects"
+    p_value_lower: float = float("nan")
+
+    @property
+    def p_value_two_sided(self) -> float:
+        """Twice the smaller tail, at most 1 (NaN when either tail is): the score is extreme in either direction."""
+        if not (np.isfinite(self.p_value) and np.isfinite(self.p_value_lower)):
+            return float("nan")
+        return float(min(1.0, 2.0 * min(self.p_value, self.p_value_lower)))
 
     def as_dict(self) -> dict:
         return {"balanced_accuracy": self.balanced_accuracy, "ci_low": self.ci[0], "ci_high": self.ci[1],
                 "window_balanced_accuracy": self.window_balanced_accuracy, "window_ci_low": self.window_ci[0],
                 "window_ci_high": self.window_ci[1], "control_gaussian": self.control_gaussian,
                 "control_permuted": self.control_permuted, "control_permuted_q95": self.control_permuted_q95,
-                "p_value": self.p_value, "n_subjects": self.n_subjects, "n_windows": self.n_windows,
-                "ci_over": self.ci_over}
+                "p_value": self.p_value, "p_value_lower": self.p_value_lower,
+                "p_value_two_sided": self.p_value_two_sided, "n_subjects": self.n_subjects,
+                "n_windows": self.n_windows, "ci_over": self.ci_over}
 
 
 def _subject_label_codes(y, groups, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -503,11 +516,23 @@ def _oof_subject_probabilities(estimator, Z, fit_labels, folds, s_index, n_subje
     return score_sum
 
 
-def _subject_ba(score_sum: np.ndarray, tested: np.ndarray, subject_code: np.ndarray) -> float:
-    from eegprivacy.embeddings.defenses import weighted_balanced_accuracy
+def _subject_ba(score_sum: np.ndarray, tested: np.ndarray, subject_code: np.ndarray):
+    """Balanced accuracy over the ``tested`` subjects of the argmax of their summed class scores.
 
+    ``score_sum`` (n_subjects, n_classes) with ``subject_code`` (n_subjects,) gives a float; stacked label sets,
+    ``score_sum`` (P, n_subjects, n_classes) with ``subject_code`` (P, n_subjects) -- each permutation scored
+    against its own subjects' labels -- give (P,). The mean recall over the classes present among the tested
+    subjects, as :func:`eegprivacy.embeddings.defenses.weighted_balanced_accuracy` with unit weights; the real
+    score and the null go through this one function, so a tie between them is an exact tie."""
     # argmax of the subject's mean score; uncorrected and two classes: "mean P(class 1) > 0.5", a tie to class 0
-    return weighted_balanced_accuracy(subject_code[tested], np.argmax(score_sum[tested], axis=1))
+    pred = np.argmax(score_sum[..., tested, :], axis=-1)
+    truth = np.broadcast_to(np.asarray(subject_code)[..., tested], pred.shape)
+    hits = np.stack([np.sum((truth == c) & (pred == c), axis=-1) for c in range(score_sum.shape[-1])], axis=-1)
+    tries = np.stack([np.sum(truth == c, axis=-1) for c in range(score_sum.shape[-1])], axis=-1)
+    present = tries > 0
+    recall = np.where(present, hits / np.where(present, tries, 1), 0.0)
+    ba = recall.sum(axis=-1) / present.sum(axis=-1)
+    return float(ba) if ba.ndim == 0 else ba
 
 
 def _ba_draws(classes: np.ndarray, hits: np.ndarray, tries: np.ndarray, W: np.ndarray) -> np.ndarray:
@@ -521,25 +546,105 @@ def _ba_draws(classes: np.ndarray, hits: np.ndarray, tries: np.ndarray, W: np.nd
     return np.mean(recalls, axis=0)
 
 
-def _permuted_fit_labels(subject_code: np.ndarray, s_index: np.ndarray, folds, rng) -> list[np.ndarray]:
-    """Per fold, the training subjects' labels permuted among those subjects, broadcast to their windows.
+_MAX_REJECTED_PER_PERMUTATION = 100  # redraws allowed per requested permutation (plus 1,000) before giving up
 
-    The permutation moves whole subjects' labels, so each training subject keeps one label (the null keeps
-    the structure a subject-level label has) and the fold's class balance is unchanged."""
-    out = []
-    for train, _ in folds:
-        subjects = np.unique(s_index[train])
-        labels = subject_code.copy()
-        labels[subjects] = subject_code[rng.permutation(subjects)]
-        out.append(labels[s_index[train]])
+
+def _permuted_subject_codes(subject_code: np.ndarray, s_index: np.ndarray, folds, tested: np.ndarray,
+                            n_permutations: int, rng) -> np.ndarray:
+    """(n_permutations, n_subjects): each row the subjects' labels permuted across all subjects.
+
+    Every subject keeps one label and the multiset of labels is the observed one; a row is the label vector the
+    whole cross-fitted protocol is rerun with (each fold fits on its training subjects' row labels and its
+    held-out subjects are scored against theirs). Rejection sampling: a draw is kept only when every fold's
+    training subjects hold at least min(2, observed) classes (a fit needs two; the batched solver refuses one) and
+    the scored subjects hold as many classes as they do under the observed labels; the observed labels satisfy
+    both, so the null is exact conditional on them. Draws are ``rng.permutation(n_subjects)``, one after another,
+    so a seed gives the same rows. ValueError after ``1000 + 100 · n_permutations`` rejected draws: then almost
+    no arrangement of the labels can be fitted in every fold (too few subjects of a class for these folds)."""
+    n_subjects, n_classes = subject_code.size, int(subject_code.max()) + 1
+    members = np.zeros((len(folds) + 1, n_subjects))  # each fold's training subjects, then the scored subjects
+    for k, (train, _) in enumerate(folds):
+        members[k, np.unique(s_index[train])] = 1.0
+    members[-1, tested] = 1.0
+    onehot = np.eye(n_classes)
+
+    def classes_seen(codes: np.ndarray) -> np.ndarray:
+        return np.count_nonzero(members @ onehot[codes] > 0, axis=1)
+
+    need = classes_seen(subject_code)
+    need[:-1] = np.minimum(need[:-1], 2)
+    out = np.empty((int(n_permutations), n_subjects), subject_code.dtype)
+    budget = 1000 + _MAX_REJECTED_PER_PERMUTATION * int(n_permutations)
+    rejected = 0
+    for p in range(out.shape[0]):
+        while True:
+            codes = subject_code[rng.permutation(n_subjects)]
+            if np.all(classes_seen(codes) >= need):
+                out[p] = codes
+                break
+            rejected += 1
+            if rejected > budget:
+                raise ValueError(
+                    f"only {p} of {rejected + p} permutations of the subjects' labels left every training fold with "
+                    f"{'both classes' if n_classes == 2 else 'two classes or more'} (and the scored subjects with "
+                    "their classes): too few subjects of a class for these folds to build the permuted-label null; "
+                    "use fewer folds")
     return out
+
+
+_STRATIFIED_SPLITTERS = ("StratifiedKFold", "StratifiedGroupKFold", "StratifiedShuffleSplit",
+                         "RepeatedStratifiedKFold")
+
+
+def _check_label_free_folds(splitter, pristine, Z, groups, subject_code: np.ndarray, s_index: np.ndarray,
+                            folds) -> None:
+    """ValueError when ``splitter``'s folds depend on the labels: the null keeps the materialised folds, which
+    equals rerunning the splitter per permutation only for a splitter that ignores ``y``.
+
+    scikit-learn's stratified splitters are refused by class. Any other splitter is probed on ``pristine`` (a copy
+    of ``splitter`` taken before its folds were drawn, so a generator it holds is not advanced; numpy's global one
+    is restored): rerun with the true labels it must give the same folds (else it is not reproducible and the probe
+    cannot tell), and rerun with a fixed rearrangement of the subjects' labels it must give them again.
+    ``SubjectDisjointSplit`` (what ``Context.splitter("subject_disjoint", seed)`` returns; ``TemporalGapSplit``,
+    its other answer, is not subject-disjoint and refused earlier) deals shuffled subjects into folds and never
+    reads ``y``."""
+    stratified = {c.__name__ for c in type(splitter).__mro__} & set(_STRATIFIED_SPLITTERS)
+    if stratified:
+        raise ValueError(f"{type(splitter).__name__} stratifies its folds by the label: the permuted-label null "
+                         "would have to rerun it for every permutation, which subject_label_leakage does not do; use "
+                         "a splitter whose folds ignore y (e.g. SubjectDisjointSplit)")
+    if pristine is None:
+        return
+
+    def same(a, b) -> bool:
+        return len(a) == len(b) and all(np.array_equal(np.asarray(tr), np.asarray(tr2))
+                                        and np.array_equal(np.asarray(te), np.asarray(te2))
+                                        for (tr, te), (tr2, te2) in zip(a, b))
+
+    other = subject_code[np.random.RandomState(0).permutation(subject_code.size)]  # fixed; not the caller's rng
+    if np.array_equal(other, subject_code):
+        other = np.roll(subject_code, 1)  # differs: the label has two classes
+    state = np.random.get_state()  # a splitter seeded with None draws from numpy's global generator: put it back
+    try:
+        rerun = list(copy.deepcopy(pristine).split(Z, subject_code[s_index], groups))
+        relabelled = list(copy.deepcopy(pristine).split(Z, other[s_index], groups))
+    except Exception:  # noqa: BLE001 -- a splitter that cannot be copied or rerun: nothing to probe
+        return
+    finally:
+        np.random.set_state(state)
+    if not same(rerun, folds):
+        return  # not reproducible from its state (e.g. random_state=None): the probe cannot tell
+    if not same(relabelled, folds):
+        raise ValueError(f"{type(splitter).__name__}'s folds change when the labels are rearranged: the "
+                         "permuted-label null keeps the observed folds, which is exact only for a splitter that "
+                         "ignores y; rerunning the splitter per permutation is not supported")
 
 
 def _batched_head_C(estimator, subject_code: np.ndarray, s_index: np.ndarray, folds, n_classes: int) -> float | None:
     """``C`` when every fit of :func:`subject_label_leakage` can go to the batched solver: the head is a
     standardised L2 logistic regression (:func:`eegprivacy.batched.logistic.logistic_C`, e.g. the default head),
-    the label has two classes and every fold trains on both (a permutation keeps a fold's class balance, so then
-    every permuted fit does too). None otherwise: the head is refitted one fit at a time, as it always was."""
+    the label has two classes and every fold trains on both (the null only keeps permutations under which every
+    fold still does: :func:`_permuted_subject_codes`). None otherwise: the head is refitted one fit at a time."""
     from eegprivacy.batched.logistic import logistic_C
 
     if n_classes != 2 or any(np.unique(subject_code[s_index[train]]).size != 2 for train, _ in folds):
@@ -608,7 +713,8 @@ def subject_label_leakage(Z, y, groups, splitter, estimator=None, n_bootstrap: i
         The subject of each window.
     splitter
         A subject-disjoint cross-validator (``split(Z, y, groups)``), e.g. ``SubjectDisjointSplit``; a fold
-        that tests a subject it trains on, or a subject tested twice, is an error.
+        that tests a subject it trains on, or a subject tested twice, is an error. Its folds must not depend on
+        ``y`` (see Matched nulls); a label-stratified splitter is a ValueError when ``n_permutations`` > 0.
     estimator : classifier with ``predict_proba``, optional
         The head, cloned per fold and fitted on integer class codes; default
         :func:`eegprivacy.embeddings.defenses.default_head` (standardised logistic regression). A standardised
@@ -622,10 +728,11 @@ def subject_label_leakage(Z, y, groups, splitter, estimator=None, n_bootstrap: i
     n_bootstrap, confidence : int, float
         Subject-bootstrap resamples and the percentile interval's level.
     n_permutations : int
-        Refits of the permuted-label null; 0 skips it (its fields and ``p_value`` are then NaN).
+        Reruns of the protocol under permuted labels (the null); 0 skips it (its fields and the p-values are then
+        NaN). ValueError when almost no permutation leaves every training fold with both classes.
     random_state : int or RandomState
         One generator draws, in this order, the Gaussian control's embeddings, the bootstrap multiplicities and
-        the label permutations, so the same inputs and seed give the same result.
+        the label permutations (redrawn ones included), so the same inputs and seed give the same result.
     prior_corrected : bool, default True
         **(ours)** Decide relative to the training fold's class prior: a subject is predicted class 1 when its
         mean P(class 1) exceeds the fold's training fraction of class-1 windows (in general: the argmax of mean
@@ -652,11 +759,33 @@ def subject_label_leakage(Z, y, groups, splitter, estimator=None, n_bootstrap: i
     (about 0.42 for 40 subjects with balanced labels in 5 folds, its 95 % interval covering 0.5 in about 70 % of
     such datasets); deciding relative to the training prior removes that bias (about 0.50).
 
-    Matched nulls: (a) the same protocol on i.i.d. standard-normal embeddings of ``Z``'s shape; (b) the labels
-    permuted among each fold's training subjects (one label per subject, so the null keeps the subject
-    structure of the label; test subjects keep their true labels for scoring), refitted ``n_permutations``
-    times. A window-level shuffle would instead give every training subject mixed labels, a null the real label
-    can never look like.
+    Matched nulls: (a) the same protocol on i.i.d. standard-normal embeddings of ``Z``'s shape; (b) the
+    permuted-label null: the subjects' labels permuted once across all subjects (every subject keeps one label,
+    the multiset of labels is the observed one), and the whole cross-fitted protocol rerun with them,
+    ``n_permutations`` times: each fold fits on its training subjects' permuted labels *and* its held-out
+    subjects are scored against their permuted labels. Under the null hypothesis (the embeddings carry nothing
+    about the label, i.e. the subjects' labels are exchangeable given the embeddings) the observed labels are one
+    more draw of that permutation, so the observed score is exchangeable with the null ones and the add-one
+    p-values are exact (valid at every level). Both halves matter. A null that permutes labels only among each
+    fold's training subjects and keeps the held-out subjects' true labels is not exchangeable with the observed
+    arrangement -- there one subject carries the same label into every fold it trains in and is scored against
+    it where it is held out, which the per-fold shuffles break. An independent review measured it rejecting 0.082
+    [0.069, 0.096] of true nulls at alpha = 0.05 on MSU-shaped null data (84 subjects, 39/45, 5 folds), against
+    0.043 for this one (issue 46; ``tests/test_audit_endpoints.py`` measures this one's size on small null
+    cohorts). A window-level shuffle would instead give every training subject mixed labels, a null the real
+    label can never look like.
+
+    What the null keeps fixed: the embeddings, the folds and the set of subjects. Keeping the materialised folds
+    equals rerunning the splitter per permutation only because the splitter ignores ``y``
+    (``SubjectDisjointSplit`` deals shuffled subjects into folds); a splitter whose folds depend on ``y`` (e.g.
+    a label-stratified one) would have to be rerun for every permutation, so it is refused
+    (:func:`_check_label_free_folds`). A permutation under which some training fold holds a single class cannot be
+    fitted (the batched solver and scikit-learn refuse it): it is redrawn, so the test is exact conditional on
+    "every training fold sees both classes" (in general: at least min(2, observed) classes per training fold, and
+    the scored subjects all the classes they hold), an event the observed labels satisfy
+    (:func:`_permuted_subject_codes`). ``p_value`` is the upper tail (decodable), ``p_value_lower`` the lower one
+    and ``p_value_two_sided`` combines them; a null score equal to the observed one, up to rounding, counts in
+    both tails.
     """
     Z = np.asarray(Z, float)
     if Z.ndim != 2:
@@ -671,8 +800,14 @@ def subject_label_leakage(Z, y, groups, splitter, estimator=None, n_bootstrap: i
         raise TypeError(f"{type(estimator).__name__} has no predict_proba: subject scores average probabilities")
     rng = check_random_state(random_state)
     y_code = subject_code[s_index]
+    try:
+        pristine = copy.deepcopy(splitter)  # before its folds are drawn: the label-free probe reruns this copy
+    except Exception:  # noqa: BLE001 -- a splitter that cannot be copied is not probed
+        pristine = None
     folds = list(splitter.split(Z, y_code, np.asarray(groups)))  # materialised once: real and nulls share them
     _check_held_out(folds, s_index)
+    if int(n_permutations) > 0:  # the null keeps these folds: they must not depend on y
+        _check_label_free_folds(splitter, pristine, Z, np.asarray(groups), subject_code, s_index, folds)
     n_subjects, n_classes = subject_code.size, classes.size
     true_labels = [y_code[train] for train, _ in folds]
     C = _batched_head_C(estimator, subject_code, s_index, folds, n_classes)  # None: fit one at a time
@@ -704,25 +839,26 @@ def subject_label_leakage(Z, y, groups, splitter, estimator=None, n_bootstrap: i
     window_tries = np.bincount(position, minlength=tested.size).astype(float)
     window_draws = _ba_draws(subject_code[tested], window_hits, window_tries, W)
 
-    if C is not None and int(n_permutations) > 0:  # every permutation of a fold in one batched fit
-        fit_labels = [np.empty((int(n_permutations), train.size), np.int8) for train, _ in folds]
-        for p in range(int(n_permutations)):  # the one-at-a-time path's rng draws, in its order
-            for k, labels in enumerate(_permuted_fit_labels(subject_code, s_index, folds, rng)):
-                fit_labels[k][p] = labels
-        null = np.array([_subject_ba(score_sum, tested, subject_code) for score_sum in _batched_subject_probabilities(
-            estimator, C, Z, fit_labels, folds, s_index, n_subjects, n_classes, prior_corrected)], float)
-    else:
-        null = np.array([
-            _subject_ba(_oof_subject_probabilities(estimator, Z,
-                                                   _permuted_fit_labels(subject_code, s_index, folds, rng),
-                                                   folds, s_index, n_subjects, n_classes, prior_corrected),
-                        tested, subject_code)
-            for _ in range(int(n_permutations))
-        ], float)
+    null = np.empty(0)
+    if int(n_permutations) > 0:
+        # (P, n_subjects): the labels every permutation fits on (per fold) and scores against (held-out subjects)
+        codes = _permuted_subject_codes(subject_code, s_index, folds, tested, int(n_permutations), rng)
+        if C is not None:  # every permutation of a fold in one batched fit
+            fit_labels = [codes[:, s_index[train]].astype(np.int8) for train, _ in folds]
+            score_sums = _batched_subject_probabilities(estimator, C, Z, fit_labels, folds, s_index, n_subjects,
+                                                        n_classes, prior_corrected)
+        else:
+            score_sums = np.stack([
+                _oof_subject_probabilities(estimator, Z, [labels[s_index[train]] for train, _ in folds], folds,
+                                           s_index, n_subjects, n_classes, prior_corrected)
+                for labels in codes])
+        null = np.asarray(_subject_ba(score_sums, tested, codes), float)
     if null.size and np.isfinite(value):
-        p_value = float((1 + np.sum(null >= value)) / (1 + null.size))
+        tol = 1e-10 * max(1.0, abs(value))  # a null score equal to the observed one up to rounding is a tie
+        p_value = float((1 + np.sum(null >= value - tol)) / (1 + null.size))
+        p_value_lower = float((1 + np.sum(null <= value + tol)) / (1 + null.size))
     else:
-        p_value = float("nan")
+        p_value = p_value_lower = float("nan")
     finite_null = null[np.isfinite(null)]
     return SubjectLabelResult(
         balanced_accuracy=float(value), ci=_percentile_ci(draws, confidence),
@@ -730,7 +866,8 @@ def subject_label_leakage(Z, y, groups, splitter, estimator=None, n_bootstrap: i
         control_gaussian=float(control_g),
         control_permuted=float(finite_null.mean()) if finite_null.size else float("nan"),
         control_permuted_q95=float(np.quantile(finite_null, 0.95)) if finite_null.size else float("nan"),
-        p_value=p_value, n_subjects=int(tested.size), n_windows=int(rows.size), draws=draws, null_scores=null)
+        p_value=p_value, n_subjects=int(tested.size), n_windows=int(rows.size), draws=draws, null_scores=null,
+        p_value_lower=p_value_lower)
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -20,9 +20,12 @@ Four tests:
 - :func:`paired_identity_test` -- BPID@1 of two encoders on the same queries: sign flips of per-subject
   hit-count differences.
 
-All are one-sided (the attack is better than the null / than the control), deterministic for a given
-``random_state`` and vectorised: the data are reduced once to per-subject sufficient statistics, so each
-arrangement costs a few small array operations.
+Each gives both tails: ``p_value`` (the attack is better than the null / than the control) and ``p_value_lower``
+(worse), and :attr:`PermutationResult.p_value_two_sided` combines them (twice the smaller tail, at most 1), which is
+what study C's claims decide by (issue 46: a pretrained encoder that *reduces* identity against its random-init
+control is a finding, not "no evidence"). All are deterministic for a given ``random_state`` and vectorised: the
+data are reduced once to per-subject sufficient statistics, so each arrangement costs a few small array
+operations. Their measured sizes are rows of ``reports/calibration.md`` (``study_c.*``).
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from eegprivacy.embeddings.endpoints import subject_counts
 
 __all__ = [
     "PermutationResult",
+    "two_sided",
     "membership_permutation_test",
     "paired_membership_test",
     "identity_permutation_test",
@@ -70,7 +74,9 @@ class PermutationResult:
         The statistic of every drawn (or enumerated) arrangement.
     difference_ci : tuple of float
         Paired tests only: the 95 % percentile interval of the statistic over paired subject-bootstrap resamples
-        (NaN, NaN otherwise). It states the size of the difference; the decision is ``p_value``.
+        (NaN, NaN otherwise). It states the size of the difference; the decision is a p-value.
+    p_value_lower : float
+        The other tail: ``(1 + #{null <= observed}) / (1 + n)`` (or the exact fraction).
     """
 
     statistic: float
@@ -80,6 +86,24 @@ class PermutationResult:
     test: str
     null: np.ndarray = field(repr=False)
     difference_ci: tuple[float, float] = (float("nan"), float("nan"))
+    p_value_lower: float = float("nan")
+
+    @property
+    def p_value_two_sided(self) -> float:
+        """Twice the smaller tail, at most 1: the observed statistic is extreme in either direction."""
+        return two_sided(self.p_value, self.p_value_lower)
+
+    @property
+    def direction(self) -> str:
+        """Which tail is the smaller: ``"above"`` (the attack beats the null / control) or ``"below"``."""
+        return "above" if self.p_value <= self.p_value_lower else "below"
+
+
+def two_sided(upper: float, lower: float) -> float:
+    """Two-sided p-value from the two one-sided ones of the same null: ``min(1, 2 · min(upper, lower))``."""
+    if not (np.isfinite(upper) and np.isfinite(lower)):
+        return float("nan")
+    return float(min(1.0, 2.0 * min(upper, lower)))
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -115,6 +139,11 @@ def _p_value(null: np.ndarray, observed: float, exact: bool) -> float:
     tol = 1e-10 * max(1.0, abs(observed))
     count = int(np.count_nonzero(null >= observed - tol))
     return count / null.size if exact else (1 + count) / (1 + null.size)
+
+
+def _p_value_lower(null: np.ndarray, observed: float, exact: bool) -> float:
+    """The lower tail of :func:`_p_value`: a null value equal to the observed one counts as <= (conservative)."""
+    return _p_value(-np.asarray(null), -observed, exact)
 
 
 def _percentile_ci(draws: np.ndarray) -> tuple[float, float]:
@@ -254,7 +283,8 @@ def membership_permutation_test(losses_members, losses_nonmembers, groups_member
             ranks = rng.random_sample((rows, n)).argsort(axis=1).argsort(axis=1)
             null[start:start + rows] = auc(ranks < n_m)
     count = total if exact else n_permutations
-    return PermutationResult(statistic=observed, p_value=_p_value(null, observed, exact), n_permutations=count,
+    return PermutationResult(statistic=observed, p_value=_p_value(null, observed, exact),
+                             p_value_lower=_p_value_lower(null, observed, exact), n_permutations=count,
                              exact=exact, test=_name(f"subject-label permutation over {n} subjects", exact, count),
                              null=null)
 
@@ -330,7 +360,8 @@ def paired_membership_test(attack_members, attack_nonmembers, control_members, c
     ci = _percentile_ci(counts @ diff / n)
     observed = float(diff.mean())
     null, exact = _sign_flip(diff, float(n), n_permutations, rng)
-    return PermutationResult(statistic=observed, p_value=_p_value(null, observed, exact), n_permutations=null.size,
+    return PermutationResult(statistic=observed, p_value=_p_value(null, observed, exact),
+                             p_value_lower=_p_value_lower(null, observed, exact), n_permutations=null.size,
                              exact=exact, test=_name(f"sign-flip over {n} subjects", exact, null.size), null=null,
                              difference_ci=ci)
 
@@ -414,7 +445,8 @@ def identity_permutation_test(guess, query_subjects, candidates, n_permutations:
             size = min(block, n_permutations - start)
             pi = rng.random_sample((size, k)).argsort(axis=1)
             null[start:start + size] = table[rows[None, :], pi].sum(axis=1) / n_queries
-    return PermutationResult(statistic=observed, p_value=_p_value(null, observed, exact), n_permutations=null.size,
+    return PermutationResult(statistic=observed, p_value=_p_value(null, observed, exact),
+                             p_value_lower=_p_value_lower(null, observed, exact), n_permutations=null.size,
                              exact=exact, test=_name(f"candidate-label permutation over {k} candidates", exact,
                                                      null.size), null=null)
 
@@ -475,6 +507,7 @@ def paired_identity_test(correct_a, correct_b, query_subjects, n_permutations: i
     ci = _percentile_ci((counts @ diff) / (counts @ tries))
     observed = float(diff.sum() / a.size)
     null, exact = _sign_flip(diff, float(a.size), n_permutations, rng)
-    return PermutationResult(statistic=observed, p_value=_p_value(null, observed, exact), n_permutations=null.size,
+    return PermutationResult(statistic=observed, p_value=_p_value(null, observed, exact),
+                             p_value_lower=_p_value_lower(null, observed, exact), n_permutations=null.size,
                              exact=exact, test=_name(f"sign-flip over {n} query subjects", exact, null.size),
                              null=null, difference_ci=ci)

@@ -171,6 +171,13 @@ FEDERATED = (f"{SRC}/data", f"{SRC}/signal", f"{SRC}/federated", f"{SRC}/models"
 EEGMAT_VERSION = ("data/versions/eegmat.json",)
 EEGMMIDB_VERSION = ("data/versions/eegmmidb.json",)
 STUDY_C = ("eegmat", "msu_schizophrenia", "eegmmidb")  # embedding_audit's cohorts (params: embedding_audit.datasets)
+# The calibration stage runs every study's tests (their code) and reads each cohort's shape from the stages' outputs.
+CALIBRATION = (f"{SRC}/data", f"{SRC}/signal", f"{SRC}/embeddings", f"{SRC}/attacks", f"{SRC}/evaluation",
+               f"{SRC}/batched", f"{SRC}/federated", f"{SRC}/models", f"{SRC}/privacy", f"{SRC}/studies")
+CALIBRATION_INPUTS = (*(f"metrics/embedding_audit_{c}{ext}" for c in STUDY_C for ext in (".csv", ".json")),
+                      *(f"data/versions/{c}.json" for c in STUDY_C), "metrics/dp_utility", "metrics/dp_scaling",
+                      "metrics/dp_end_to_end_summary_msu_schizophrenia.csv",
+                      *(f"metrics/federated_{s}.csv" for s in ("control", "mia", "lira", "transfer")))
 STUDY_B = ("eegmmidb", "eegmat", "synthetic_mi")  # federated_mia's cohorts: eegmmidb first (the paper's protocol)
 STUDY_A = ("synthetic_clinical", "eegmat", "msu_schizophrenia")
 SCALING_DATASETS = ("synthetic_clinical", "eegmat", "msu_schizophrenia")  # dp_scaling runs per dataset on these
@@ -418,6 +425,16 @@ STAGES: tuple[Stage, ...] = (
                        for ext in (".csv", "_claims.csv", ".json")),
           outs=("metrics/embedding_audit_cohorts.json", "reports/embedding_audit_cohorts.md",
                 "reports/figures/embedding_audit_cohorts.png")),
+    # ---- Calibration of every test the reports print ------------------------------------------------------------
+    Stage("calibration", "Every test and interval the reports print, run through the project's own code on "
+          "synthetic data sets shaped like its cohort where the answer is known: size at α = 0.05, coverage of "
+          "95 % intervals and power, one row and one MLflow run per test.",
+          entry="experiments.calibration", section="calibration", params_file="params/calibration.yaml",
+          config="eegprivacy.studies.calibration.config:CalibrationConfig",
+          code=CALIBRATION, support=(*MACHINERY, *REPORTING), inputs=CALIBRATION_INPUTS,
+          reads=tuple(f"params/federated_{s}.yaml:federated_{s}" for s in ("control", "mia", "lira", "transfer")),
+          outs=("metrics/calibration.csv", "metrics/calibration.json", "reports/calibration.md",
+                "reports/figures/calibration.png")),
     # Your own cohort is not a stage: `eegprivacy audit-cohort` (eegprivacy.commands.audit_cohort) ships inside the
     # package and runs on data the repository does not hold.
 )

@@ -52,12 +52,14 @@ def claims_lines(table: pd.DataFrame, cohorts=None) -> list[str]:
     lines = [HEADING, "",
              f"Each claim is decided by one test, the same in every report of study C: {asks}. A claim with a "
              "control (the random-init encoder) is tested as the paired difference against it. `p` is the test's "
-             "one-sided p-value; `p_Holm` is Holm-adjusted over the family named beside it (one claim on one "
-             f"cohort, its encoder cells; m of them); the verdict is `yes` when p_Holm < {ALPHA:g} (`*`), else "
+             "two-sided p-value; `p_Holm` is Holm-adjusted over the family named beside it (one claim on one "
+             f"cohort, its encoder cells; m of them); the verdict is `yes` when p_Holm < {ALPHA:g} (`*`) with the "
+             "estimate above its reference, `reverse` when it is below (e.g. pretraining *removes* identity), else "
              "`no evidence` (not `no`). The estimate's 95 % interval resamples subjects and gives the size of the "
              "effect; it does not decide the verdict. `links` says what an identity row links (never compare a "
-             "link within one recording with one across runs). Permutation tests are exact under their null; "
-             "`normal approx.` marks the claims decided from the interval, where no refitted null is affordable.",
+             "link within one recording with one across runs). Each test's measured size on null data shaped like "
+             "its cohort is a row of `reports/calibration.md`; `normal approx.` marks the claims decided from the "
+             "interval, which are not exact (see their rows there).",
              "", "*Table: one row per (cohort, encoder, claim); the encoders' weights (third column): "
              + "; ".join(dict.fromkeys(table["provenance"])) + ".*",
              "", HEADER, "|" + "---|" * (HEADER.count("|") - 1)]

@@ -7,7 +7,8 @@ The answers (:func:`answers`) are the cohorts' claims (``metrics/embedding_audit
 :mod:`eegprivacy.studies.embedding_audit.claims`): each question is one claim decided by one test with Holm over
 the cohort's encoder cells, and this report prints that verdict, p and test unchanged -- the same ones
 ``reports/study-c.md`` reads back from MLflow. A score counts only above its controls (matched-null convention);
-a claim with a random-init control is a paired difference against it. Anything else is "no evidence" (not "no").
+a claim with a random-init control is a paired difference against it. A significant effect below the reference is
+"reverse"; anything else is "no evidence" (not "no").
 """
 
 from __future__ import annotations
@@ -303,8 +304,12 @@ def answer_lines(table: pd.DataFrame, cohorts: dict) -> list[str]:
         lines.append(f"| {r.cohort} | {r.label} | {r.task_answer} | {r.identity_answer} ({link}) | "
                      f"{r.pretraining_adds_identity} | {r.attribute_answer} | {_est(r.aeds)} |")
     counts = {q: int((table[f"{q}_answer"] == YES).sum()) for q in QUESTIONS}
+    reverse = {q: int((table[f"{q}_answer"] == "reverse").sum()) for q in QUESTIONS}
+    reverse_text = ", ".join(f"{q} {n}" for q, n in reverse.items() if n)
     return lines + ["", f"Yes: task {counts['task']}, identity {counts['identity']}, PSD attribute "
-                        f"{counts['attribute']} of {len(table)} (cohort, encoder) cells.", ""]
+                        f"{counts['attribute']} of {len(table)} (cohort, encoder) cells"
+                        + (f"; reverse (significantly below the reference): {reverse_text}." if reverse_text
+                           else "."), ""]
 
 
 def rules_text(table: pd.DataFrame) -> str:
@@ -314,8 +319,10 @@ def rules_text(table: pd.DataFrame) -> str:
         "subject-label permutation test, identity by permuting the reference labels, \"pretraining adds "
         "identity\" and encoder membership as paired differences against the random-init encoder (sign flips "
         "over subjects), the window-level task and the PSD attribute from their subject-bootstrap intervals "
-        f"(normal approximation). Holm runs over one claim on one cohort (its encoder cells); `yes` = p_Holm < "
-        f"{ALPHA:g}, `no evidence` is not `no`. Every interval is the cell's own 95 % interval (uncorrected) over "
+        f"(normal approximation). Every test is two-sided; Holm runs over one claim on one cohort (its encoder "
+        f"cells); `yes` = p_Holm < {ALPHA:g} above the reference, `reverse` = the same below it (e.g. pretraining "
+        "removes identity), `no evidence` is not `no`; each test's measured size is a row of "
+        "`reports/calibration.md`. Every interval is the cell's own 95 % interval (uncorrected) over "
         "the unit its `ci_over` names (`subjects`: a cluster bootstrap over subjects; `subjects+seeds`: "
         "subject-bootstrap bounds averaged over member draws; `seeds`: a t-interval across noise seeds): it gives "
         "the size of an effect, not the verdict. Identity rows say what they link (within one recording, across "

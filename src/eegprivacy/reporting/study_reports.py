@@ -671,7 +671,8 @@ def write_report(study: str, out_dir: str | Path, uri: str | None = None) -> tup
         DRAW[study](rows, fig)
         with atomic_path(png) as tmp:
             fig.savefig(tmp, dpi=120)
-    lead = end_to_end_lead(study, rows, uri, out_dir) + control_lead(study, uri, out_dir) + claims_lead(study, runs)
+    lead = (end_to_end_lead(study, rows, uri, out_dir) + control_lead(study, uri, out_dir) + claims_lead(study, runs)
+            + calibration_lead(study, uri))
     text = render(study, rows, uri, None if rows.empty else png.name, lead)
     report = write_text_atomic(out_dir / f"study-{study}.md", text)
     return report, not rows.empty
@@ -718,6 +719,14 @@ def claims_lead(study: str, runs: pd.DataFrame) -> list[str]:
         return []
     cohorts = [c for c in ("eegmat", "msu_schizophrenia", "eegmmidb") if c in set(claims["cohort"])]
     return claims_lines(claims, cohorts + sorted(set(claims["cohort"]) - set(cohorts)))
+
+
+def calibration_lead(study: str, uri: str) -> list[str]:
+    """The measured size and coverage of the study's tests (stage ``calibration``'s runs in the study's experiment,
+    :func:`eegprivacy.reporting.calibration.section_lines`); nothing before the stage has run."""
+    from eegprivacy.reporting.calibration import calibration_runs, section_lines
+
+    return section_lines(calibration_runs(uri, EXPERIMENTS[study]))
 
 
 def control_lead(study: str, uri: str, out_dir: Path) -> list[str]:

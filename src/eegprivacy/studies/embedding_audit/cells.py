@@ -65,7 +65,7 @@ def membership_rows(results: dict, defense="none") -> list[dict]:
                      chance=0.0, **common)]
         test = tests.get(target if attacker == "loss_threshold" else f"{target}_lira")
         if test is not None:  # the claim's test: member subjects permuted (exact under the null)
-            rows += [row(f"membership_{target}", split, "p_value", test.p_value, **common),
+            rows += [row(f"membership_{target}", split, "p_value", test.p_value_two_sided, **common),
                      row(f"membership_{target}", split, "n_permutations", test.n_permutations, **common),
                      row(f"membership_{target}", split, "exact", float(test.exact), **common)]
         if target == "encoder" and "encoder_random_init" in results:
@@ -105,7 +105,7 @@ def _identity_rows(ctx: Context, b=None, defense: str = "none") -> list[dict]:
         t = identity_permutation_test(b.guess, b.query_subjects, b.candidates,
                                       n_permutations=ctx.config.test_permutations,
                                       random_state=ctx.config.subject_seed)
-        rows += [row("identity", identity_split(ctx), "p_value", t.p_value, **common),
+        rows += [row("identity", identity_split(ctx), "p_value", t.p_value_two_sided, **common),
                  row("identity", identity_split(ctx), "n_permutations", t.n_permutations, **common),
                  row("identity", identity_split(ctx), "exact", float(t.exact), **common)]
     return rows
@@ -129,7 +129,7 @@ def _encoder_paired_rows(ctx: Context, seed: int) -> list[dict]:
     subjects = np.unique(np.r_[emb["mia_members_subject"], emb["mia_nonmembers_subject"]]).size
     return [row("membership_encoder", split, "within_subject_auc_minus_control", t.statistic, ci=t.difference_ci,
                 chance=0.0, **common),
-            row("membership_encoder", split, "paired_p_value", t.p_value, **common),
+            row("membership_encoder", split, "paired_p_value", t.p_value_two_sided, **common),
             row("membership_encoder", split, "paired_permutations", t.n_permutations, **common),
             row("membership_encoder", split, "paired_exact", float(t.exact), **common),
             row("membership_encoder", split, "paired_subjects", subjects, **common)]
@@ -138,7 +138,8 @@ def _encoder_paired_rows(ctx: Context, seed: int) -> list[dict]:
 def _subject_label_rows(seed: int, ctx: Context) -> list[dict]:
     """The cohort's task label as a subject-level attribute (MSU: the diagnosis) of held-out subjects, read from
     their embeddings: subject-level balanced accuracy with a subject-bootstrap interval, beside the same protocol
-    on Gaussian embeddings and a null that permutes the label among the training subjects."""
+    on Gaussian embeddings and a null that permutes the subjects' labels once across all folds and reruns the
+    cross-fitted pipeline (exact; its p two-sided)."""
     from eegprivacy.embeddings.endpoints import subject_label_leakage
 
     r = subject_label_leakage(ctx.Z, ctx.state, ctx.groups, ctx.splitter("subject_disjoint", seed),
@@ -152,7 +153,7 @@ def _subject_label_rows(seed: int, ctx: Context) -> list[dict]:
             row(task, "subject_disjoint", "control_gaussian", r.control_gaussian, chance=0.5, **common),
             row(task, "subject_disjoint", "control_permuted", r.control_permuted, chance=0.5, **common),
             row(task, "subject_disjoint", "control_permuted_q95", r.control_permuted_q95, chance=0.5, **common),
-            row(task, "subject_disjoint", "p_value", r.p_value, **common),
+            row(task, "subject_disjoint", "p_value", r.p_value_two_sided, **common),
             row(task, "subject_disjoint", "n_permutations", len(r.null_scores), **common)]
 
 

@@ -7,10 +7,9 @@ wherever it appears. A claim is asked once per audited (encoder, weights) cell o
 ============================  =======================================================  ==============================
 claim                         test (what the null keeps)                               cells
 ============================  =======================================================  ==============================
-``task`` (subject-level       subject-label permutation: the label refitted with the   every cell
-label, e.g. MSU's diagnosis)  subjects' labels permuted among each fold's training
-                              subjects (exact under the null; ``subject_label_
-                              permutations`` refits)
+``task`` (subject-level       subject-label permutation: the subjects' labels permuted  every cell
+label, e.g. MSU's diagnosis)  once across all folds and the cross-fitted pipeline rerun
+                              (exact under the null; ``subject_label_permutations``)
 ``task`` (window label)       the subject-bootstrap interval against the largest of     every cell
                               chance and its Gaussian / permuted controls (normal
                               approximation; no refitted null is affordable)
@@ -28,10 +27,14 @@ label, e.g. MSU's diagnosis)  subjects' labels permuted among each fold's traini
 ============================  =======================================================  ==============================
 
 A claim that has a control is tested as the paired difference against it (the random-init encoder), never
-against chance. The Holm family is one claim on one cohort (its encoder cells): ``m`` is printed with every p.
-``yes`` means Holm-adjusted p < α; anything else is ``no evidence`` (an interval that reaches its reference does
-not show the absence of leakage). The estimate is printed with its 95 % interval over subjects (the size of the
-effect); the verdict comes from the test, not from the interval.
+against chance. Every test is two-sided (issue 46: a pretrained encoder that *removes* identity against its
+random-init twin is a finding, not "no evidence"), its p twice the smaller tail; ``direction`` says which side of
+its reference the estimate lies. The Holm family is one claim on one cohort (its encoder cells): ``m`` is printed
+with every p. ``yes`` means Holm-adjusted p < α with the estimate above its reference, ``reverse`` the same below
+it; anything else is ``no evidence`` (an interval that reaches its reference does not show the absence of
+leakage). The estimate is printed with its 95 % interval over subjects (the size of the effect); the verdict comes
+from the test, not from the interval. Each test's measured size on null data shaped like the cohort is a row of
+``reports/calibration.md`` (stage ``calibration``).
 """
 
 from __future__ import annotations
@@ -45,9 +48,10 @@ from eegprivacy.evaluation.cluster_bootstrap import holm
 from eegprivacy.evaluation.intervals import interval_p_value
 
 ALPHA = 0.05
-YES, NO_EVIDENCE = "yes", "no evidence"
+YES, NO_EVIDENCE, REVERSE = "yes", "no evidence", "reverse"
 COLUMNS = ["cohort", "encoder", "weights", "cell", "provenance", "claim", "question", "link", "estimate",
-           "ci_low", "ci_high", "ci_over", "reference", "test", "p_value", "family", "m", "p_holm", "verdict"]
+           "ci_low", "ci_high", "ci_over", "reference", "test", "p_value", "family", "m", "p_holm", "verdict",
+           "direction"]
 
 
 @dataclass(frozen=True)
@@ -95,11 +99,21 @@ def _v(r, column: str = "value") -> float:
     return float("nan") if r is None else float(r[column])
 
 
-def _entry(claim: str, estimate, low, high, reference: str, test: str, p: float, ci_over: str = "subjects",
-           link: str = "") -> dict:
-    return {"claim": claim, "question": CLAIMS[claim].question, "estimate": float(estimate), "ci_low": float(low),
+def _entry(claim: str, estimate, low, high, reference: str, test: str, p: float, at: float,
+           ci_over: str = "subjects", link: str = "") -> dict:
+    """One claim's row; ``at`` is the reference's value, the side of which the estimate lies on (``direction``)."""
+    estimate = float(estimate)
+    direction = "" if not (np.isfinite(estimate) and np.isfinite(at)) else ("above" if estimate >= at else "below")
+    return {"claim": claim, "question": CLAIMS[claim].question, "estimate": estimate, "ci_low": float(low),
             "ci_high": float(high), "ci_over": ci_over if np.isfinite(low) else "none", "reference": reference,
-            "test": test, "p_value": float(p), "link": link}
+            "test": test, "p_value": float(p), "link": link, "direction": direction}
+
+
+def _two_sided_interval_p(mean: float, low: float, high: float, at: float) -> float:
+    """Two-sided p-value of "the score equals ``at``" from its interval (normal approximation): twice the smaller
+    tail of :func:`~eegprivacy.evaluation.intervals.interval_p_value`."""
+    upper = interval_p_value(mean, low, high, at)
+    return float(min(1.0, 2.0 * min(upper, 1.0 - upper))) if np.isfinite(upper) else float("nan")
 
 
 def cell_claims(tidy: pd.DataFrame, e: str, w: str, design: dict, first_seed: int = 0) -> list[dict]:
@@ -109,10 +123,11 @@ def cell_claims(tidy: pd.DataFrame, e: str, w: str, design: dict, first_seed: in
     ba = _get(tidy, e, w, "subject_label", "balanced_accuracy")
     if ba is not None:
         n = _get(tidy, e, w, "subject_label", "n_permutations")
+        null_mean = _v(_get(tidy, e, w, "subject_label", "control_permuted"))
         out.append(_entry("task", ba["value"], ba["ci_low"], ba["ci_high"],
-                          f"permuted-label null (mean {_v(_get(tidy, e, w, 'subject_label', 'control_permuted')):.2f})",
+                          f"permuted-label null (mean {null_mean:.2f})",
                           _permutation_text("subject-label permutation", _v(n), 0.0),
-                          _v(_get(tidy, e, w, "subject_label", "p_value"))))
+                          _v(_get(tidy, e, w, "subject_label", "p_value")), null_mean))
     else:
         ba = _get(tidy, e, w, "deployment/0", "balanced_accuracy")
         if ba is not None:
@@ -121,14 +136,14 @@ def cell_claims(tidy: pd.DataFrame, e: str, w: str, design: dict, first_seed: in
             out.append(_entry("task", ba["value"], ba["ci_low"], ba["ci_high"],
                               f"max(chance, Gaussian, permuted controls) = {bar:.2f}",
                               "interval vs reference (normal approx.)",
-                              interval_p_value(ba["value"], ba["ci_low"], ba["ci_high"], bar)))
+                              _two_sided_interval_p(ba["value"], ba["ci_low"], ba["ci_high"], bar), bar))
     b = _get(tidy, e, w, "identity", "bpid_at_1", defense="none")
     if b is not None:
         out.append(_entry("identity", b["value"], b["ci_low"], b["ci_high"], f"chance 1/K = {b['chance']:.3f}",
                           _permutation_text("reference-label permutation",
                                             _v(_get(tidy, e, w, "identity", "n_permutations", defense="none")),
                                             _v(_get(tidy, e, w, "identity", "exact", defense="none"))),
-                          _v(_get(tidy, e, w, "identity", "p_value", defense="none")),
+                          _v(_get(tidy, e, w, "identity", "p_value", defense="none")), float(b["chance"]),
                           link=design.get("identity_link", "")))
     d = _get(tidy, e, w, "claim/pretraining_adds_identity", "difference")
     if d is not None:
@@ -137,12 +152,12 @@ def cell_claims(tidy: pd.DataFrame, e: str, w: str, design: dict, first_seed: in
                           f"random init (BPID@1 {g('reference'):.3f})",
                           _permutation_text("sign flips over ", g("n_permutations"), g("exact"),
                                             f"{int(g('n_units'))} query subjects"),
-                          g("p_value"), link=design.get("identity_link", "")))
+                          g("p_value"), 0.0, link=design.get("identity_link", "")))
     la = _get(tidy, e, w, "attribute/subject_disjoint", "gain")
     if la is not None:
         out.append(_entry("attribute", la["value"], la["ci_low"], la["ci_high"], "0 (controls subtracted)",
                           "interval vs reference (normal approx.)",
-                          interval_p_value(la["value"], la["ci_low"], la["ci_high"], 0.0)))
+                          _two_sided_interval_p(la["value"], la["ci_low"], la["ci_high"], 0.0), 0.0))
     for attacker, name in (("lira_online", "LiRA"), ("loss_threshold", "loss threshold")):
         h = _get(tidy, e, w, "membership", "auc", seed=first_seed, endpoint="membership_head", attacker=attacker)
         p = _get(tidy, e, w, "membership", "p_value", seed=first_seed, endpoint="membership_head", attacker=attacker)
@@ -151,7 +166,7 @@ def cell_claims(tidy: pd.DataFrame, e: str, w: str, design: dict, first_seed: in
                                        endpoint="membership_head", attacker=attacker))
             out.append(_entry("head_membership", h["value"], h["ci_low"], h["ci_high"], "chance 0.5",
                               _permutation_text(f"{name}: member-subject permutation", g("n_permutations"),
-                                                g("exact")), p["value"]))
+                                                g("exact")), p["value"], 0.5))
             break
     m = _get(tidy, e, w, "membership", "within_subject_auc_minus_control", seed=first_seed)
     if m is not None:
@@ -160,7 +175,7 @@ def cell_claims(tidy: pd.DataFrame, e: str, w: str, design: dict, first_seed: in
                           "random init (within-subject AUC difference 0)",
                           _permutation_text("sign flips over ", g("paired_permutations"), g("paired_exact"),
                                             f"{int(g('paired_subjects'))} pretraining subjects"),
-                          g("paired_p_value")))
+                          g("paired_p_value"), 0.0))
     return out
 
 
@@ -187,7 +202,9 @@ def claims_table(tidy: pd.DataFrame, cohort: str, cells: list[tuple[str, str]], 
         table.loc[part.index[tested], "p_holm"] = holm(part.loc[tested, "p_value"].to_numpy())
         table.loc[part.index, "m"] = int(tested.sum())
     table["family"] = [f"{cohort}: {c}, m = {m}" for c, m in zip(table["claim"], table["m"])]
-    table["verdict"] = np.where(table["p_holm"] < alpha, YES, NO_EVIDENCE)
+    significant = table["p_holm"] < alpha
+    table["verdict"] = np.where(significant & (table["direction"] == "below"), REVERSE,
+                                np.where(significant, YES, NO_EVIDENCE))
     return table[COLUMNS]
 
 
@@ -209,12 +226,12 @@ def paired_identity_rows(ctx, twin, config) -> list[dict]:
         return {**common, "metric": metric, "value": float(value), "ci_low": float(ci[0]), "ci_high": float(ci[1])}
 
     return [row("difference", t.statistic, t.difference_ci), row("reference", b.accuracy),
-            row("p_value", t.p_value), row("n_permutations", t.n_permutations), row("exact", float(t.exact)),
+            row("p_value", t.p_value_two_sided), row("n_permutations", t.n_permutations), row("exact", float(t.exact)),
             row("n_units", np.unique(a.query_subjects).size)]
 
 
 NUMBERS = ("estimate", "ci_low", "ci_high", "p_value", "p_holm", "m")
-TEXTS = ("question", "link", "ci_over", "reference", "test", "family", "verdict")
+TEXTS = ("question", "link", "ci_over", "reference", "test", "family", "verdict", "direction")
 
 
 def claims_for_run(claims: pd.DataFrame, encoder: str, weights: str) -> tuple[dict, dict]:

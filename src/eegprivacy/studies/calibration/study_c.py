@@ -1,0 +1,298 @@
+"""Calibration cases of study C's claim tests and intervals (``reports/study-c.md``, ``reports/embedding_audit_*.md``).
+
+Each case makes embeddings shaped like the audited cohort (its subjects, windows per subject and, for the
+diagnosis, class balance, read from the embedding audit's committed metadata and the dataset's own labels) and runs
+the function the ``embedding_audit`` stage runs on them. The null model is Gaussian: a window's embedding is its
+subject's random effect plus window noise (``icc``, the share of variance between subjects, and ``dim`` are the
+null model's parameters, given in ``params/calibration.yaml``), so windows of one subject are correlated as real
+windows are, and nothing in the embedding depends on what the test asks about. A planted effect adds exactly that
+(a label shift, a shared identity, a member-loss shift).
+
+Not covered here yet (issue 46): the attribute claim's L_A interval (``attribute_leakage``: its controls make the
+claim nearly true by construction; its failure condition is stated in the report) and AEDS's interval.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+
+from eegprivacy.evaluation.calibration import CalibrationCase, Trial, register
+from eegprivacy.studies.calibration.config import NullModel
+
+#: The null model's parameters (:class:`~eegprivacy.studies.calibration.config.NullModel`; the stage sets them
+#: from ``params/calibration.yaml`` with :func:`configure`).
+NULL_MODEL = dict(NullModel().to_dict())
+#: The tiny data sets of the seconds-long version in ``tests/``: a few subjects, a small embedding and 79
+#: permutations (the fewest whose two-sided p can fall below 0.05: 2/80).
+TINY = {"subjects": 12, "windows": 6, "positives": 6, "queries": 3, "dim": 8, "permutations": 79}
+METRICS = Path("metrics")
+REPORTS = ("reports/study-c.md", "reports/embedding_audit_cohorts.md")
+
+
+def configure(**null_model) -> None:
+    """Set the null model's parameters (unknown keys are an error)."""
+    unknown = set(null_model) - set(NULL_MODEL)
+    if unknown:
+        raise ValueError(f"unknown null-model parameter(s) {sorted(unknown)}; known: {sorted(NULL_MODEL)}")
+    NULL_MODEL.update(null_model)
+    cohort_shape.cache_clear()
+
+
+@functools.lru_cache(maxsize=None)
+def cohort_shape(cohort: str) -> dict:
+    """Subjects, windows per subject and identity queries per subject of the audited ``cohort``, from the
+    embedding audit's committed metadata (``metrics/embedding_audit_<cohort>.json`` and ``.csv``); the
+    subject-level label's positives from the dataset's own labels, scaled to the audited subjects."""
+    meta_path = METRICS / f"embedding_audit_{cohort}.json"
+    if not meta_path.exists():
+        raise FileNotFoundError(f"{meta_path} is missing: the calibration reads the audited cohort's shape from "
+                                "the embedding_audit stage's outputs (dvc repro embedding_audit)")
+    meta = json.loads(meta_path.read_text())["meta"]
+    subjects, windows = int(meta["n_audit_subjects"]), int(meta["n_audit_windows"])
+    import pandas as pd
+
+    tidy = pd.read_csv(METRICS / f"embedding_audit_{cohort}.csv")
+    ident = tidy[(tidy["unit"] == "identity") & (tidy["metric"] == "bpid_at_1")]
+    k = int(round(1.0 / float(ident["chance"].iloc[0])))
+    queries = max(1, int(round(float(ident["n"].iloc[0]) / k)))
+    shape = {"subjects": subjects, "windows": max(2, windows // subjects), "candidates": k, "queries": queries}
+    if cohort == "msu_schizophrenia":
+        from eegprivacy.data import get_dataset
+
+        labels = [int(r.meta["label"]) for r in get_dataset(cohort).recordings()]
+        shape["positives"] = int(round(subjects * float(np.mean(labels))))
+    return shape
+
+
+def _shape(size: str, cohort: str) -> dict:
+    """The data sets' shape and null-model parameters at ``size``."""
+    if size == "tiny":
+        return {**NULL_MODEL, **TINY, "candidates": TINY["subjects"]}
+    if size != "cohort":
+        raise ValueError(f"size must be 'cohort' or 'tiny', got {size!r}")
+    return {**NULL_MODEL, **cohort_shape(cohort)}
+
+
+def _embeddings(rng, n_subjects: int, windows: int, dim: int, icc: float):
+    """(n_subjects·windows, dim) embeddings: subject effect (variance ``icc``) + window noise (``1 − icc``)."""
+    groups = np.repeat(np.arange(n_subjects), windows)
+    u = rng.standard_normal((n_subjects, dim)) * math.sqrt(icc)
+    return u[groups] + rng.standard_normal((groups.size, dim)) * math.sqrt(1.0 - icc), groups, u
+
+
+# -- diagnosis: a subject-level label of held-out subjects ------------------------------------------------------
+
+
+def _diagnosis(seed: int, effect: float, size: str) -> Trial:
+    """MSU-shaped embeddings, labels independent of them (``effect`` = 0) or shifting one direction of the subject
+    effect by ``effect`` standard deviations; ``subject_label_leakage`` with the stage's splitter."""
+    from eegprivacy.embeddings.endpoints import subject_label_leakage
+    from eegprivacy.embeddings.splits import SubjectDisjointSplit
+
+    s = _shape(size, "msu_schizophrenia")
+    rng = np.random.default_rng(seed)
+    Z, groups, _ = _embeddings(rng, s["subjects"], s["windows"], s["dim"], s["icc"])
+    label = np.zeros(s["subjects"], int)
+    label[rng.permutation(s["subjects"])[: s["positives"]]] = 1
+    Z[:, 0] += effect * label[groups]
+    folds = min(5, s["subjects"] // 2)
+    r = subject_label_leakage(Z, label[groups], groups, SubjectDisjointSplit(folds, random_state=int(seed) % 2**31),
+                              n_bootstrap=s["bootstrap"], n_permutations=s["permutations"],
+                              random_state=int(seed) % 2**31)
+    return Trial(p_value=r.p_value_two_sided, low=r.ci[0], high=r.ci[1], truth=math.nan if effect else 0.5,
+                 estimate=r.balanced_accuracy)
+
+
+register(CalibrationCase(
+    name="study_c.diagnosis", cohort="msu_schizophrenia",
+    test="subject_label_leakage: held-out subjects' label (balanced accuracy) against its permuted-label null",
+    used_in=REPORTS + ("reports/embedding_audit_msu_schizophrenia.md: task claim",),
+    null_model="MSU-shaped Gaussian embeddings (audited subjects × windows, class balance of the cohort), "
+               "subject effect + window noise, labels independent of the embeddings",
+    simulate=_diagnosis, effects=(0.6,), effect_unit="label shift of one embedding dimension (SD)",
+    n_null=400, n_power=100,
+    why_fewer="each data set refits the head for every permutation in 5 folds (~1 s at 99 permutations on one "
+              "core); 400 data sets resolve a size of 0.08 from 0.05"))
+
+
+# -- identity: BPID@1 against chance, and pretrained minus random init ------------------------------------------
+
+
+def _identity_data(rng, s: dict, effect: float):
+    """Reference and query windows of K subjects; their subject effects are independent (null) or share
+    ``effect`` of the reference effect (planted identity)."""
+    dim, icc = s["dim"], s["icc"]
+    k, q = s["candidates"], s["queries"]
+    Zr, gr, u = _embeddings(rng, k, q, dim, icc)
+    Zq, gq, _ = _embeddings(rng, k, q, dim, icc)
+    Zq = Zq + effect * u[gq]
+    return Zr, gr, Zq, gq
+
+
+def _identity(seed: int, effect: float, size: str) -> Trial:
+    from eegprivacy.embeddings.endpoints import bpid_at_1
+    from eegprivacy.evaluation.permutation import identity_permutation_test
+
+    s = _shape(size, "msu_schizophrenia")
+    rng = np.random.default_rng(seed)
+    Zr, gr, Zq, gq = _identity_data(rng, s, effect)
+    b = bpid_at_1(Zr, gr, Zq, gq, n_bootstrap=s["bootstrap"], random_state=int(seed) % 2**31)
+    t = identity_permutation_test(b.guess, b.query_subjects, b.candidates,
+                                  n_permutations=s["permutations"] * 10 + 9,
+                                  random_state=int(seed) % 2**31)
+    return Trial(p_value=t.p_value_two_sided, low=b.ci[0], high=b.ci[1], truth=b.chance if not effect else math.nan,
+                 estimate=b.accuracy)
+
+
+register(CalibrationCase(
+    name="study_c.identity", cohort="msu_schizophrenia",
+    test="bpid_at_1 + identity_permutation_test: reference labels permuted between subjects, two-sided p (as the "
+         "claim prints it); interval: query-subject bootstrap of BPID@1",
+    used_in=REPORTS + ("identity claim",),
+    null_model="MSU-shaped reference and query windows whose subject effects are independent (nothing links a "
+               "query to its subject's reference set); BPID@1's truth is 1/K",
+    simulate=_identity, effects=(0.2,), effect_unit="share of the reference subject effect in the queries"))
+
+
+def _pretraining_adds_identity(seed: int, effect: float, size: str) -> Trial:
+    """Two encoders embed the same subjects; the second (random init) exactly like the first under the null, the
+    first's queries sharing ``effect`` more of the reference effect when planted."""
+    from eegprivacy.embeddings.endpoints import bpid_at_1
+    from eegprivacy.evaluation.permutation import paired_identity_test
+
+    s = _shape(size, "msu_schizophrenia")
+    rng = np.random.default_rng(seed)
+    base = 0.3  # both encoders identify above chance, as the real ones do; only the difference is tested
+    a = bpid_at_1(*_identity_data(rng, s, base + effect), n_bootstrap=s["bootstrap"])
+    b = bpid_at_1(*_identity_data(rng, s, base), n_bootstrap=s["bootstrap"])
+    t = paired_identity_test(a.correct, b.correct, a.query_subjects,
+                             n_permutations=s["permutations"] * 10 + 9,
+                             n_bootstrap=s["bootstrap"], random_state=int(seed) % 2**31)
+    return Trial(p_value=t.p_value_two_sided, low=t.difference_ci[0], high=t.difference_ci[1],
+                 truth=0.0 if not effect else math.nan, estimate=t.statistic)
+
+
+register(CalibrationCase(
+    name="study_c.pretraining_adds_identity", cohort="msu_schizophrenia",
+    test="paired_identity_test: BPID@1 difference, sign flips per query subject (two-sided from its null); "
+         "interval: paired query-subject bootstrap",
+    used_in=REPORTS + ("pretraining_adds_identity claim",),
+    null_model="two encoders drawn from the same identity model on MSU-shaped subjects (exchangeable per "
+               "subject); the difference's truth is 0",
+    simulate=_pretraining_adds_identity, effects=(0.2,), effect_unit="extra share of the reference effect"))
+
+
+# -- membership: the downstream head and the encoder ------------------------------------------------------------
+
+
+def _losses(rng, n_subjects: int, windows: int, shift: np.ndarray, icc: float):
+    """Per-window losses with a subject effect (log-normal, as cross-entropy losses are skewed)."""
+    groups = np.repeat(np.arange(n_subjects), windows)
+    z = rng.standard_normal(n_subjects)[groups] * math.sqrt(icc) + rng.standard_normal(groups.size) * math.sqrt(
+        1 - icc)
+    return np.exp(z - shift[groups]), groups
+
+
+def _head_membership(seed: int, effect: float, size: str) -> Trial:
+    """Half the subjects are members; members' losses are lowered by ``effect`` (log scale) when planted."""
+    from eegprivacy.embeddings.endpoints import membership_auc
+    from eegprivacy.evaluation.permutation import membership_permutation_test
+
+    s = _shape(size, "msu_schizophrenia")
+    rng = np.random.default_rng(seed)
+    n = s["subjects"]
+    member = np.zeros(n, bool)
+    member[rng.permutation(n)[: n // 2]] = True
+    loss, groups = _losses(rng, n, s["windows"], effect * member, s["icc"])
+    inside = member[groups]
+    res = membership_auc(loss[inside], loss[~inside], s["bootstrap"], random_state=int(seed) % 2**31,
+                         groups_members=groups[inside], groups_nonmembers=groups[~inside])
+    t = membership_permutation_test(loss[inside], loss[~inside], groups[inside], groups[~inside],
+                                    n_permutations=s["permutations"] * 10 + 9,
+                                    random_state=int(seed) % 2**31)
+    return Trial(p_value=t.p_value_two_sided, low=res.ci[0], high=res.ci[1], truth=0.5 if not effect else math.nan,
+                 estimate=res.auc)
+
+
+register(CalibrationCase(
+    name="study_c.head_membership", cohort="msu_schizophrenia",
+    test="membership_permutation_test: member subjects permuted, scores fixed, two-sided p (as the claim prints "
+         "it); interval: membership_auc's stratified subject bootstrap",
+    used_in=REPORTS + ("head_membership claim",),
+    null_model="MSU-shaped per-window losses with a subject effect, members and non-members from one "
+               "distribution; the AUC's truth is 0.5",
+    simulate=_head_membership, effects=(0.5,), effect_unit="members' log-loss shift"))
+
+
+def _encoder_membership(seed: int, effect: float, size: str) -> Trial:
+    """Every subject has member and non-member windows; attack and control losses exchangeable per subject, the
+    attack's members lowered by ``effect`` when planted."""
+    from eegprivacy.evaluation.permutation import paired_membership_test
+
+    s = _shape(size, "msu_schizophrenia")
+    rng = np.random.default_rng(seed)
+    n, w = s["subjects"], max(2, s["windows"] // 2)
+    out = []
+    for shift in (effect, 0.0):
+        m, gm = _losses(rng, n, w, np.full(n, shift), s["icc"])
+        nm, gn = _losses(rng, n, w, np.zeros(n), s["icc"])
+        out.append((m, nm))
+    (am, an), (cm, cn) = out
+    t = paired_membership_test(am, an, cm, cn, gm, gn, n_permutations=s["permutations"] * 10 + 9,
+                               n_bootstrap=s["bootstrap"], random_state=int(seed) % 2**31)
+    return Trial(p_value=t.p_value_two_sided, low=t.difference_ci[0], high=t.difference_ci[1],
+                 truth=0.0 if not effect else math.nan, estimate=t.statistic)
+
+
+register(CalibrationCase(
+    name="study_c.encoder_membership", cohort="msu_schizophrenia",
+    test="paired_membership_test: within-subject AUC minus random init, sign flips per subject (two-sided from "
+         "its null); interval: paired subject bootstrap",
+    used_in=REPORTS + ("encoder_membership claim",),
+    null_model="MSU-shaped subjects with member and held-out windows, attack and control losses from one "
+               "distribution; the difference's truth is 0",
+    simulate=_encoder_membership, effects=(0.3,), effect_unit="members' log-loss shift in the attack"))
+
+
+# -- the window-level task claim (eegmat: rest vs arithmetic of held-out subjects) ------------------------------
+
+
+def _window_task(seed: int, effect: float, size: str) -> Trial:
+    """eegmat-shaped subjects with both states, embeddings independent of the state (null) or shifted by
+    ``effect`` SD along one dimension; ``utility_with_controls`` and the claim's interval test against
+    max(chance, controls) exactly as :func:`eegprivacy.studies.embedding_audit.claims.cell_claims` forms it
+    (two-sided)."""
+    from eegprivacy.embeddings.defenses import utility_with_controls
+    from eegprivacy.embeddings.splits import SubjectDisjointSplit
+    from eegprivacy.studies.embedding_audit.claims import _two_sided_interval_p
+
+    s = _shape(size, "eegmat")
+    rng = np.random.default_rng(seed)
+    w = s["windows"] - s["windows"] % 2
+    Z, groups, _ = _embeddings(rng, s["subjects"], w, s["dim"], s["icc"])
+    state = np.tile(np.r_[np.zeros(w // 2, int), np.ones(w // 2, int)], s["subjects"])
+    Z[:, 0] += effect * state
+    u = utility_with_controls(Z, state, groups, SubjectDisjointSplit(min(5, s["subjects"] // 2),
+                                                                     random_state=int(seed) % 2**31),
+                              n_bootstrap=s["bootstrap"], random_state=int(seed) % 2**31)
+    bar = max(0.5, *(v for v in (u.control_gaussian, u.control_permuted) if np.isfinite(v)))
+    p = _two_sided_interval_p(u.balanced_accuracy, u.ci[0], u.ci[1], bar)
+    return Trial(p_value=p, low=u.ci[0], high=u.ci[1], truth=0.5 if not effect else math.nan,
+                 estimate=u.balanced_accuracy)
+
+
+register(CalibrationCase(
+    name="study_c.window_task", cohort="eegmat",
+    test="utility_with_controls + interval_p_value: held-out balanced accuracy's subject-bootstrap interval "
+         "against max(chance, Gaussian, permuted controls), normal approximation, two-sided",
+    used_in=REPORTS + ("task claim of eegmat / eegmmidb (window label)",),
+    null_model="eegmat-shaped subjects (audited subjects × windows, half rest half arithmetic), embeddings "
+               "independent of the state; the balanced accuracy's truth is 0.5",
+    simulate=_window_task, effects=(0.5,), effect_unit="state shift of one embedding dimension (SD)",
+    n_null=400, n_power=100,
+    why_fewer="three 5-fold head fits and a bootstrap per data set (~0.5 s on one core)"))
