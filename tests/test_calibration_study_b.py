@@ -32,6 +32,14 @@ COUNTS = {
 }
 
 
+#: Cases whose test cannot reject on the tiny federation at any effect, so only size and coverage are held here
+#: (the stage measures their power on the cohort's shape).
+NO_POWER_WHEN_TINY = {
+    "study_b.client_utility": "4 non-members per client and 2 seeds leave 6 effective trials (design effect "
+                              "2/3): 6 of 6 right is p = 1/64, above 0.05 after Holm over 8 clients",
+}
+
+
 def _size_bound(n: int) -> float:
     """0.09 at 200 data sets; with fewer, the rejections a valid test reaches with ~95 % probability."""
     return max(0.09, (2 + 1.645 * math.sqrt(0.05 * 0.95 * n) + 0.05 * n) / n) if n < 200 else 0.09
@@ -53,7 +61,8 @@ def test_case_holds_size_coverage_and_rejects(name):
     assert has_test or has_interval
     if has_test:
         assert result.size <= _size_bound(result.n_null), (name, result.size, result.rejections, result.n_null)
-        assert result.power[max(case.effects)] > result.size, (name, result.power, result.size)
+        if name not in NO_POWER_WHEN_TINY:
+            assert result.power[max(case.effects)] > result.size, (name, result.power, result.size)
     if has_interval:
         assert result.coverage >= 0.88, (name, result.coverage, result.n_intervals)
 

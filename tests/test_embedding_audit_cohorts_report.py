@@ -133,6 +133,9 @@ def test_cohort_report_states_its_design_and_the_diagnosis_table():
     for name in ("leakage", "aeds", "defenses"):
         assert f"(figures/embedding_audit_msu_schizophrenia_{name}.png)" in text
     assert "metrics/embedding_audit_msu_schizophrenia.csv" in text
+    # it ends with the tests it prints, each linked to its calibration row: the diagnosis's, not eegmat's task test
+    tests = text[text.index("## Tests behind this report's p-values and intervals"):]
+    assert "calibration.md#cal-study-c-diagnosis" in tests and "cal-study-c-window-task" not in tests
 
 
 def test_cohort_without_a_subject_label_has_no_diagnosis_table_and_old_meta_still_renders():
@@ -243,14 +246,16 @@ def test_identity_answer_is_its_permutation_test_and_pretraining_a_paired_test(t
     high = table((1e-4, 0.2, 1e-4), 0.001)
     assert high.loc[("eegmmidb", "biot", "self_pretrained"), "pretraining_adds_identity"] == "yes"
     assert high.loc[("eegmmidb", "biot", "self_pretrained"), "identity_answer"] == "no evidence"
-    assert low.loc[("eegmmidb", "biot", "self_pretrained"), "task"]["source"] == "deployment"
+    # a window-label cohort's task is read from the unit its claim is tested on (its permuted-label null)
+    assert low.loc[("eegmmidb", "biot", "self_pretrained"), "task"]["source"] == "window_label"
 
 
 def test_attribute_answer_is_holm_corrected_over_the_table(tmp_path):
-    """SYNTHETIC L_A intervals: a CI whose lower bound clears 0 (raw two-sided p ~ 0.02) is "yes" alone but "no
-    evidence" once Holm runs over the table's 3 cells; a far one is "yes" either way. The permutation p (0.02:
-    its floor at 50 permutations) does not decide: a rule on it could never say yes after Holm."""
-    from eegprivacy.studies.embedding_audit.claims import _two_sided_interval_p
+    """SYNTHETIC L_A intervals: a CI whose lower bound clears 0 (raw one-sided p ~ 0.02: the attribute's test is
+    the upper tail) is "yes" alone but "no evidence" once Holm runs over the table's 3 cells; a far one is "yes"
+    either way. The permutation p (0.02: its floor at 50 permutations) does not decide: a rule on it could never
+    say yes after Holm."""
+    from eegprivacy.evaluation.intervals import interval_p_value
 
     def answers(cis):
         tidy = _today("eegmat")
@@ -260,8 +265,8 @@ def test_attribute_answer_is_holm_corrected_over_the_table(tmp_path):
             _set(tidy, e, w, "attribute/subject_disjoint", "p_value", attacker="ridge", value=0.02)
         return _answers(tmp_path, {"eegmat": tidy})["attribute_answer"].to_dict()
 
-    near, null, far = (0.05, 0.0074, 0.0926), (0.0, -0.1, 0.1), (0.30, 0.20, 0.40)
-    assert 0.05 / 3 < _two_sided_interval_p(*near, 0.0) < 0.05 / 2  # alone yes; Holm: no at step 1, yes at step 2
+    near, null, far = (0.05, 0.0023, 0.0977), (0.0, -0.1, 0.1), (0.30, 0.20, 0.40)
+    assert 0.05 / 3 < interval_p_value(*near, 0.0) < 0.05 / 2  # alone yes; Holm: no at step 1, yes at step 2
     first = answers({CELLS[0]: null, CELLS[1]: near, CELLS[2]: null})
     assert first[("eegmat", *CELLS[1])] == "no evidence" and first[("eegmat", *CELLS[0])] == "no evidence"
     second = answers({CELLS[0]: far, CELLS[1]: near, CELLS[2]: null})  # now near is Holm's second step (x 2)
@@ -288,6 +293,12 @@ def test_cross_cohort_report_json_and_figure(tmp_path):
     assert "## Claims (one test each)" in text and "ci_over" in text
     # the fixture's one identity verdict (three seeds, one summary row): 1 defense, yes on every seed
     assert "| closes identity | 1 | 1 | 0 | 0 | 0 | band power: noise_3 |" in text
+    # identity is counted per link type (a link within one recording is not one across recordings), never summed
+    yes_line = next(line for line in text.splitlines() if line.startswith("Yes: "))
+    links = {c["design"].get("identity_link") or "link not recorded" for c in cohorts.values()}
+    assert all(f" {link}" in yes_line for link in links) and "identity by what it links" in yes_line
+    # every test the report prints links its calibration row; the attribute claim says what would make it fail
+    assert "calibration.md#cal-study-c-identity" in text and "The attribute claim fails (no evidence) only" in text
     payload = cohorts_report.headline(cohorts, table)
     cohorts_report.write_headline(tmp_path / "c.json", payload)
     loaded = json.loads((tmp_path / "c.json").read_text())

@@ -328,14 +328,15 @@ def test_params_point_the_stage_at_published_files(small, tmp_path):
         np.testing.assert_allclose(emb["Z"], direct.transform(data.X[data.select("audit")]), rtol=1e-5, atol=1e-6)
         again = embed_cell(name, "published", data, config, work, keys[(name, "published")])  # from the cache
         np.testing.assert_array_equal(again["Z"], emb["Z"])
-        assert provenance_text(name, "published", meta) == f"published weights (sha256 {_sha(files[name])[:6]}…)"
+        assert re.fullmatch(rf"\w+ architecture \(\d+\.\d\d M parameters\), published weights \(sha256 "
+                            rf"{_sha(files[name])[:6]}…\)", provenance_text(name, "published", meta))
         _, runner, unit_cells = encoder_runner(prov, config, cohort, (name, "published"), meta,
                                                keys[(name, "published")], tmp_path / "cells", False)
         assert runner.parent_tags["weights"] == "published"
         assert runner.parent_tags["checkpoint_sha256"] == _sha(files[name])
         assert runner.params["weights_source"] == "published" and runner.params["encoder_membership"]["status"] \
             == "skipped"
-        assert runner.params["provenance"].startswith("published weights")
+        assert "published weights" in runner.params["provenance"]
         assert runner.tags_fn(unit_cells[0])["weights"] == "published"
 
     # the random-init baseline of a published encoder is the published architecture, and runs the null attack
@@ -344,7 +345,8 @@ def test_params_point_the_stage_at_published_files(small, tmp_path):
     base = embed_cell("eegpt", "random_init", data, config, work, keys[("eegpt", "random_init")])
     assert base["meta"]["describe"]["config"] == {**SMALL_PUBLISHED["eegpt"]}
     assert base["meta"]["describe"]["weights_source"] == "random_init" and "mia_members" in base
-    assert provenance_text("eegpt", "random_init", base["meta"]) == "architecture, random init (seed 0)"
+    assert re.fullmatch(r"EEGPT architecture \(\d+\.\d\d M parameters\), random init \(seed 0\)",
+                        provenance_text("eegpt", "random_init", base["meta"]))
     assert cell_config(config, "biot", "random_init")["n_chans"] == 16  # from the file
 
 
@@ -367,12 +369,21 @@ def test_published_params_are_checked_and_a_missing_file_stops_the_keys(small, t
 
 
 def test_provenance_text():
-    pre = {"pretrain": {"steps": 120, "n_windows": 58}, "describe": {"seed": 0}}
-    assert provenance_text("biot", "self_pretrained", pre) == "architecture, self-pretrained (120 steps on 58 windows)"
+    """A cell's title says what the encoder is: the architecture at the size built here, how its weights were made
+    (steps, objective, data) and that self-pretrained weights are not the published ones (issue 46)."""
+    pre = {"pretrain": {"steps": 120, "n_windows": 58, "n_subjects": 8,
+                        "objective": "masked_patch_waveform_reconstruction"},
+           "describe": {"seed": 0, "n_params": 819314}}
+    assert provenance_text("eegpt", "self_pretrained", pre) == (
+        "EEGPT architecture (0.82 M parameters), self-pretrained here: 120 steps of masked patch waveform "
+        "reconstruction on 58 windows of 8 pretraining subjects, not the published weights")
     assert provenance_text("biot", "self_pretrained", {"pretrain": {"steps": 37}, "n_pretrain_windows": 90}) == \
-        "architecture, self-pretrained (37 steps on 90 windows)"
-    assert provenance_text("eegpt", "random_init", {"describe": {"seed": 3}}) == "architecture, random init (seed 3)"
+        "BIOT architecture, self-pretrained here: 37 steps on 90 windows, not the published weights"
+    assert provenance_text("eegpt", "random_init", {"describe": {"seed": 3}}) == \
+        "EEGPT architecture, random init (seed 3)"
     sha = "7c50583826afac76c4ab18f43d958df40496c8229accc09ed6a227c9bb57c37c"
     assert provenance_text("labram", "published", {"describe": {"checkpoint_sha256": sha}}) == \
         "published weights (sha256 7c5058…)"
+    assert provenance_text("labram", "published", {"describe": {"checkpoint_sha256": sha, "n_params": 5_820_000}}) \
+        == "LaBraM architecture (5.82 M parameters), published weights (sha256 7c5058…)"
     assert provenance_text("bandpower", "none", {}) == "band-power features (no weights)"

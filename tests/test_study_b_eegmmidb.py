@@ -154,22 +154,32 @@ def test_transfer_on_shuffled_labels_scores_chance():
 
 
 # ---- per-client utility and Holm ---------------------------------------------------------------------------
-def _client_rows(accuracies: list[float], seeds: int = 5, n: int = 9) -> pd.DataFrame:
+def _client_rows(accuracies: list[float], seeds: int = 5, n: int = 9, test_size=0.2) -> pd.DataFrame:
     rows = []
     for seed in range(seeds):
         for client, acc in enumerate(accuracies):
             for rnd in (1, 2):
                 rows.append({"dataset": "eegmmidb", "synthetic": False, "model": "simplenet", "epsilon": math.inf,
                              "seed": seed, "round": rnd, "client": client, "metric": "client_accuracy",
-                             "value": acc, "n": n, "chance": 0.5, "attack": np.nan, "attacker": np.nan})
+                             "value": acc, "n": n, "chance": 0.5, "attack": np.nan, "attacker": np.nan,
+                             **({} if test_size is None else {"test_size": test_size})})
     return pd.DataFrame(rows)
 
 
 def test_client_utility_lists_the_clients_near_chance():
+    """5 seeds of 9 non-members (20 % of 45 trials): the average over seeds counts as 9 / (1/5 + 4/5 · 0.2) = 25
+    trials, not the 45 that pooling the seeds' predictions claimed (a trial is a non-member in several seeds)."""
     clients = client_utility(_client_rows([1.0, 0.89, 0.56, 0.44]))
     assert clients["above_chance"].tolist() == [True, True, False, False]
-    assert (clients["n"] == 45).all() and (clients["chance"] == 0.5).all()
+    assert (clients["n_effective"] == 25).all() and (clients["chance"] == 0.5).all()
     assert (clients["ci_low"] <= clients["accuracy"]).all() and (clients["accuracy"] <= clients["ci_high"]).all()
+
+
+def test_client_utility_without_the_split_share_counts_one_seed():
+    """Rows that do not say their non-member share get the conservative bound: one seed's trials."""
+    clients = client_utility(_client_rows([0.89, 0.5, 0.5], test_size=None))
+    assert (clients["n_effective"] == 9).all()
+    assert not clients["above_chance"].any()  # 8 of 9 right: p = 0.0195, 0.059 after Holm over 3 clients
 
 
 def _attack_rows(values_by_seed: list[float], attack: str = "rla") -> pd.DataFrame:

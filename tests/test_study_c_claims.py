@@ -162,3 +162,28 @@ def test_a_significant_difference_below_the_control_reads_reverse_not_no_evidenc
     assert (adds["direction"], adds["verdict"]) == ("below", "reverse")
     task = _claims(tidy).query("claim == 'task'")
     assert set(task["direction"]) == {"above"} and list(task["verdict"]) == ["yes", "yes", "no evidence"]
+
+
+def test_a_window_label_task_names_what_its_null_permutes_and_the_attribute_test_has_one_side():
+    """SYNTHETIC: a cohort without a subject-level label decides its task on the ``window_label`` unit, the test
+    named by what it permutes (a subject's recordings' labels, or a run's cues'), the interval the one that
+    inverts it; an attribute gain far *below* 0 is "no evidence", not "reverse" (L_A subtracts the larger of two
+    controls: below 0 is where a null lies, not a finding)."""
+    tidy = _tidy()
+    tidy = tidy[tidy["unit"] != "subject_label"]
+    rows = []
+    for e, w in CELLS:
+        rows += [_row(e, w, "window_label", "balanced_accuracy", 0.62, (0.55, 0.69), chance=0.5),
+                 _row(e, w, "window_label", "control_permuted", 0.5), _row(e, w, "window_label", "p_value", 0.002),
+                 _row(e, w, "window_label", "n_permutations", 1000),
+                 _row(e, w, "window_label", "label_per_recording", 0.0 if e == "bandpower" else 1.0)]
+    tidy = pd.concat([tidy, pd.DataFrame(rows)], ignore_index=True)
+    gain = (tidy["unit"] == "attribute/subject_disjoint") & (tidy["encoder"] == "bandpower")
+    tidy.loc[gain, ["value", "ci_low", "ci_high"]] = [-0.3, -0.4, -0.2]
+    claims = _claims(tidy).set_index(["encoder", "weights", "claim"])
+    assert claims.loc[("bandpower", "none", "task"), "test"] == "cue-label permutation within each run (1,000)"
+    assert claims.loc[("biot", "self_pretrained", "task"), "test"] == \
+        "recording-label permutation within each subject (1,000)"
+    assert (claims.xs("task", level="claim")["ci_over"] == "label permutations").all()
+    attribute = claims.loc[("bandpower", "none", "attribute")]
+    assert attribute["p_value"] > 0.99 and attribute["verdict"] == "no evidence"

@@ -11,6 +11,12 @@ from eegprivacy.evaluation.calibration import ALPHA, COVERAGE_FLOOR, SIZE_TOLERA
 
 #: The mark a report puts beside a test the calibration found inflated (or an interval that undercovers).
 MARK = "⚠"
+#: The mark beside a test whose size the calibration could not resolve: too few null data sets for the Wilson
+#: upper bound to reach 0.065 (the row says why fewer); not shown to be wrong, not shown to hold.
+UNRESOLVED = "†"
+#: The mark beside a printed test or interval no calibration case runs (the list and its reasons:
+#: :mod:`eegprivacy.studies.calibration.not_measured`).
+NOT_MEASURED_MARK = "‡"
 
 
 def _interval(value: float, low: float, high: float) -> str:
@@ -36,6 +42,36 @@ def flagged(table: pd.DataFrame) -> list[str]:
     return list(table.loc[bad, "name"])
 
 
+def unresolved(table: pd.DataFrame) -> list[str]:
+    """The cases whose size is undecided (too few data sets to tell) and not already flagged."""
+    return [n for n in table.loc[table["size_verdict"] == "undecided", "name"] if n not in flagged(table)]
+
+
+def size_mark(verdict: str) -> str:
+    """The mark a size verdict carries in a table (empty when it holds or there is no test)."""
+    return {"inflated": f" {MARK}", "undecided": f" {UNRESOLVED}"}.get(verdict, "")
+
+
+def not_measured() -> tuple:
+    """The printed tests and intervals without a case (:data:`eegprivacy.studies.calibration.not_measured.
+    NOT_MEASURED`)."""
+    from eegprivacy.studies.calibration.not_measured import NOT_MEASURED
+
+    return NOT_MEASURED
+
+
+def not_measured_lines(report: str, calibration: str = "calibration.md") -> list[str]:
+    """One line per printed-and-not-measured entry ``report`` (a path such as ``reports/study-c.md``) prints,
+    linked to its row, with the mark."""
+    out = []
+    for m in not_measured():
+        where = [u.split(":", 1)[1].strip() for u in m.used_in if u.split(":", 1)[0].strip() == report]
+        if where:
+            out.append(f"- [`{m.name}`]({calibration}#{anchor(m.name)}) {NOT_MEASURED_MARK} ({'; '.join(where)}): "
+                       f"{m.what}; not measured: {m.why}.")
+    return out
+
+
 def markdown(table: pd.DataFrame, meta: dict) -> str:
     """The report: how to read it, one row per test, and the details of each case."""
     lines = [
@@ -58,17 +94,29 @@ def markdown(table: pd.DataFrame, meta: dict) -> str:
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for _, r in table.iterrows():
-        size_mark = f" {MARK}" if r["size_verdict"] == "inflated" else ""
         cov_mark = f" {MARK}" if r["coverage_verdict"] == "undercovers" else ""
         lines.append(
             f"| <a id=\"{anchor(r['name'])}\"></a>`{r['name']}` | {r['used_in']} | {r['sided']} | {int(r['n_null'])} "
-            f"| {_interval(r['size'], r['size_low'], r['size_high'])} | {r['size_verdict']}{size_mark} "
+            f"| {_interval(r['size'], r['size_low'], r['size_high'])} "
+            f"| {r['size_verdict']}{size_mark(r['size_verdict'])} "
             f"| {_interval(r['coverage'], r['coverage_low'], r['coverage_high'])} | {r['coverage_verdict']}{cov_mark} "
             f"| {_power(r)} |")
     bad = flagged(table)
     lines += ["", "## Tests the reports must mark", ""]
     lines += ([f"- `{n}` ({MARK}): every report that prints it carries the mark until it is fixed." for n in bad]
-              or ["- none: every measured size and coverage holds or is undecided."])
+              or [f"- none with {MARK}: no measured size is inflated and no interval undercovers."])
+    lines += [f"- `{n}` ({UNRESOLVED}): its size is not resolved at {int(table.set_index('name').loc[n, 'n_null'])} "
+              "null data sets (the case says why fewer); every report that prints it carries the mark until more "
+              "data sets decide it." for n in unresolved(table)]
+    lines += [f"- every entry of *Printed and not measured* below ({NOT_MEASURED_MARK}): every report that prints "
+              "it names it beside its measured tests."]
+    lines += ["", "## Printed and not measured", "",
+              f"Tests and intervals the reports print that no case above runs on null data ({NOT_MEASURED_MARK}), "
+              "each with why and what bounds the risk (`src/eegprivacy/studies/calibration/not_measured.py`; an "
+              "entry leaves the list when a case measures it).", "",
+              "| test | used in | what | why not measured |", "|---|---|---|---|"]
+    lines += [f"| <a id=\"{anchor(m.name)}\"></a>`{m.name}` {NOT_MEASURED_MARK} | {'; '.join(m.used_in)} | {m.what} "
+              f"| {m.why} |" for m in not_measured()]
     lines += ["", "## The cases", ""]
     for _, r in table.iterrows():
         lines += [f"### `{r['name']}`", "",
@@ -136,7 +184,9 @@ def section_lines(runs: pd.DataFrame, report: str = "calibration.md") -> list[st
              f"Each test and interval below was run through the function its stage runs on synthetic null data "
              f"shaped like its cohort (stage `calibration`; every row of [`{report}`]({report})). A {MARK} marks a "
              "test whose measured size exceeds α = 0.05 beyond its Monte Carlo error, or an interval that misses "
-             "the truth more often than 5 %: read its p-values and intervals in this report with that in mind.", "",
+             f"the truth more often than 5 %: read its p-values and intervals in this report with that in mind. A "
+             f"{UNRESOLVED} marks a test whose size too few null data sets resolve (not shown wrong, not shown to "
+             "hold; its row says why fewer).", "",
              "| test | n null | size [Wilson 95 %] | verdict | coverage [Wilson 95 %] | verdict |",
              "| --- | --- | --- | --- | --- | --- |"]
     for _, r in runs.iterrows():
@@ -146,8 +196,39 @@ def section_lines(runs: pd.DataFrame, report: str = "calibration.md") -> list[st
         sv = size_verdict(int(rej), int(n)) if math.isfinite(rej) and n > 0 and math.isfinite(get("size")) \
             else "no test"
         cv = coverage_verdict(int(cov_n), int(m)) if math.isfinite(cov_n) and m > 0 else "no interval"
-        mark = lambda v: f"{v} {MARK}" if v in ("inflated", "undercovers") else v  # noqa: E731
+        mark = lambda v: (f"{v} {MARK}" if v in ("inflated", "undercovers")  # noqa: E731
+                          else f"{v} {UNRESOLVED}" if v == "undecided" else v)
         lines.append(f"| [`{name}`]({report}#{anchor(name)}) | {int(n) if math.isfinite(n) else '—'} "
                      f"| {_interval(get('size'), get('size_low'), get('size_high'))} | {mark(sv)} "
                      f"| {_interval(get('coverage'), get('coverage_low'), get('coverage_high'))} | {mark(cv)} |")
     return [*lines, ""]
+
+
+def tests_lines(report: str, calibration: str = "calibration.md") -> list[str]:
+    """The section a stage's report ends with: each test and interval the report prints (the calibration cases
+    whose ``used_in`` names ``report``, a path such as ``reports/federated_lira.md``), by name, what it is, and a
+    link to its row of ``reports/calibration.md``.
+
+    Why a link and not the numbers: stage ``calibration`` runs after this report's stage (it reads the stages'
+    outputs for the cohorts' shapes), so the measured size, coverage and any mark live in its row and in the
+    study report's calibration section, which ``eegprivacy report`` rebuilds after it."""
+    from eegprivacy.studies.calibration import cases
+
+    found = []
+    for name, case in cases().items():
+        where = [u.split(":", 1)[1].strip() if ":" in u else "" for u in case.used_in
+                 if u.split(":", 1)[0].strip() == report]
+        if where:
+            found.append(f"- [`{name}`]({calibration}#{anchor(name)})"
+                         + (f" ({'; '.join(w for w in where if w)})" if any(where) else "")
+                         + f": {case.test}.")
+    unmeasured = not_measured_lines(report, calibration)
+    if not found and not unmeasured:
+        return []
+    return ["## Tests behind this report's p-values and intervals", "",
+            "Each is run through the function this stage runs on null and planted-signal data shaped like its "
+            f"cohort (stage `calibration`); its row of [`{calibration}`]({calibration}) gives the measured size "
+            f"at α = 0.05, the coverage of its 95 % interval, the verdict, a {MARK} where the test is inflated "
+            f"or the interval undercovers and a {UNRESOLVED} where too few null data sets resolve its size; a "
+            f"{NOT_MEASURED_MARK} marks what this report prints that no case runs, with why.", "",
+            *found, *unmeasured, ""]

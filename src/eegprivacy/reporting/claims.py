@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from eegprivacy.studies.embedding_audit.claims import ALPHA, CLAIMS
+from eegprivacy.studies.embedding_audit.claims import ALPHA, ATTRIBUTE_FAILS, CLAIMS
 
 HEADING = "## Claims (one test each)"
 HEADER = ("| cohort | encoder | weights (provenance) | claim | links | estimate [95 % CI] | reference | test | p | "
@@ -52,14 +52,18 @@ def claims_lines(table: pd.DataFrame, cohorts=None) -> list[str]:
     lines = [HEADING, "",
              f"Each claim is decided by one test, the same in every report of study C: {asks}. A claim with a "
              "control (the random-init encoder) is tested as the paired difference against it. `p` is the test's "
-             "two-sided p-value; `p_Holm` is Holm-adjusted over the family named beside it (one claim on one "
-             f"cohort, its encoder cells; m of them); the verdict is `yes` when p_Holm < {ALPHA:g} (`*`) with the "
+             "two-sided p-value (the attribute's one-sided: L_A subtracts the larger of two controls, so it lies "
+             "below 0 on embeddings that carry nothing, and only above 0 answers the claim); `p_Holm` is "
+             "Holm-adjusted over the family named beside it (one claim on one cohort, its encoder cells; m of "
+             f"them); the verdict is `yes` when p_Holm < {ALPHA:g} (`*`) with the "
              "estimate above its reference, `reverse` when it is below (e.g. pretraining *removes* identity), else "
-             "`no evidence` (not `no`). The estimate's 95 % interval resamples subjects and gives the size of the "
-             "effect; it does not decide the verdict. `links` says what an identity row links (never compare a "
-             "link within one recording with one across runs). Each test's measured size on null data shaped like "
-             "its cohort is a row of `reports/calibration.md`; `normal approx.` marks the claims decided from the "
-             "interval, which are not exact (see their rows there).",
+             "`no evidence` (not `no`). The estimate's 95 % interval gives the size of the effect and does not "
+             "decide the verdict: it resamples subjects, except the task's, which inverts its permutation test "
+             "(the subject bootstrap keeps the fitted heads, so it undercovers; issue 46). `links` "
+             "says what an identity row links (never compare a link within one recording with one across runs). "
+             "Each test's measured size on null data shaped like its cohort is a row of `reports/calibration.md`; "
+             "`normal approx.` marks the claims decided from the interval, which are not exact (see their rows "
+             f"there). {ATTRIBUTE_FAILS}",
              "", "*Table: one row per (cohort, encoder, claim); the encoders' weights (third column): "
              + "; ".join(dict.fromkeys(table["provenance"])) + ".*",
              "", HEADER, "|" + "---|" * (HEADER.count("|") - 1)]

@@ -327,8 +327,36 @@ def verdict_text(summary: dict) -> list[str]:
                          f"{_g(max(config['epsilons']))}{tail}{reference}.")
     else:
         sentences.append(f"Usefulness was not tested ({test}): too few noise draws per ε{reference}.")
-
+    sentences.append(calibration_sentence())
     return sentences
+
+
+#: How the eegprivacy project's calibration stage judged the tests this verdict prints (rows of its
+#: ``reports/calibration.md``: size verdict, coverage verdict). Kept here because a steward's report is written away
+#: from the repository; ``tests/test_calibration.py`` holds it equal to the committed ``metrics/calibration.csv``, so
+#: it cannot go stale silently. The marks are the calibration report's: † size not resolved, ⚠ inflated.
+CALIBRATION = {
+    "study_a.matched_null_difference": ("the utility test (release − matched null)", "holds", "holds"),
+    "audit_cohort.verdict": ("the utility verdict over the ε grid", "undecided", "holds"),
+    "audit_cohort.reidentification": ("the re-identification interval", "no test", "holds"),
+    "audit_cohort.membership": ("the membership interval", "no test", "holds"),
+}
+
+
+def calibration_sentence() -> str:
+    """One sentence on how far the verdict's tests were checked: each test's size and interval coverage as the
+    project's calibration stage measured them on null cohorts shaped like MSU (:data:`CALIBRATION`), with its
+    marks (a size not resolved by the null cohorts run is said so, not hidden)."""
+    words = {"holds": "holds", "undecided": "is not resolved (†) by the null cohorts run",
+             "inflated": "is inflated (⚠): read its decision with care", "undercovers": "undercovers (⚠)"}
+    parts = []
+    for name, (what, size, coverage) in CALIBRATION.items():
+        said = ([f"its size {words.get(size, size)}"] if size not in ("no test",) else []) + (
+            [f"its 95% coverage {words.get(coverage, coverage)}"] if coverage not in ("no interval",) else [])
+        parts.append(f"{what} ({name}): {' and '.join(said)}")
+    return ("How these tests were checked: the eegprivacy project runs each through this code on synthetic null "
+            "cohorts shaped like its MSU cohort (its reports/calibration.md, one row per test): " + "; ".join(parts)
+            + ".")
 
 
 def lead_text(summary: dict) -> list[str]:

@@ -71,7 +71,7 @@ def provenance_line(meta: dict | None, cells=None) -> str:
 
 def short_provenance(meta: dict | None) -> str:
     """The weights in a few words for a figure title: the distinct provenance of the neural encoders' primary
-    weights ("architecture, self-pretrained (120 steps on 58 windows)"; several joined by " / ")."""
+    weights ("EEGPT architecture (0.82 M parameters), self-pretrained here: …"; several joined by " / ")."""
     prov = (meta or {}).get("provenance") or {}
     texts = dict.fromkeys(v for k, v in prov.items() if not k.endswith(("/random_init", "/none")))
     return " / ".join(texts)
@@ -413,9 +413,10 @@ def subject_label_lines(summary: pd.DataFrame, cells, meta: dict) -> list[str]:
     lines = [f"## {endpoint.replace('_', ' ').capitalize()} (subject-level label) leakage", "",
              f"Is the {cohort_design(meta)['task_text']} label decodable from the embeddings of held-out subjects? "
              "A logistic head on subject-disjoint folds; BA subject-level: balanced accuracy of one prediction per "
-             "held-out subject (its windows' mean probability), 95 % CI resampling subjects; window BA: the same "
-             "over windows, subject-bootstrap CI. Controls: G = Gaussian embeddings, P = the subject labels "
-             "permuted (mean and 95th percentile of the permutation null); chance 0.5.", "",
+             "held-out subject (its windows' mean probability), 95 % interval: the permutation test inverted under "
+             "a shift (the subject bootstrap keeps the fitted heads and undercovers: `reports/calibration.md`); "
+             "window BA: the same over windows, subject-bootstrap CI. Controls: G = Gaussian embeddings, P = the "
+             "subject labels permuted (mean and 95th percentile of the permutation null); chance 0.5.", "",
              "| encoder | BA subject-level [CI] | controls G / P (mean, q95) | p (Holm) | window BA [CI] |",
              "|---|---|---|---|---|"]
     for (e, w) in cells:
@@ -590,8 +591,9 @@ def report_md(summary: pd.DataFrame, cells, meta: dict, encoders_meta: dict, pre
              f"{meta['window_s']:g} s; task: {cohort_design(meta)['task_text']}); "
              f"{cohort_design(meta)['pretrain_text']}. Profile `{meta['profile']}`. "
              "Every interval is a 95 % bootstrap CI that resamples subjects (the privacy unit; column `ci_over` in "
-             f"`metrics/{prefix}.csv`): membership and AEDS are averaged over the member draws "
-             "(`defense_seeds`), each with its subject-bootstrap bounds averaged (`subjects+seeds`); defense rows "
+             f"`metrics/{prefix}.csv`), except the task's, which inverts its permutation test: membership and "
+             "AEDS are averaged over the member draws (`defense_seeds`), each with its subject-bootstrap bounds "
+             "averaged (`subjects+seeds`); defense rows "
              "repeated over noise seeds are t-intervals across seeds (`seeds`). Every leakage value "
              "sits next to its Gaussian and split-local-permutation controls. Source: MLflow experiment "
              "`study-c-embedding-audit` (parents named `embedding_audit-<dataset>-<encoder>-<weights>`).", ""]
@@ -610,7 +612,9 @@ def report_md(summary: pd.DataFrame, cells, meta: dict, encoders_meta: dict, pre
     lines += ["## Figures", ""]
     for name in shown:
         lines += [f"![{'AEDS' if name == 'aeds' else name}](figures/{figure_paths(Path(), prefix)[name].name})", ""]
-    return "\n".join(lines)
+    from eegprivacy.reporting.calibration import tests_lines
+
+    return "\n".join(lines + tests_lines(f"reports/embedding_audit_{meta['dataset']}.md"))
 
 
 # ----------------------------------------------------------------------------------------------- headline JSON

@@ -131,15 +131,17 @@ def _interval(r) -> tuple[float, float, float, str]:
 
 
 def _task(summary, e, w) -> dict:
-    """The task's balanced accuracy with its controls: the subject-level label where the cohort has one."""
+    """The task's balanced accuracy with its controls, from the unit its claim is tested on: the subject-level
+    label where the cohort has one, else the window label (``deployment/0`` for audits from before it)."""
     g = lambda unit, metric: _get(summary, encoder=e, weights=w, unit=unit, metric=metric)  # noqa: E731
-    unit = "subject_label" if g("subject_label", "balanced_accuracy") is not None else "deployment/0"
+    unit = next((u for u in ("subject_label", "window_label") if g(u, "balanced_accuracy") is not None),
+                "deployment/0")
     r = g(unit, "balanced_accuracy")
     controls = {"gaussian": _value(g(unit, "control_gaussian")), "permuted": _value(g(unit, "control_permuted"))}
     if unit == "subject_label":
         controls["permuted_q95"] = _value(g(unit, "control_permuted_q95"))
     value, low, high, over = _interval(r)
-    return {"source": "subject_label" if unit == "subject_label" else "deployment",
+    return {"source": unit if unit != "deployment/0" else "deployment",
             "endpoint": None if r is None else str(r["endpoint"]), "value": value, "ci_low": low, "ci_high": high,
             "ci_over": over, "chance": 0.5, "controls": controls, "p_value": _value(g(unit, "p_value"))}
 
@@ -306,8 +308,12 @@ def answer_lines(table: pd.DataFrame, cohorts: dict) -> list[str]:
     counts = {q: int((table[f"{q}_answer"] == YES).sum()) for q in QUESTIONS}
     reverse = {q: int((table[f"{q}_answer"] == "reverse").sum()) for q in QUESTIONS}
     reverse_text = ", ".join(f"{q} {n}" for q, n in reverse.items() if n)
-    return lines + ["", f"Yes: task {counts['task']}, identity {counts['identity']}, PSD attribute "
-                        f"{counts['attribute']} of {len(table)} (cohort, encoder) cells"
+    # identity counted per link type: a link within one recording is not the same finding as one across runs
+    links = table["cohort"].map(lambda c: cohorts[c]["design"].get("identity_link", "") or "link not recorded")
+    by_link = "; ".join(f"{int(((table['identity_answer'] == YES) & (links == link)).sum())} of "
+                        f"{int((links == link).sum())} {link}" for link in dict.fromkeys(links))
+    return lines + ["", f"Yes: task {counts['task']}, PSD attribute {counts['attribute']} of {len(table)} (cohort, "
+                        f"encoder) cells; identity by what it links: {by_link}"
                         + (f"; reverse (significantly below the reference): {reverse_text}." if reverse_text
                            else "."), ""]
 
@@ -318,12 +324,16 @@ def rules_text(table: pd.DataFrame) -> str:
         "p-value and verdict `reports/study-c.md` and each cohort's report print: the diagnosis by a "
         "subject-label permutation test, identity by permuting the reference labels, \"pretraining adds "
         "identity\" and encoder membership as paired differences against the random-init encoder (sign flips "
-        "over subjects), the window-level task and the PSD attribute from their subject-bootstrap intervals "
-        f"(normal approximation). Every test is two-sided; Holm runs over one claim on one cohort (its encoder "
+        "over subjects), the window-level task by permuting the labels among each subject's recordings (or a "
+        "run's cues) and refitting, the PSD attribute from its subject-bootstrap interval (normal "
+        "approximation, one-sided: L_A subtracts the larger of two controls, so only above 0 is a finding). "
+        "Every other test is two-sided; Holm runs over one claim on one cohort (its encoder "
         f"cells); `yes` = p_Holm < {ALPHA:g} above the reference, `reverse` = the same below it (e.g. pretraining "
         "removes identity), `no evidence` is not `no`; each test's measured size is a row of "
         "`reports/calibration.md`. Every interval is the cell's own 95 % interval (uncorrected) over "
-        "the unit its `ci_over` names (`subjects`: a cluster bootstrap over subjects; `subjects+seeds`: "
+        "the unit its `ci_over` names (`subjects`: a cluster bootstrap over subjects; `label permutations`: the "
+        "task's permutation test inverted under a shift, since the subject bootstrap keeps the fitted heads and "
+        "undercovered; `subjects+seeds`: "
         "subject-bootstrap bounds averaged over member draws; `seeds`: a t-interval across noise seeds): it gives "
         "the size of an effect, not the verdict. Identity rows say what they link (within one recording, across "
         "runs, across recordings): never compare them without that label. Defense verdicts count defenses "
@@ -343,7 +353,9 @@ def report_md(cohorts: dict[str, dict], table: pd.DataFrame, figure: str | None 
         lines += cohort_lines(cohort, c, table)
     if figure:
         lines += ["## Figure", "", f"![cohorts]({figure})", ""]
-    return "\n".join(lines)
+    from eegprivacy.reporting.calibration import tests_lines
+
+    return "\n".join(lines + tests_lines("reports/embedding_audit_cohorts.md"))
 
 
 # ----------------------------------------------------------------------------------------------- JSON, figure

@@ -19,6 +19,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from eegprivacy.atomic import atomic_path, write_text_atomic  # noqa: E402
+from eegprivacy.reporting.calibration import tests_lines  # noqa: E402
 from eegprivacy.reporting.figures import titled  # noqa: E402
 from eegprivacy.reporting.format import DASH, epsilon_key  # noqa: E402
 from eegprivacy.reporting.paper_b import PAPER_MI2, WHY, verdict  # noqa: E402
@@ -79,8 +80,8 @@ def headline(summary: pd.DataFrame, regressions: dict, cum: Cumulative, clients:
             out[f"{d}/{m}/eps_{epsilon_key(e)}/utility/clients_above_chance"] = {
                 "count": int(part["above_chance"].sum()), "of": int(len(part)),
                 "near_chance": [int(c) for c in part.loc[~part["above_chance"], "client"]],
-                "test": "one-sided binomial vs 0.5 on the last round's predictions pooled over seeds, Holm over "
-                        "the clients"}
+                "test": "one-sided binomial vs 0.5 on the last round's accuracy averaged over seeds, on one seed's "
+                        "trials over the design effect of resplit seeds, Holm over the clients"}
     out["cumulative_epsilon"] = {
         f"{d}/{m}/eps_{epsilon_key(e)}": {c: _clean(cum.value(d, m, e, c)) for c in CALIBRATIONS}
         for d, m, e in summary[["dataset", "model", "epsilon"]].drop_duplicates().itertuples(index=False)}
@@ -303,10 +304,12 @@ def _client_table(clients: pd.DataFrame, dataset: str, title: str, order, cum) -
     if part.empty:
         return []
     lines = [f"## {title}: utility per client (last round, each client's non-members)", "",
-             ("Per client, the last round's predictions pooled over seeds (a trial can be a non-member in several "
-              "seeds, so the count overstates the independent trials); above chance = one-sided binomial test "
-              "against 0.5, Holm over the clients of the row. The clients near chance are listed by index, not "
-              "averaged away."), "",
+             ("Per client, the last round's accuracy on its non-members averaged over seeds, read as a count on "
+              "one seed's trials divided by the design effect 1/S + (1 − 1/S)·f (S seeds, f the non-member share: "
+              "each seed splits the same trials anew, so pooling the seeds' predictions counted a shared trial "
+              "several times and rejected too often: [`study_b.client_utility`](calibration.md"
+              "#cal-study-b-client-utility)); above chance = one-sided binomial test against 0.5, Holm over the "
+              "clients of the row. The clients near chance are listed by index, not averaged away."), "",
              EPS_HEADER + "clients above chance | median client accuracy [range] | near chance (client index) |",
              "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for m, e in order:
@@ -447,7 +450,7 @@ def tables_md(summary: pd.DataFrame, regressions: dict, cum: Cumulative | None =
         lines += _regression_lines(regressions, dataset)
         if dataset == PAPER_DATASET:
             lines += _paper_table(part, dataset, order)
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + tests_lines("reports/federated_mia_tables.md")) + "\n"
 
 
 # ---- figures -----------------------------------------------------------------------------------------------

@@ -17,6 +17,8 @@ import re
 import numpy as np
 import pandas as pd
 
+from eegprivacy.reporting.calibration import tests_lines
+
 ALPHA = 0.05
 ATTACK_NAMES = {"loss": "loss threshold", "rla_lr": "RLA (lr)", "fla_lr": "FLA (lr)", "gla_lr": "GLA sound (lr)",
                 "rla_rf": "RLA (rf)", "fla_rf": "FLA (rf)", "gla_rf": "GLA sound (rf)", "rla_mlp": "RLA (mlp)",
@@ -295,7 +297,7 @@ def report_md(summary: pd.DataFrame, meta: dict) -> str:
         lines += [f"## {model}: every arm's AUROC", "",
                   "*The untrained model is shown, never tested: its outputs are nearly constant, so it cannot show "
                   "what member-fitted preprocessing leaks.*", "", *arm_table(summary, model), ""]
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + tests_lines("reports/federated_control.md")) + "\n"
 
 
 def draw(summary: pd.DataFrame, fig) -> None:

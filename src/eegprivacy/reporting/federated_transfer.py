@@ -12,6 +12,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
+from eegprivacy.reporting.calibration import tests_lines
 from eegprivacy.atomic import atomic_path
 from eegprivacy.reporting.format import epsilon_key, estimate, json_value
 
@@ -70,7 +71,7 @@ def report_md(summary: pd.DataFrame, meta: dict) -> str:
               "the federation; *own data only* is what the subject gets without any federation.",
               "", "Figure: `reports/figures/federated_transfer.png` (per subject: joined, held out, own data only, "
               "with each subject's chance).", ""]
-    return "\n".join(lines)
+    return "\n".join(lines + tests_lines("reports/federated_transfer.md"))
 
 
 def headline(summary: pd.DataFrame, meta: dict) -> dict:

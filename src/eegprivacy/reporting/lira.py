@@ -12,6 +12,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
+from eegprivacy.reporting.calibration import tests_lines
 from eegprivacy.atomic import atomic_path
 from eegprivacy.reporting.format import epsilon_key, estimate
 from eegprivacy.studies.federated.lira import (
@@ -272,7 +273,7 @@ def report_md(summary: pd.DataFrame, meta: dict, cum) -> str:
               "OUT of at least one shadow) resolve under the same rule."), "", *TABLE_HEAD,
               *_scope_rows(summary, meta, cum, "shadow_loo", "shadow_loo_pooled"), CHANCE_ROW, ""]
     lines += ["Figure: `reports/figures/federated_lira_roc.png` (log-log ROC, diagonal = chance).", ""]
-    return "\n".join(lines)
+    return "\n".join(lines + tests_lines("reports/federated_lira.md"))
 
 
 def _clean(v):

@@ -724,9 +724,14 @@ def claims_lead(study: str, runs: pd.DataFrame) -> list[str]:
 def calibration_lead(study: str, uri: str) -> list[str]:
     """The measured size and coverage of the study's tests (stage ``calibration``'s runs in the study's experiment,
     :func:`eegprivacy.reporting.calibration.section_lines`); nothing before the stage has run."""
-    from eegprivacy.reporting.calibration import calibration_runs, section_lines
+    from eegprivacy.reporting.calibration import NOT_MEASURED_MARK, calibration_runs, not_measured_lines, section_lines
 
-    return section_lines(calibration_runs(uri, EXPERIMENTS[study]))
+    lines = section_lines(calibration_runs(uri, EXPERIMENTS[study]))
+    unmeasured = not_measured_lines(f"reports/study-{study}.md")
+    if lines and unmeasured:
+        lines += [f"Printed here and not measured ({NOT_MEASURED_MARK}; each row of `calibration.md` says why):", "",
+                  *unmeasured, ""]
+    return lines
 
 
 def control_lead(study: str, uri: str, out_dir: Path) -> list[str]:

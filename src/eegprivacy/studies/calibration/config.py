@@ -17,6 +17,9 @@ class NullModel(Config):
                          "permutation test's size does not depend on it)")
     icc: float = param(FRACTION_OPEN, default=0.5,
                        doc="share of an embedding's variance between subjects (windows of one subject correlate)")
+    recording_share: float = param(Interval(0, 1, closed="left", text="a fraction in [0, 1)"), default=0.2,
+                                   doc="share of an embedding's variance between a subject's recordings (windows "
+                                       "of one recording correlate beyond their subject; the window-label case)")
     permutations: int = param(count(19, "permutations"), default=99,
                               doc="permutations of each data set's test ((P + 1)·0.05 whole: the size is exact "
                                   "for a valid scheme at any such P, so 99 measures it as 999 would)")

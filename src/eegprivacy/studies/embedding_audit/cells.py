@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pandas as pd
 
 from eegprivacy.studies.embedding_audit.context import TESTS, Context
 
@@ -137,9 +138,10 @@ def _encoder_paired_rows(ctx: Context, seed: int) -> list[dict]:
 
 def _subject_label_rows(seed: int, ctx: Context) -> list[dict]:
     """The cohort's task label as a subject-level attribute (MSU: the diagnosis) of held-out subjects, read from
-    their embeddings: subject-level balanced accuracy with a subject-bootstrap interval, beside the same protocol
-    on Gaussian embeddings and a null that permutes the subjects' labels once across all folds and reruns the
-    cross-fitted pipeline (exact; its p two-sided)."""
+    their embeddings: subject-level balanced accuracy, beside the same protocol on Gaussian embeddings and a null
+    that permutes the subjects' labels once across all folds and reruns the cross-fitted pipeline (exact; its p
+    two-sided). The headline's interval inverts that test (``shift_ci``); the subject bootstrap's, which keeps
+    the fitted heads and undercovers, is the ``balanced_accuracy_subject_bootstrap`` row."""
     from eegprivacy.embeddings.endpoints import subject_label_leakage
 
     r = subject_label_leakage(ctx.Z, ctx.state, ctx.groups, ctx.splitter("subject_disjoint", seed),
@@ -147,7 +149,10 @@ def _subject_label_rows(seed: int, ctx: Context) -> list[dict]:
                               n_permutations=ctx.config.subject_label_permutations, random_state=seed)
     common = {"attacker": "logistic_head", "n": r.n_subjects}
     task = ctx.cohort.task
-    return [row(task, "subject_disjoint", "balanced_accuracy", r.balanced_accuracy, ci=r.ci, chance=0.5, **common),
+    return [row(task, "subject_disjoint", "balanced_accuracy", r.balanced_accuracy, ci=r.shift_ci, chance=0.5,
+                **common),
+            row(task, "subject_disjoint", "balanced_accuracy_subject_bootstrap", r.balanced_accuracy, ci=r.ci,
+                chance=0.5, **common),
             row(task, "subject_disjoint", "window_balanced_accuracy", r.window_balanced_accuracy, ci=r.window_ci,
                 chance=0.5, **common),
             row(task, "subject_disjoint", "control_gaussian", r.control_gaussian, chance=0.5, **common),
@@ -155,6 +160,34 @@ def _subject_label_rows(seed: int, ctx: Context) -> list[dict]:
             row(task, "subject_disjoint", "control_permuted_q95", r.control_permuted_q95, chance=0.5, **common),
             row(task, "subject_disjoint", "p_value", r.p_value_two_sided, **common),
             row(task, "subject_disjoint", "n_permutations", len(r.null_scores), **common)]
+
+
+def _window_label_rows(seed: int, ctx: Context) -> list[dict]:
+    """The cohort's task where it is a label of windows (eegmat: a recording's state, rest vs arithmetic;
+    eegmmidb: a cue's side, left vs right) on held-out subjects: window-level balanced accuracy, tested against
+    the null that permutes the labels among each subject's recordings (a recording's state) or among the cues of
+    each run (a cue's side) and reruns the cross-fitted pipeline (exact; p two-sided); its interval inverts that
+    test, the subject bootstrap's is the ``balanced_accuracy_subject_bootstrap`` row."""
+    from eegprivacy.embeddings.endpoints import window_label_leakage
+
+    per_recording = pd.Series(ctx.state).groupby(ctx.recording).nunique().max() == 1
+    # a recording's state: permuted among a subject's recordings; a cue's side: among the cues of its run
+    units, strata = (ctx.recording, ctx.groups) if per_recording else (np.arange(len(ctx.state)), ctx.recording)
+    r = window_label_leakage(ctx.Z, ctx.state, ctx.groups, units, ctx.splitter("subject_disjoint", seed),
+                             n_bootstrap=ctx.config.bootstrap, n_permutations=ctx.config.window_label_permutations,
+                             random_state=seed, strata=strata)
+    common = {"attacker": "logistic_head", "n": r.n_subjects}
+    return [row("window_label", "subject_disjoint", "balanced_accuracy", r.balanced_accuracy, ci=r.ci, chance=0.5,
+                **common),
+            row("window_label", "subject_disjoint", "balanced_accuracy_subject_bootstrap", r.balanced_accuracy,
+                ci=r.subject_ci, chance=0.5, **common),
+            row("window_label", "subject_disjoint", "control_gaussian", r.control_gaussian, chance=0.5, **common),
+            row("window_label", "subject_disjoint", "control_permuted", r.control_permuted, chance=0.5, **common),
+            row("window_label", "subject_disjoint", "p_value", r.p_value_two_sided, **common),
+            row("window_label", "subject_disjoint", "n_permutations", len(r.null_scores), **common),
+            row("window_label", "subject_disjoint", "n_arrangements", r.n_arrangements, **common),
+            # 1: a recording's label, permuted among each subject's recordings; 0: a cue's, among its run's cues
+            row("window_label", "subject_disjoint", "label_per_recording", float(per_recording), **common)]
 
 
 def _aeds_rows(seed: int, ctx: Context) -> list[dict]:
@@ -220,6 +253,8 @@ def core_rows(unit: str, seed: int, ctx: Context) -> list[dict]:
         return _identity_rows(ctx)
     if unit == "subject_label":
         return _subject_label_rows(seed, ctx)
+    if unit == "window_label":
+        return _window_label_rows(seed, ctx)
     if unit == "membership":
         return membership_rows(ctx.membership(seed)) + _encoder_paired_rows(ctx, seed)
     if unit == "reconstruction":

@@ -221,6 +221,11 @@ class EmbeddingAuditConfig(Config):
         count(999, "permutations"), default=1000,
         doc="refits of the subject-level label's permuted-label null (MSU: the diagnosis); ≥ 999 so that a "
             "permutation p-value can pass Holm over the cohort's encoder cells (50 put the floor at 1/51)")
+    window_label_permutations: int = param(
+        count(999, "permutations"), default=1000,
+        doc="refits of the recording label's permuted-label null (eegmat: rest vs arithmetic; the labels permuted "
+            "among each subject's recordings); ≥ 999 for Holm over the encoder cells and for the 2.5 % quantiles "
+            "its interval reads")
     test_permutations: int = param(
         count(999, "permutations"), default=9999,
         doc="draws of the cheap exact-null tests that decide a claim: identity (reference labels permuted), "

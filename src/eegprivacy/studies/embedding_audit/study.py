@@ -42,7 +42,8 @@ from eegprivacy.tracking import required_tags
 
 STAGE = "embedding_audit"
 # The knobs an encoder's cells depend on beyond its embeddings, and those the bridge's cells depend on.
-AUDIT_KNOBS = ("splits", "bootstrap", "permutations", "subject_label_permutations", "test_permutations",
+AUDIT_KNOBS = ("splits", "bootstrap", "permutations", "subject_label_permutations", "window_label_permutations",
+               "test_permutations",
                "defense_permutations", "reconstruction_points",
                "utility_threshold", "utility_kept", "defenses", "lira_shadows", "deployment_sigma", "subject_seed")
 BRIDGE_KNOBS = ("splits", "bootstrap", "bridge_permutations")

@@ -52,39 +52,57 @@ def encoder_label(encoder: str, weights: str) -> str:
                                            else f" ({weights.replace('_', ' ')})")
 
 
+def _size_text(describe: dict) -> str:
+    """"0.82 M parameters" from an encoder's ``describe()`` (empty when it does not say)."""
+    n = describe.get("n_params")
+    return f"{int(n) / 1e6:.2f} M parameters" if isinstance(n, (int, float)) and n > 0 else ""
+
+
 def provenance_text(encoder: str, weights: str, meta: dict | None = None) -> str:
-    """Where a cell's weights come from, in words, from its embedding meta (``describe`` and the pretraining
-    record): "architecture, self-pretrained (120 steps on 58 windows)", "architecture, random init (seed 0)",
-    "published weights (sha256 7c5058…)" or "band-power features (no weights)"."""
+    """What a cell's encoder is, in words, from its embedding meta (``describe`` and the pretraining record):
+    the architecture at the size built here, and where its weights come from. "EEGPT architecture (0.82 M
+    parameters), self-pretrained here: 120 steps of masked patch waveform reconstruction on 58 windows of 8
+    pretraining subjects, not the published weights", "BIOT architecture (3.19 M parameters), random init (seed
+    0)", "published weights (sha256 7c5058…)" or "band-power features (no weights)".
+
+    Why this much: the neural cells are small self-pretrained models, not the published ones (EEGPT reduced to
+    under a million parameters and 120 steps), and a title that read "EEGPT" alone would let a reader take a
+    verdict on them for one on the published model (issue 46)."""
     meta = meta or {}
     describe = meta.get("describe") or {}
     if encoder == "bandpower" or weights == "none":
         return "band-power features (no weights)"
+    size = _size_text(describe)
+    arch = f"{LABELS.get(encoder, encoder)} architecture" + (f" ({size})" if size else "")
     if weights == "self_pretrained":
         pre = meta.get("pretrain") or {}
         steps, n_windows = pre.get("steps"), pre.get("n_windows", meta.get("n_pretrain_windows"))
         if steps is None:
-            return "architecture, self-pretrained"
-        return (f"architecture, self-pretrained ({int(steps)} steps"
-                + (f" on {int(n_windows)} windows)" if n_windows is not None else ")"))
+            return f"{arch}, self-pretrained here, not the published weights"
+        objective = str(pre.get("objective", "")).replace("_", " ")
+        data = (f" on {int(n_windows)} windows" if n_windows is not None else "") + (
+            f" of {int(pre['n_subjects'])} pretraining subjects" if pre.get("n_subjects") is not None else "")
+        return (f"{arch}, self-pretrained here: {int(steps)} steps" + (f" of {objective}" if objective else "")
+                + f"{data}, not the published weights")
     if weights == "random_init":
         seed = describe.get("seed")
-        return "architecture, random init" + (f" (seed {int(seed)})" if seed is not None else "")
+        return f"{arch}, random init" + (f" (seed {int(seed)})" if seed is not None else "")
     sha = describe.get("checkpoint_sha256") or (meta.get("published") or {}).get("sha256")
     what = "published weights" if weights == "published" else f"{weights.replace('_', ' ')} weights"
-    return what + (f" (sha256 {sha[:6]}…)" if sha else "")
+    return f"{arch}, " * bool(size) + what + (f" (sha256 {sha[:6]}…)" if sha else "")
 
 
 def units(config, weights: str, cohort=None) -> list[tuple[str, list[int]]]:
     """(unit, seeds) of one (encoder, weights) cell: the core endpoints once, membership and AEDS per member draw,
-    the defenses per noise seed; on a cohort whose task is a subject's label (a diagnosis), that label audited as
-    a subject-level attribute (``subject_label``)."""
+    the defenses per noise seed; the task claim's test: on a cohort whose task is a subject's label (a diagnosis)
+    that label audited as a subject-level attribute (``subject_label``), else the recording's label
+    (``window_label``)."""
     seeds = list(config.defense_seeds)
     out = [("raw_copy", [0]), ("attribute/temporal_gap", [0]), ("attribute/subject_disjoint", [0]),
            ("identity", [0]), ("membership", seeds), ("reconstruction", [0]), ("aeds", seeds),
            ("deployment/0", [0]), (f"deployment/{config.deployment_sigma:g}", seeds)]
-    if cohort is not None and cohort.subject_level_task:
-        out.insert(3, ("subject_label", [0]))
+    if cohort is not None:
+        out.insert(3, ("subject_label" if cohort.subject_level_task else "window_label", [0]))
     if weights == "random_init":
         return out  # the explicit baseline row: endpoints only
     d = config.defenses
@@ -113,5 +131,5 @@ def unit_tags(unit: str) -> dict:
     split = parts[1] if parts[0] == "attribute" else {
         "raw_copy": "adjacent_windows", "identity": "reference_set", "membership": "members_vs_nonmembers",
         "reconstruction": "subject_disjoint", "aeds": "subject_disjoint+reference_set",
-        "subject_label": "subject_disjoint"}.get(parts[0])
+        "subject_label": "subject_disjoint", "window_label": "subject_disjoint"}.get(parts[0])
     return {"split": split, "defense": "none", "mechanism": "none"}

@@ -269,28 +269,43 @@ def run_metrics(summary: pd.DataFrame, dataset: str) -> tuple[dict, dict]:
 
 
 def client_utility(tidy: pd.DataFrame, alpha: float = 0.05) -> pd.DataFrame:
-    """Each client's accuracy on its non-members after the last round, pooled over seeds, beside its chance.
+    """Each client's accuracy on its non-members after the last round, averaged over seeds, beside its chance.
 
-    Per (dataset, model, ε, client): correct predictions and trials summed over seeds (each seed draws its own
-    80/20 split, so a trial can be a non-member in several seeds: the pooled count is an approximation that
-    overstates the independent trials), a Clopper–Pearson interval, the one-sided binomial p-value against
-    chance 0.5, and ``above_chance`` after Holm over the clients of the (dataset, model, ε)."""
+    Per (dataset, model, ε, client): the accuracy averaged over the S seeds (``accuracy``) read as a binomial
+    count on ``n_effective`` trials, the trials one seed scores (``n``, their mean) divided by the design effect
+    ``deff`` = 1/S + (1 − 1/S)·f, f the non-member share of a subject's trials (the rows' ``test_size``); a
+    Clopper–Pearson interval and the one-sided binomial p-value against chance 0.5 on that count, and
+    ``above_chance`` after Holm over the clients of the (dataset, model, ε).
+
+    Why the design effect: each seed draws its own split of the same subject's trials, so two seeds' non-members
+    share a fraction f of their trials on average, and a shared trial is scored by models that differ little.
+    Pooling the seeds' predictions counted it as independent evidence each time, and on eegmmidb-shaped nulls
+    that test rejected 0.065 [0.051, 0.082] of clients at chance (issue 46, ``reports/calibration.md``). Under
+    the null every trial is right with probability 1/2; distinct trials are independent (the binomial's own
+    premise) and one trial's correctness in two seeds correlates at most perfectly, so the variance of the mean
+    over seeds is at most (1/4)·deff / n: the count on n/deff trials is the binomial with that variance. (f = 0.2
+    and S = 5 give deff 0.36: 2.8 times one seed's trials, where pooling claimed 5 times.) Without ``test_size``
+    (rows from elsewhere) f is taken as 1: one seed's trials, the conservative bound."""
     rows = tidy[tidy["metric"] == "client_accuracy"]
     if rows.empty:
         return pd.DataFrame()
     last = rows.groupby(["dataset", "model", "epsilon", "seed"])["round"].transform("max")
     rows = rows[rows["round"] == last].copy()
-    rows["hits"] = np.round(rows["value"] * rows["n"])
+    rows["share"] = pd.to_numeric(rows["test_size"], errors="coerce").fillna(1.0) if "test_size" in rows else 1.0
     pooled = rows.groupby(["dataset", "synthetic", "model", "epsilon", "client"], dropna=False).agg(
-        hits=("hits", "sum"), n=("n", "sum"), n_seeds=("seed", "nunique")).reset_index()
-    pooled["accuracy"] = pooled["hits"] / pooled["n"]
+        accuracy=("value", "mean"), n=("n", "mean"), n_seeds=("seed", "nunique"), share=("share", "max")
+    ).reset_index()
+    seeds = pooled["n_seeds"].astype(float)
+    pooled["deff"] = 1.0 / seeds + (1.0 - 1.0 / seeds) * pooled["share"].clip(0.0, 1.0)
+    pooled["n_effective"] = np.floor(pooled["n"] / pooled["deff"] + 1e-9).astype(int)
+    pooled["hits"] = np.round(pooled["accuracy"] * pooled["n_effective"]).astype(int)
     pooled["chance"] = 0.5
     bounds = [stats.binomtest(int(h), int(n)).proportion_ci(confidence_level=1 - alpha) for h, n in
-              zip(pooled["hits"], pooled["n"])]
+              zip(pooled["hits"], pooled["n_effective"])]
     pooled["ci_low"] = [b.low for b in bounds]
     pooled["ci_high"] = [b.high for b in bounds]
     pooled["p_value"] = [stats.binomtest(int(h), int(n), 0.5, alternative="greater").pvalue
-                         for h, n in zip(pooled["hits"], pooled["n"])]
+                         for h, n in zip(pooled["hits"], pooled["n_effective"])]
     pooled["p_holm"] = np.nan
     for _, index in pooled.groupby(["dataset", "model", "epsilon"]).groups.items():
         pooled.loc[index, "p_holm"] = holm(pooled.loc[index, "p_value"].to_numpy())
