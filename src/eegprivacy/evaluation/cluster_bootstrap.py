@@ -67,7 +67,7 @@ def auroc_on_resamples(values: np.ndarray, labels: np.ndarray, idx: np.ndarray) 
 
 
 #: Metrics with a faster exact form on resample indices (:func:`on_resamples`).
-_ON_RESAMPLES = {}
+_ON_RESAMPLES = {auroc_along: auroc_on_resamples}
 
 
 def on_resamples(metric, values: np.ndarray, labels: np.ndarray, idx: np.ndarray) -> np.ndarray:
@@ -87,9 +87,6 @@ def balanced_accuracy_along(pred: np.ndarray, y: np.ndarray) -> np.ndarray:
         tpr = (pred * y).sum(-1) / y.sum(-1)
         tnr = ((1 - pred) * (1 - y)).sum(-1) / (1 - y).sum(-1)
     return (tpr + tnr) / 2.0
-
-
-_ON_RESAMPLES[auroc_along] = auroc_on_resamples
 
 
 def bootstrap_indices(y: np.ndarray, n_resamples: int, seed: int = 0) -> np.ndarray:

@@ -142,10 +142,10 @@ def _intro(meta: dict, cum) -> list[str]:
             f"{meta['target_seeds']} targets pooled. AUROC: 95 % two-way percentile bootstrap resampling target "
             f"models and {meta['bootstrap_unit']}, n − 1 of each n (`two_way_bootstrap`: the resampled mean's "
             "variance then has the unbiased divisor; drawn n of n its interval covered 0.937). TPR (at the lowest "
-            "resolvable FPR, named in `at FPR`): the blocked threshold bootstrap (`blocked_threshold_bootstrap`): the same "
-            "resamples, the threshold re-estimated at that FPR on each resample's non-members and the TPR read off "
-            "its members, so the interval carries the threshold's own error and the clustering of trials within "
-            "subjects; `subject clusters` says how many subjects the pool spans, `CI over` what is resampled. "
+            "resolvable FPR, named in `at FPR`): the blocked threshold bootstrap (`blocked_threshold_bootstrap`): "
+            "the same resamples, the threshold re-estimated at that FPR on each resample's non-members and the TPR "
+            "read off its members, so the interval carries the threshold's own error and the clustering of trials "
+            "within subjects; `subject clusters` says how many subjects the pool spans, `CI over` what is resampled. "
             "Chance: AUROC 50, TPR at x % FPR = x. All values in %."), ""]
 
 

@@ -479,7 +479,7 @@ def deciding_grid(mechanisms: list, epsilons: list, effect: float) -> tuple[list
     """(ε, grid) a family data set needs. Under the global null (``effect`` 0) only each sequence's largest ε:
     a fixed sequence stops at its first non-rejection, so every adjusted p of a sequence is at least m × its
     largest ε's p, and the table rejects exactly when some mechanism's largest-ε cell has p < α/m — the other
-    cells never change the decision (``horizon_trial`` asserts the summary's decision and this reading agree).
+    cells never change the decision (``tests/test_calibration_study_a.py`` runs the summary both ways).
     With a planted effect the whole grid (the false horizon extension is read below the largest ε)."""
     if effect:
         return epsilons, [(m, e) for m in mechanisms for e in epsilons]
