@@ -51,6 +51,7 @@ MODULES = {  # name -> module; run in this order
     "federated_round": "benchmarks.federated_round",
     "lira_shadows": "benchmarks.lira_shadows",
     "loso_mlp": "benchmarks.loso_mlp",
+    "resample_replicates": "benchmarks.resample_replicates",
     "reproduce": "benchmarks.reproduce_times",
     "absolute": "benchmarks.absolute",
 }

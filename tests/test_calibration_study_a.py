@@ -116,3 +116,29 @@ def test_the_reidentification_truth_is_chance_under_the_null():
     assert study_a.reidentification_truth("tiny", 0.0) == pytest.approx(1.0 / study_a.TINY["patients"])
     assert study_a.reidentification_truth("tiny", 0.95) > 2.0 / study_a.TINY["patients"]
     assert math.isnan(study_a.membership_trial(0, 0.0, "tiny").p_value)
+
+
+def test_the_deciding_cells_decide_a_family_table_as_the_whole_grid_does():
+    """``deciding_grid``'s premise, through the stage's summary: the table's smallest adjusted p (and so its
+    decision) from the whole (mechanism × ε) grid equals the one from each mechanism's largest-ε cells alone."""
+    from eegprivacy.studies.release.utility import summarise
+
+    shape = study_a.dp_utility_shape()
+    mechanisms, epsilons, grid = study_a._family_grid(shape, "tiny")
+    dims = study_a._dims(shape, "tiny", family=True)
+    top = max(epsilons)
+    y = study_a._labels(dims.n, dims.n_positive)
+    decisions = []
+    for seed, effect in ((0, 0.0), (1, 0.0), (2, 0.3), (3, 0.3)):
+        deltas = {(m, top): shape.cell(m, top).delta_for(effect) for m in mechanisms}
+        folder = study_a._scratch(f"deciding-grid-{seed}")
+        cells = study_a._write_grid(folder, np.random.default_rng(seed), y, dims, shape, grid, deltas)
+        deciding = [c for c in cells if float(c.config["epsilon"]) == top]
+        smallest = []
+        for part, eps in ((cells, epsilons), (deciding, [top])):
+            frame = summarise([(None, part)], folder, y, n_resamples=dims.bootstrap, confidence=0.95, epsilons=eps)
+            smallest.append(frame.loc[(frame["arm"] == "release_minus_null") & (frame["metric"] == "auroc"),
+                                      "p_adjusted"].min())
+        assert smallest[0] == smallest[1]
+        decisions.append(smallest[0] < study_a.ALPHA)
+    assert decisions[-1]  # the planted effect is decided: the comparison is not between two "no"s only

@@ -125,6 +125,38 @@ def quantile_replicates(values, clients, counts, q: float) -> np.ndarray:
     return out
 
 
+#: Negatives × clients above which :func:`_pair_matrix` goes client by client (bounded memory) instead of through
+#: one cumulative count table.
+_PAIR_TABLE_LIMIT = 4_000_000
+
+
+def _pair_matrix(s_pos: np.ndarray, c_pos: np.ndarray, s_neg: np.ndarray, c_neg: np.ndarray, n: int) -> np.ndarray:
+    """N[a, b] = #(positive of client a, negative of client b) with the positive scored higher, plus one half per
+    tie: exact sums of halves, the same whichever way they are counted."""
+    pair = np.zeros((n, n))
+    if s_neg.size * n <= _PAIR_TABLE_LIMIT:
+        order = np.argsort(s_neg, kind="stable")
+        s_sorted = s_neg[order]
+        # table[k, b]: negatives of client b among the k lowest-scored negatives
+        table = np.zeros((s_neg.size + 1, n))
+        table[np.arange(1, s_neg.size + 1), c_neg[order]] = 1.0
+        np.cumsum(table, axis=0, out=table)
+        by_client = np.argsort(c_pos, kind="stable")  # positives grouped by client, summed per group
+        lo = np.searchsorted(s_sorted, s_pos[by_client], side="left")
+        hi = np.searchsorted(s_sorted, s_pos[by_client], side="right")
+        wins = table[lo] + 0.5 * (table[hi] - table[lo])
+        owners, starts = np.unique(c_pos[by_client], return_index=True)
+        if owners.size:
+            pair[owners] = np.add.reduceat(wins, starts, axis=0)
+        return pair
+    for b in np.unique(c_neg):
+        negatives = np.sort(s_neg[c_neg == b])
+        below = np.searchsorted(negatives, s_pos, side="left")
+        ties = np.searchsorted(negatives, s_pos, side="right") - below
+        pair[:, b] = _per_client(c_pos, below + 0.5 * ties, n)
+    return pair
+
+
 def auroc_replicates(scores, labels, clients, counts) -> np.ndarray:
     """AUROC (ties count one half) of ``scores`` for ``labels`` (1 positive, 0 negative) on every client resample.
 
@@ -142,15 +174,10 @@ def auroc_replicates(scores, labels, clients, counts) -> np.ndarray:
     n = counts.shape[1]
     pos = labels == 1
     s_pos, c_pos = scores[pos], clients[pos]
-    pair = np.zeros((n, n))
-    for b in np.unique(clients[~pos]):
-        negatives = np.sort(scores[~pos & (clients == b)])
-        below = np.searchsorted(negatives, s_pos, side="left")
-        ties = np.searchsorted(negatives, s_pos, side="right") - below
-        pair[:, b] = _per_client(c_pos, below + 0.5 * ties, n)
+    pair = _pair_matrix(s_pos, c_pos, scores[~pos], clients[~pos], n)
     n_pos = _per_client(c_pos, np.ones(c_pos.size), n)
     n_neg = _per_client(clients[~pos], np.ones((~pos).sum()), n)
-    wins = np.einsum("ba,ac,bc->b", counts, pair, counts)
+    wins = ((counts @ pair) * counts).sum(axis=1)  # cᵀ N c per resample (exact: sums of halves)
     return _ratio(wins, (counts @ n_pos) * (counts @ n_neg))
 
 

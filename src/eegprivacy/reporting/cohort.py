@@ -337,7 +337,7 @@ def verdict_text(summary: dict) -> list[str]:
 #: it cannot go stale silently. The marks are the calibration report's: † size not resolved, ⚠ inflated.
 CALIBRATION = {
     "study_a.matched_null_difference": ("the utility test (release − matched null)", "holds", "holds"),
-    "audit_cohort.verdict": ("the utility verdict over the ε grid", "undecided", "holds"),
+    "audit_cohort.verdict": ("the utility verdict over the ε grid", "holds", "holds"),
     "audit_cohort.reidentification": ("the re-identification interval", "no test", "holds"),
     "audit_cohort.membership": ("the membership interval", "no test", "holds"),
 }

@@ -140,11 +140,12 @@ def _intro(meta: dict, cum) -> list[str]:
             f"(1 % FPR needs {needed_nonmembers(0.01, beyond):,})."), "",
             ("Per-seed columns: mean [95 % t-interval over target seeds]. Pooled columns: the scores of all "
             f"{meta['target_seeds']} targets pooled. AUROC: 95 % two-way percentile bootstrap resampling target "
-            f"models and {meta['bootstrap_unit']} (`two_way_bootstrap`). TPR (at the lowest resolvable FPR, "
-            "named in `at FPR`): the blocked threshold bootstrap (`blocked_threshold_bootstrap`): the same "
-            "resamples, the threshold re-estimated at that FPR on each resample's non-members and the TPR read off "
-            "its members, so the interval carries the threshold's own error and the clustering of trials within "
-            "subjects; `subject clusters` says how many subjects the pool spans, `CI over` what is resampled. "
+            f"models and {meta['bootstrap_unit']}, n − 1 of each n (`two_way_bootstrap`: the resampled mean's "
+            "variance then has the unbiased divisor; drawn n of n its interval covered 0.937). TPR (at the lowest "
+            "resolvable FPR, named in `at FPR`): the blocked threshold bootstrap (`blocked_threshold_bootstrap`): "
+            "the same resamples, the threshold re-estimated at that FPR on each resample's non-members and the TPR "
+            "read off its members, so the interval carries the threshold's own error and the clustering of trials "
+            "within subjects; `subject clusters` says how many subjects the pool spans, `CI over` what is resampled. "
             "Chance: AUROC 50, TPR at x % FPR = x. All values in %."), ""]
 
 
@@ -257,8 +258,9 @@ def report_md(summary: pd.DataFrame, meta: dict, cum) -> str:
                   ("The claim is the paired difference: the pooled AUROC of LiRA on the trained target minus that of "
                   "LiRA on the preprocessing-only control (the fold model that never saw the client, through the "
                   f"client's own CSP), pooled over the {meta['target_seeds']} targets. Interval: 95 % percentile "
-                  f"two-way bootstrap, the same resamples of target models and {meta['bootstrap_unit']} for attack "
-                  "and control (`paired_two_way_bootstrap`); p: two-sided bootstrap p-value of \"difference = 0\"; "
+                  f"two-way bootstrap, the same resamples of target models and {meta['bootstrap_unit']} (n − 1 of "
+                  "each n) for attack and control (`paired_two_way_bootstrap`); p: two-sided bootstrap p-value of "
+                  "\"difference = 0\"; "
                   f"Holm over the table's attack − control cells ({family}). The controls and the untrained model are "
                   "not hypotheses of the family (no p-value). The untrained model's AUROC is shown, not tested: its "
                   "near-constant outputs cannot show a preprocessing leak. Control's share of the excess: (control − "

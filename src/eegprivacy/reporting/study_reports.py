@@ -353,10 +353,10 @@ def b_column_order(row) -> tuple:
 
 
 def _run_ci_over(rows: pd.DataFrame) -> pd.Series:
-    """Each row's run's ``CI over`` text: the distinct :func:`ci_over_text` of the run's cells, joined (one table
-    row per run)."""
+    """Each row's run's ``CI over`` text: the distinct :func:`ci_over_text` of the run's cells, sorted and joined
+    (one table row per run; sorted, so the text does not follow the order MLflow returns the cells in)."""
     text = pd.Series([ci_over_text(r) for _, r in rows.iterrows()], index=rows.index)
-    joined = text.groupby(rows["run_id"]).agg(lambda v: "; ".join(dict.fromkeys(v)))
+    joined = text.groupby(rows["run_id"]).agg(lambda v: "; ".join(sorted(set(v))))
     return rows["run_id"].map(joined)
 
 

@@ -874,13 +874,16 @@ def summary_document(cohort: Cohort, config: AuditConfig, rows: pd.DataFrame, ru
     """summary.json: the headline numbers, each with the MLflow metric key it was logged under. The utility part is
     study A's summary (:func:`utility_summary`) arranged by arm, mechanism and ε; the horizons are its ``horizon``
     rows, with the test that decided them (``correction``) and what their ε covers (``eps_covers``)."""
+    # the first row of each (arm, metric[, mechanism][, ε]): one pass, not a filter of the table per lookup
+    first_of: dict = {}
+    for i, (arm_, metric_, mechanism_, epsilon_) in enumerate(zip(rows["arm"], rows["metric"], rows["mechanism"],
+                                                                  rows["epsilon"].astype(float))):
+        for key in ((mechanism_, epsilon_), (mechanism_, None), (None, epsilon_), (None, None)):
+            first_of.setdefault((arm_, metric_, *key), i)
+
     def pick(arm, metric, mechanism=None, epsilon=None):
-        part = rows[(rows["arm"] == arm) & (rows["metric"] == metric)]
-        if mechanism is not None:
-            part = part[part["mechanism"] == mechanism]
-        if epsilon is not None:
-            part = part[part["epsilon"] == epsilon]
-        return _entry(part.iloc[0]) if len(part) else None
+        i = first_of.get((arm, metric, mechanism, None if epsilon is None else float(epsilon)))
+        return None if i is None else _entry(rows.iloc[i])
 
     metrics = [m for _, m, _ in study_a.SUMMARY_METRICS]
     released = rows[rows["mechanism"].isin(config.mechanisms) & np.isfinite(rows["epsilon"].astype(float))]

@@ -475,15 +475,29 @@ def _family_grid(shape: UtilityShape, size: str, mechanisms=None, epsilons=None,
     return mechanisms, epsilons, [(m, e) for m in mechanisms for e in epsilons]
 
 
+def deciding_grid(mechanisms: list, epsilons: list, effect: float) -> tuple[list, list]:
+    """(ε, grid) a family data set needs. Under the global null (``effect`` 0) only each sequence's largest ε:
+    a fixed sequence stops at its first non-rejection, so every adjusted p of a sequence is at least m × its
+    largest ε's p, and the table rejects exactly when some mechanism's largest-ε cell has p < α/m — the other
+    cells never change the decision (``tests/test_calibration_study_a.py`` runs the summary both ways).
+    With a planted effect the whole grid (the false horizon extension is read below the largest ε)."""
+    if effect:
+        return epsilons, [(m, e) for m in mechanisms for e in epsilons]
+    top = max(epsilons)
+    return [top], [(m, top) for m in mechanisms]
+
+
 def horizon_trial(seed: int, effect: float, size: str) -> Trial:
     """One ``dp_utility`` table (AUROC) under the global null, or with ``effect`` planted at every mechanism's
     largest ε only. ``p_value``: the smallest fixed-sequence adjusted p of the table (``p_adjusted`` of the
     summary), < α exactly when some mechanism keeps utility at some ε; ``estimate``: how many ε below the largest
-    were declared kept (a false horizon extension when the effect sits at the largest ε only)."""
+    were declared kept (a false horizon extension when the effect sits at the largest ε only). Null data sets
+    hold the cells that decide the table (:func:`deciding_grid`)."""
     from eegprivacy.studies.release.utility import summarise
 
     shape = dp_utility_shape()
-    mechanisms, epsilons, grid = _family_grid(shape, size)
+    mechanisms, epsilons, _ = _family_grid(shape, size)
+    epsilons, grid = deciding_grid(mechanisms, epsilons, effect)
     dims = _dims(shape, size, family=True)
     rng = np.random.default_rng(seed)
     y = _labels(dims.n, dims.n_positive)
@@ -507,11 +521,13 @@ def end_to_end_trial(seed: int, effect: float, size: str) -> Trial:
     """One end-to-end table through :func:`eegprivacy.studies.release.end_to_end.summarise`: ``effect`` planted
     at every design's largest ε. ``p_value``: the smallest adjusted p over the designs (number of designs × the
     largest p at this or any larger ε; < α exactly when some design keeps utility); the interval: the lead
-    design's release − null at its largest ε, whose truth is ``effect``."""
+    design's release − null at its largest ε, whose truth is ``effect``. Null data sets hold the cells that decide
+    the table (:func:`deciding_grid`), the lead design's largest ε among them."""
     from eegprivacy.studies.release.end_to_end import summarise
 
     shape = end_to_end_shape()
-    designs, epsilons, grid = _family_grid(shape, size)
+    designs, epsilons, _ = _family_grid(shape, size)
+    epsilons, grid = deciding_grid(designs, epsilons, effect)
     dims = _dims(shape, size, family=True)
     rng = np.random.default_rng(seed)
     y = _labels(dims.n, dims.n_positive)
@@ -582,12 +598,15 @@ def _audit_shape(size: str, family: bool = True):
 
 def verdict_trial(seed: int, effect: float, size: str) -> Trial:
     """The audit's utility decision (``effect`` planted at every mechanism's largest ε of the audit's grid) and the
-    release AUROC interval its first sentence prints at the chosen ε (the horizon, else the largest ε)."""
+    release AUROC interval its first sentence prints at the chosen ε (the horizon, else the largest ε). Null data
+    sets hold the cells that decide the verdict (:func:`deciding_grid`; the chosen ε is then the largest, as it is
+    on the whole grid unless the verdict is a false claim)."""
     import dataclasses
 
     config, shape, dims = _audit_shape(size)
     # tiny: one mechanism (the summary document's cost grows with the grid; the cohort size has both)
-    mechanisms, epsilons, grid = _family_grid(shape, size, config.mechanisms, config.epsilons, tiny_mechanisms=1)
+    mechanisms, epsilons, _ = _family_grid(shape, size, config.mechanisms, config.epsilons, tiny_mechanisms=1)
+    epsilons, grid = deciding_grid(mechanisms, epsilons, effect)
     config = dataclasses.replace(config, mechanisms=tuple(mechanisms), epsilons=tuple(epsilons),
                                  bootstrap=dims.bootstrap)
     rng = np.random.default_rng(seed)
@@ -785,14 +804,13 @@ HORIZON = register(CalibrationCase(
           "fixed sequence from the largest ε down at α/m (fixed_sequence_horizon); the data set rejects when any "
           "mechanism keeps utility at any ε (its p: the smallest p_adjusted); 250 resamples (the stage: 10,000)"),
     used_in=(f"{REPORT}: Utility horizons (AUROC)", f"{REPORT}: The paper's mechanisms (p_adj)"),
-    null_model=UTILITY_NULL + "; the global null at every (mechanism, ε), or the effect at every mechanism's "
-                              "largest ε only",
+    null_model=UTILITY_NULL + "; the global null (each data set holds the cells that decide the table, every "
+                              "mechanism's largest ε: deciding_grid), or the effect at every mechanism's largest ε "
+                              "only (the whole grid)",
     simulate=horizon_trial,
     effects=(0.12,),
     effect_unit="release − null AUROC planted at each mechanism's largest ε only",
-    n_null=100, n_power=30,
-    why_fewer="a data set is the whole table (2 mechanisms × 9 ε × 10 seeds × 2 arms = 360 prediction files and "
-              "their resamples, 0.9 s): 130 data sets take about 2 minutes",
+    n_null=1000, n_power=30,
     sided=ONE_SIDED,
 ))
 
@@ -803,13 +821,15 @@ END_TO_END_HORIZON = register(CalibrationCase(
           "design's release − null 95 % interval at its largest ε; 250 resamples (the stage: 10,000)"),
     used_in=(f"{REPORT}: End-to-end private releases (horizon, release − null, p)",),
     null_model=UTILITY_NULL + "; the private patients of the end-to-end split; ρ from the committed interval "
-                              "widths, π and τ the dp_utility cells' medians",
+                              "widths, π and τ the dp_utility cells' medians; null data sets hold the cells that "
+                              "decide the table (every design's largest ε: deciding_grid)",
     simulate=end_to_end_trial,
     effects=(0.12,),
     effect_unit="release − null AUROC planted at every design's largest ε only",
-    n_null=80, n_power=30,
-    why_fewer="a data set is the lead table (5 designs × 6 ε × 10 seeds × 2 arms = 600 prediction files, 1.1 s): "
-              "110 data sets take 2 minutes",
+    n_null=300, n_power=30,
+    why_fewer="a null data set is the five designs' deciding cells (5 designs × 10 seeds × 2 arms = 100 prediction "
+              "files and their resamples, 0.2 s); 300 put the coverage within about ±0.03 and resolve the size, "
+              "which the designs' α/5 split keeps far below 0.05",
     sided=ONE_SIDED,
 ))
 
@@ -820,13 +840,12 @@ AUDIT_VERDICT = register(CalibrationCase(
           "(the verdict's 'still tells … better than its matched null … by a test'), and the release AUROC "
           "interval the first sentence prints at the chosen ε; 250 resamples (the audit: 10,000)"),
     used_in=(f"{AUDIT_REPORT}: first sentence (AUROC, matched null, test)",),
-    null_model=UTILITY_NULL + "; shaped like study A's cohort (the audit runs on a user's cohort)",
+    null_model=UTILITY_NULL + "; shaped like study A's cohort (the audit runs on a user's cohort); null data sets "
+                              "hold the cells that decide the verdict (every mechanism's largest ε: deciding_grid)",
     simulate=verdict_trial,
     effects=(0.12,),
     effect_unit="release − null AUROC planted at every mechanism's largest ε of the audit's grid",
-    n_null=100, n_power=30,
-    why_fewer="a data set is the audit's utility table (2 mechanisms × 6 ε × 10 seeds × 2 arms = 240 files) and "
-              "its summary document (0.9 s): 130 data sets take 2 minutes",
+    n_null=1000, n_power=30,
     sided=ONE_SIDED,
 ))
 

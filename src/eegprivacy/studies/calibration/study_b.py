@@ -91,7 +91,7 @@ SCORE_MODEL = {"icc": 0.5, "trial_share": 0.5, "slope_sd": 0.3}
 
 #: The "tiny" shapes (a few subjects, for the seconds-long version in ``tests/``).
 TINY = {"subjects": 8, "trials": 12, "members": 8, "nonmembers": 4, "calibration": 0, "seeds": 2,
-        "models": 3, "bootstrap": 199, "lira_bootstrap": 40, "attack_test_size": 0.5, "own": 0.3}
+        "models": 5, "bootstrap": 199, "lira_bootstrap": 40, "attack_test_size": 0.5, "own": 0.3}
 
 REPORT_B = "reports/study-b.md"
 COHORT = "eegmmidb"
@@ -381,7 +381,8 @@ register(CalibrationCase(
                "SimpleNet's seeds, each seed its own split): per-trial loss-attack scores with a subject effect and "
                "a trial effect shared by both arms, both arms with the same members' shift (the cohort's median "
                "control AUROC) and exchangeable subject-level membership slopes; the difference's truth is 0",
-    simulate=_attack_minus_control, effects=(0.01, 0.09), effect_unit="attack − control pooled AUROC"))
+    simulate=_attack_minus_control, effects=(0.01, 0.09), effect_unit="attack − control pooled AUROC",
+    n_power=100))
 
 
 # -- federated_mia: an attack AUROC's subjects+seeds interval and its p-value vs chance ---------------------------
@@ -441,7 +442,7 @@ register(CalibrationCase(
                "subject and a trial effect and subject-level membership slopes of mean 0; the pooled AUROC's "
                "truth is 0.5. One attacked round per seed (the stage averages 20 rounds' replicates)",
     simulate=_mia, effects=(0.03, 0.1), effect_unit="pooled attack AUROC − 0.5",
-    n_null=600, n_power=150,
+    n_null=600, n_power=100,
     why_fewer="an LR attacker fit and 2,000 client-bootstrap replicates per seed and the report's pandas summary: "
               "~0.2–0.3 s per data set on one core (600 null data sets ≈ 2–3 min)",
     sided="one-sided (the claim is 'the attack leaks': AUROC above chance; report.py tests score − chance ≤ 0)"))
@@ -602,8 +603,8 @@ LIRA_NULL = ("eegmmidb-shaped LiRA pool (subjects, trials per subject, the stage
              "80/20 split per subject): per (target, trial) scores with a subject and a trial effect shared across "
              "targets")
 LIRA_SLOPES = ", and subject-level membership slopes of mean 0"
-LIRA_FEWER = ("pooled_rows' two-way bootstrap recomputes a pooled AUROC over 7,200 scores per resample (500 "
-              "resamples, ~1.5 s per data set on one core)")
+LIRA_FEWER = ("interval only (no test, so no size to decide): 500 data sets put the coverage within about ±0.02 "
+              "(Wilson); 0.09 s per data set")
 
 register(CalibrationCase(
     name="study_b.lira_auroc", cohort=COHORT,
@@ -612,7 +613,7 @@ register(CalibrationCase(
     used_in=(LIRA_REPORT + ": pooled AUROC",),
     null_model=LIRA_NULL + LIRA_SLOPES + "; the pooled AUROC's truth is 0.5",
     simulate=_lira_auroc, effects=(0.4,), effect_unit="pooled AUROC − 0.5 (0.4: the cohort's LiRA, 0.9)",
-    n_null=200, n_power=50, why_fewer=LIRA_FEWER))
+    n_null=500, n_power=100, why_fewer=LIRA_FEWER))
 
 register(CalibrationCase(
     name="study_b.lira_tail", cohort=COHORT,
@@ -622,7 +623,7 @@ register(CalibrationCase(
     null_model=LIRA_NULL + ", membership without signal (no slopes: mean-zero slopes widen the members' scores, "
                "so TPR > FPR in the tail although the AUROC is 0.5); the TPR's truth is the FPR",
     simulate=_lira_tail, effects=(0.4,), effect_unit="pooled AUROC − 0.5 (TPR truth: the population TPR)",
-    n_null=200, n_power=50, why_fewer=LIRA_FEWER))
+    n_null=500, n_power=100, why_fewer=LIRA_FEWER))
 
 register(CalibrationCase(
     name="study_b.lira_tail_below_rule", cohort=COHORT,
@@ -631,7 +632,7 @@ register(CalibrationCase(
          "the rule guards against",
     used_in=(LIRA_REPORT + ": the 'not resolvable' TPR cells (the rule's reason)",),
     null_model=LIRA_NULL + ", membership without signal; the TPR's truth is the FPR",
-    simulate=_lira_tail_below_rule, effects=(), n_null=200, n_power=0, why_fewer=LIRA_FEWER))
+    simulate=_lira_tail_below_rule, effects=(), n_null=500, n_power=0, why_fewer=LIRA_FEWER))
 
 
 def _lira_minus_control(seed: int, effect: float, size: str, own: float | None = None) -> Trial:
@@ -663,9 +664,7 @@ register(CalibrationCase(
     null_model=LIRA_NULL + LIRA_SLOPES + ", both arms at the cohort's median pooled control AUROC and exchangeable "
                "(a shared and an own slope each); the difference's truth is 0",
     simulate=_lira_minus_control, effects=(0.0025, 0.01), effect_unit="LiRA − control pooled AUROC",
-    n_null=150, n_power=50,
-    why_fewer="paired_difference computes two pooled AUROCs over 7,200 scores per resample (500 resamples, "
-              "~3 s per data set on one core)"))
+    n_null=2000, n_power=100))
 
 
 # -- federated_transfer: joined − held out ----------------------------------------------------------------------
@@ -725,6 +724,6 @@ register(CalibrationCase(
                "seed's split): per-trial probit correctness with a subject and a trial effect shared by the arms, "
                "the arms' subject-level slopes exchangeable, the cohort's mean held-out accuracy; truth 0",
     simulate=_transfer, effects=(0.03, 0.1), effect_unit="joined − held-out accuracy",
-    n_null=1000, n_power=200,
+    n_null=1000, n_power=100,
     sided="one-sided (the report asks whether joining adds accuracy; transfer.COMPARISONS are one-sided by "
           "design)"))

@@ -359,6 +359,4 @@ register(CalibrationCase(
     simulate=_attribute, effects=(0.3,), effect_unit="attribute share of the embedding's first dimensions",
     sided="one-sided (L_A subtracts the larger of two controls, so it lies below 0 on a null by construction; "
           "only above 0 answers the claim)",
-    n_null=400, n_power=100,
-    why_fewer="three ridge fits per fold (real, Gaussian, permuted) and a 1,000-resample subject bootstrap per data "
-              "set (~0.4 s on one core); 400 data sets resolve a size of 0.08 from 0.05"))
+    n_null=1000, n_power=100))

@@ -55,6 +55,7 @@ from eegprivacy.evaluation.cluster_bootstrap import (
     bootstrap_p_value,
     combine_seeds,
     fixed_sequence_horizon,
+    on_resamples,
     p_value_mc_error,
     percentile_interval,
     seed_indices,
@@ -266,7 +267,8 @@ def per_seed_replicates(folder: str | Path, cells: list[Cell], values: str, metr
     point = float(np.mean([metric_fn(v, lab) for v, lab in zip(per_patient, labels)]))
     resamples = [bootstrap_indices(lab, idx.shape[0], seed=1 + int(seed)) if own_labels else idx
                  for seed, lab in zip(seeds, labels)]
-    return point, np.stack([metric_fn(v[i], lab[i]) for v, lab, i in zip(per_patient, labels, resamples)]), seeds
+    replicates = [on_resamples(metric_fn, v, lab, i) for v, lab, i in zip(per_patient, labels, resamples)]
+    return point, np.stack(replicates), seeds
 
 
 def utility_plan(table: PatientTable, release_config: DPReleaseConfig, config: DPUtilityConfig, label: str, *,
