@@ -44,26 +44,19 @@ _PAIR_LIMIT = 3000
 
 def auroc_on_resamples(values: np.ndarray, labels: np.ndarray, idx: np.ndarray) -> np.ndarray:
     """``auroc_along(values[idx], labels[idx])`` for (B, n) resample indices ``idx``, the same numbers from each
-    resample's patient counts: one (n × n) pair matrix and a matrix product
-    (as :func:`~eegprivacy.evaluation.client_bootstrap.auroc_replicates` computes it over clients, here every
-    patient its own) instead of a sort of every resample. Both count ties one half and sum halves exactly, so they
-    agree to the last bit (``tests/test_resample_replicates.py``)."""
+    resample's patient counts (:func:`~eegprivacy.evaluation.client_bootstrap.auroc_replicates`, every patient its
+    own client: one pair matrix and a matrix product) instead of a sort of every resample. Both count ties one half
+    and sum halves exactly, so they agree to the last bit (``tests/test_resample_replicates.py``)."""
+    from eegprivacy.evaluation.client_bootstrap import auroc_replicates
+
     values = np.asarray(values, dtype=float).ravel()
-    positive = np.asarray(labels).astype(int).ravel() == 1
     idx = np.atleast_2d(np.asarray(idx, dtype=int))
     n = values.size
     if n > _PAIR_LIMIT:  # the (n × n) pair matrix would not pay: sort every resample
-        return auroc_along(values[idx], positive[idx].astype(int))
+        return auroc_along(values[idx], np.asarray(labels).ravel()[idx])
     offsets = (np.arange(idx.shape[0]) * n)[:, None]
     counts = np.bincount((idx + offsets).ravel(), minlength=idx.shape[0] * n).reshape(idx.shape[0], n)
-    counts = counts.astype(float)
-    # pair[a, b]: patient a positive, b negative, a scored above b (one half on a tie)
-    pair = (positive[:, None] & ~positive[None, :]) * ((values[:, None] > values[None, :])
-                                                       + 0.5 * (values[:, None] == values[None, :]))
-    wins = ((counts @ pair) * counts).sum(axis=1)
-    total = (counts @ positive.astype(float)) * (counts @ (~positive).astype(float))
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(total > 0, wins / np.where(total > 0, total, 1.0), np.nan)
+    return auroc_replicates(values, labels, np.arange(n), counts)
 
 
 #: Metrics with a faster exact form on resample indices (:func:`on_resamples`).
