@@ -170,6 +170,11 @@ class DPEndToEndConfig(Config):
     release_noise: str = param(RELEASE_NOISES, doc="noise of the projected releases (and the reference row)")
     total_epsilons: list = param(EPSILONS, doc="ε per patient of the whole pipeline")
     noise_seeds: int = param(count(2, "seeds"), doc="noise (and MLP) seeds per (design, ε); at least 2")
+    reference_seeds: int = param(count(2, "seeds"), doc="MLP seeds of the no-DP baseline and each noise-free arm")
+    mc_error_fraction: float = param(FRACTION_OPEN, doc="seed rule: a difference's Monte-Carlo error over the "
+                                                        "seeds at most this share of its interval's half-width")
+    kfold_splits: int = param(count(2, "folds"), doc="stratified k-fold beside LOSO (each seed its own split)")
+    power: float = param(FRACTION_OPEN, doc="power at which the minimum detectable effect is given")
     pca_components: int = param(count(1), doc="k of public_pca")
     pls_components: int = param(count(1), doc="k of public_pls")
     dp_pca_components: int = param(count(1), doc="k of dp_pca")
@@ -178,6 +183,21 @@ class DPEndToEndConfig(Config):
     synthesis_bins: int = param(count(3), doc="bins per dimension (public quantiles)")
     synthesis_pairs: str = param(options(("label", "all")), doc="marginals measured: label pairs, or all pairs")
     component_sweep: ComponentSweep = param(doc="utility against k")
+    n_jobs: int = param(PROCESSES, default=1, doc="processes over the cells (results do not depend on it)")
+
+
+@dataclass(frozen=True)
+class DPSampleSizeConfig(Config):
+    """``dp_sample_size`` (SYNTHETIC): the end-to-end designs on calibrated synthetic cohorts of growing size."""
+
+    datasets: list = param(TEXTS, doc="the real cohort each synthetic cohort is calibrated to (one per invocation)")
+    designs: list = param(subset_of(END_TO_END_NAMES, "end-to-end release designs"),
+                          doc="designs swept (their k, noise and ε split are dp_end_to_end's)")
+    n_patients: list = param(counts(8, "private patients"), doc="synthetic private cohort sizes")
+    total_epsilons: list = param(EPSILONS, doc="ε per patient of the whole pipeline")
+    seeds: int = param(count(2, "seeds"), doc="synthetic cohorts (each with its noise and MLP seed) per cell")
+    horizon_targets: list = param(EPSILONS, doc="ε for the 'patients needed for a horizon ≤ ε' table")
+    calibration_draws: int = param(count(2, "draws"), doc="synthetic cohorts per step of the effect-scale bisection")
     n_jobs: int = param(PROCESSES, default=1, doc="processes over the cells (results do not depend on it)")
 
 
