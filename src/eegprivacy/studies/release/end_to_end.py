@@ -507,8 +507,9 @@ def summarise(plan: list, folder: str | Path, y: np.ndarray, *, n_resamples: int
             if not all(values in p for p in preds.values()):
                 continue  # predictions kept without a k-fold reading (e.g. the calibration's simulated scores)
             point, per_seed, seeds = per_seed_replicates(folder, cells, values, auroc_along, y, idx, preds=preds)
-            if not seeds:
-                continue
+            if len(seeds) != len(cells):  # a number from a subset of the seeds run is refused, not printed
+                raise RuntimeError(f"{key}: {len(cells) - len(seeds)} of {len(cells)} seeds have no finite "
+                                   f"{values}; delete the cell cache and rerun")
             each = np.array([float(auroc_along(preds[seed][values], y)) for seed in seeds])
             stats[(protocol, *key)] = (point, per_seed, seeds, each)
             reps = combine_seeds(per_seed, seed_indices(len(seeds), n_resamples, seed=_SEED_STREAMS["arm"]))
