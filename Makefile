@@ -54,7 +54,9 @@ CELL_CACHES := data/sweeps data/embedding_audit $(wildcard data/optuna/*.db)
 
 # PROFILE=default (the README's `make reproduce`: the headline cohorts of params/profile.yaml — study A on MSU + the
 # synthetic sanity check, study B on eegmmidb, study C's three cohorts) or full (paper scale: eegmat's study A and B
-# arms and study B's synthetic cohort added, 20 noise seeds and an inner LOSO in study A, 5 seeds and every round
+# arms and study B's synthetic cohort added, 20 noise seeds and an inner LOSO in study A (and in its end-to-end
+# table 40 seeds at every ε, the paper's row at every ε and the k sweep; all five designs in the sample-size sweep),
+# 5 seeds and every round
 # attacked on every study B cohort, the published encoders in study C, 80 / 120 Optuna trials; several hours).
 # `full` runs as a DVC experiment that writes these values into params/ (`git checkout params/` returns to default).
 PROFILE ?= default
@@ -70,6 +72,11 @@ FULL_PROFILE := \
 	-S 'params/dp_release.yaml:dp_utility.mechanisms=[gaussian_analytic,gaussian_classic,laplace_implemented,laplace_formal]' \
 	-S 'params/table_attacks.yaml:table_attacks.noise_seeds=20' \
 	-S 'params/dp_scaling.yaml:dp_scaling.noise_seeds=20' \
+	-S 'params/dp_end_to_end.yaml:dp_end_to_end.noise_seeds_high=40' \
+	-S 'params/dp_end_to_end.yaml:dp_end_to_end.design_epsilons={}' \
+	-S 'params/dp_end_to_end.yaml:dp_end_to_end.component_sweep.enabled=true' \
+	-S 'params/dp_sample_size.yaml:dp_sample_size.designs=[paper_public_scaling,public_pca,public_pls,dp_pca,marginal_synthesis]' \
+	-S 'params/dp_sample_size.yaml:dp_sample_size.seeds=20' \
 	-S 'params/deployment.yaml:deployment.noise_seeds=10' \
 	-S 'params/federated_mia.yaml:federated_mia.models=[simplenet,eegnet]' \
 	-S 'params/federated_mia.yaml:federated_mia.per_dataset={}' \

@@ -40,7 +40,8 @@ from eegprivacy.studies.release.table import PatientTable
 
 def _config(**overrides) -> DPEndToEndConfig:
     values = dict(datasets=["synthetic_planted"], mechanisms=["paper_public_scaling", "public_pls"],
-                  release_noise="gaussian_analytic", total_epsilons=[5.0], noise_seeds=2, reference_seeds=2,
+                  release_noise="gaussian_analytic", total_epsilons=[5.0], noise_seeds=2, noise_seeds_high=2,
+                  reference_seeds=2,
                   mc_error_fraction=0.25, kfold_splits=3, power=0.8, pca_components=2,
                   pls_components=1, dp_pca_components=2, dp_pca_fraction=0.5, synthesis_components=1,
                   synthesis_bins=4, synthesis_pairs="label",
@@ -301,8 +302,11 @@ def test_the_committed_summary_reports_every_seed_the_params_run():
     headline = summary[summary.mechanism.isin(k.index) & (summary.n_components == summary.mechanism.map(k))]
     noisy = headline[headline.arm.isin(["release", "matched_null", "release_minus_null"])]
     assert set(noisy.mechanism) == set(params["mechanisms"])
-    assert (noisy.n_seeds == params["noise_seeds"]).all()
-    assert set(noisy.epsilon) == {float(e) for e in params["total_epsilons"]}
+    config = DPEndToEndConfig.load(root / "params/dp_end_to_end.yaml", "dp_end_to_end")
+    assert (noisy.n_seeds == noisy.epsilon.map(config.seeds_at)).all()
+    assert (noisy[noisy.epsilon <= 10].n_seeds >= 40).all()  # the minimum at ε ≤ 10
+    for design, part in noisy.groupby("mechanism"):
+        assert set(part.epsilon) == set(config.epsilons_of(design))
     reference = summary[summary.arm.isin(["baseline", "noise_free"])]
     assert (reference.n_seeds == params["reference_seeds"]).all()
     tested = noisy[(noisy.arm == "release_minus_null") & (noisy.protocol == "threshold_free")]

@@ -620,7 +620,23 @@ def caption_b(rows: pd.DataFrame) -> str:
             "without p_Holm are untested.*")
 
 
-def render(study: str, rows: pd.DataFrame, uri: str, figure: str | None, lead: list[str] | None = None) -> str:
+def privacy_statement(study: str, runs: pd.DataFrame) -> str:
+    """Study A's statement of what its ε means, from the runs' own params: δ, the neighbouring relation, how the
+    noise is sampled and which patients are public (issue 47: every table says so)."""
+    column = "params.dp_release.delta"
+    if study != "a" or runs.empty or column not in runs:
+        return ""
+    deltas = ", ".join(sorted({f"{float(v):g}" for v in runs[column].dropna()}))
+    return (f"ε is per patient at δ = {deltas} (`dp_release.delta`: the Gaussian mechanisms' δ; the Laplace ones "
+            "are pure ε), for neighbouring cohorts that differ in one patient's record replaced (replace-one). Noise "
+            "is drawn in floating point from seeded numpy generators (idealised sampling: right for measuring a "
+            "release, not for releasing real data, where `Mechanism.privatise(..., sampler='opendp')` draws with "
+            "OpenDP's exact samplers). No patient is public in these tables: the robust scaling is fitted on the "
+            "released patients themselves, outside ε (each horizon says what its ε covers).")
+
+
+def render(study: str, rows: pd.DataFrame, uri: str, figure: str | None, lead: list[str] | None = None,
+           statement: str = "") -> str:
     """The report's Markdown: provenance, the lead section (study A: the end-to-end private releases,
     :mod:`eegprivacy.reporting.end_to_end`), figure, headline table, the cited runs and the dataset versions."""
     end_to_end = any(str(line).startswith("## End-to-end") for line in lead or [])
@@ -642,6 +658,8 @@ def render(study: str, rows: pd.DataFrame, uri: str, figure: str | None, lead: l
     if lead:
         lines += [f"## The paper's {'mechanisms' if study == 'a' else 'tables'} (`{HEADLINE_STAGE[study]}`)", ""]
     lines += [INTRO[study], ""]
+    if statement:
+        lines += [statement, ""]
     if figure:
         lines += [f"![{TITLES[study]}]({figure})", ""]
     if caption(study, rows):
@@ -678,7 +696,7 @@ def write_report(study: str, out_dir: str | Path, uri: str | None = None) -> tup
             fig.savefig(tmp, dpi=120)
     lead = (end_to_end_lead(study, rows, uri, out_dir) + control_lead(study, uri, out_dir) + claims_lead(study, runs)
             + calibration_lead(study, uri))
-    text = render(study, rows, uri, None if rows.empty else png.name, lead)
+    text = render(study, rows, uri, None if rows.empty else png.name, lead, privacy_statement(study, runs))
     report = write_text_atomic(out_dir / f"study-{study}.md", text)
     return report, not rows.empty
 

@@ -532,6 +532,7 @@ def end_to_end_trial(seed: int, effect: float, size: str) -> Trial:
     shape = end_to_end_shape()
     designs, epsilons, _ = _family_grid(shape, size)
     epsilons, grid = deciding_grid(designs, epsilons, effect)
+    grid = [cell for cell in grid if cell in shape.cells]  # a design may run a subset of the ε (design_epsilons)
     dims = _dims(shape, size, family=True)
     rng = np.random.default_rng(seed)
     y = _labels(dims.n, dims.n_positive)

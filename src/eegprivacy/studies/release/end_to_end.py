@@ -358,9 +358,11 @@ def end_to_end_cell(config: dict, seed: int, X: np.ndarray, y: np.ndarray, X_pub
 # ---------------------------------------------------------------------------------------------------------------
 # The plan
 # ---------------------------------------------------------------------------------------------------------------
-def design_cells(config: DPEndToEndConfig, design: str, *, k: int, epsilons, seeds: int, base: dict,
+def design_cells(config: DPEndToEndConfig, design: str, *, k: int, epsilons, seeds, base: dict,
                  delta: float, clip_norm: float, headline: bool) -> list[Cell]:
-    """Release and matched-null cells of one design at one k over ``epsilons`` and ``seeds``."""
+    """Release and matched-null cells of one design at one k over ``epsilons``; ``seeds`` a count, or a
+    function of ε (the headline's :meth:`~DPEndToEndConfig.seeds_at`)."""
+    seeds_of = seeds if callable(seeds) else (lambda _epsilon: seeds)
     cells = []
     extra = {"synthesis_bins": config.synthesis_bins, "synthesis_pairs": config.synthesis_pairs} \
         if design == "marginal_synthesis" else {}
@@ -372,7 +374,7 @@ def design_cells(config: DPEndToEndConfig, design: str, *, k: int, epsilons, see
         own["composed_epsilon_exact"] = exact_total(design, own, clip_norm=clip_norm,
                                                     release_noise=config.release_noise, k=int(k))
         cells += [Cell({**cell.config, "arm": arm, "headline": headline}, cell.seed)
-                  for cell in expand_grid({"epsilon": [float(total)]}, range(seeds), own) for arm in
+                  for cell in expand_grid({"epsilon": [float(total)]}, range(seeds_of(total)), own) for arm in
                   ("release", "matched_null")]
     return cells
 
@@ -391,7 +393,8 @@ def end_to_end_plan(table: PatientTable, config: DPEndToEndConfig, release: DPRe
     plan = [(sweep_runner(table, STAGE, "none", mechanism="none", **sweep),
              expand_grid({"epsilon": [math.inf]}, range(config.reference_seeds), reference))]
     swept = config.component_sweep
-    for design in dict.fromkeys([*config.mechanisms, *swept.mechanisms]):
+    swept_designs = swept.mechanisms if swept.enabled else []
+    for design in dict.fromkeys([*config.mechanisms, *swept_designs]):
         k = components_of(config, design)
         cells: list[Cell] = []
         if design in config.mechanisms:
@@ -399,9 +402,9 @@ def end_to_end_plan(table: PatientTable, config: DPEndToEndConfig, release: DPRe
                 cells += expand_grid({"epsilon": [math.inf]}, range(config.reference_seeds),
                                      {**base, "arm": "noise_free", "mechanism": design, "n_components": k,
                                       "delta": 0.0, "headline": True})
-            cells += design_cells(config, design, k=k, epsilons=config.total_epsilons, seeds=config.noise_seeds,
+            cells += design_cells(config, design, k=k, epsilons=config.epsilons_of(design), seeds=config.seeds_at,
                                   base=base, delta=delta, clip_norm=clip_norm, headline=True)
-        if design in swept.mechanisms:
+        if design in swept_designs:
             seen = {(c.config["epsilon"], c.config["n_components"], c.config["arm"], c.seed) for c in cells}
             for k_swept in swept.n_components:
                 cells += [c for c in design_cells(config, design, k=k_swept, epsilons=swept.total_epsilons,
@@ -630,7 +633,8 @@ def log_summary(table: PatientTable, summary: pd.DataFrame, config: DPEndToEndCo
         n_public = summary["n_public"].iloc[0] if "n_public" in summary else math.nan
         design_tags = {"n_private_patients": str(len(table.y)),
                        "n_public_patients": "unknown" if pd.isna(n_public) else str(int(n_public)),
-                       "noise_seeds": str(config.noise_seeds), "kfold_splits": str(config.kfold_splits)}
+                       "noise_seeds": f"{config.noise_seeds} at ε ≤ {config.high_epsilon:g}, {config.noise_seeds_high} "
+                                      "above", "kfold_splits": str(config.kfold_splits)}
         for name in ("delta", "clip_norm"):
             if name in summary and summary[name].notna().any():
                 design_tags[name] = f"{float(summary[name].dropna().iloc[0]):g}"

@@ -51,6 +51,7 @@ from scipy.stats import t as student_t
 from eegprivacy.data.feature_generator import FeatureTableGenerator, marginal_comparison, standardized_effect_sizes
 from eegprivacy.evaluation.cluster_bootstrap import auroc_along
 from eegprivacy.evaluation.loso import stratified_kfold_proba
+from eegprivacy.pipeline.stages import code_hash
 from eegprivacy.pipeline.sweep import Cell, PrefetchedCells
 from eegprivacy.studies.release.end_to_end import (
     DESIGNS,
@@ -159,7 +160,7 @@ def sample_size_plan(table: PatientTable, config: DPSampleSizeConfig, designs: D
     null per (n, seed) (module docstring), the noise-free arm per (n, seed). ``designs`` is dp_end_to_end's
     config: each design's k, noise, ε split and the k-fold count come from it, so both stages release alike."""
     base = {**table.base_config, "n_public": n_public, "clip_norm": clip_norm, "kfold_splits": designs.kfold_splits,
-            "effect_scale": float(effect_scale)}
+            "effect_scale": float(effect_scale), "code_hash": code_hash(STAGE)}
     sweep = dict(cells_dir=cells_dir, params=params, progress=progress, model="mlp")
     seeds = range(config.seeds)
     plan = [(sweep_runner(table, STAGE, "none", mechanism="none", **sweep),
