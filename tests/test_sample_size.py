@@ -70,9 +70,9 @@ def test_power_mde_and_patients_needed_follow_the_anchor():
     rows = []
     for n in (50, 200, 800):
         for seed in range(4):
-            rows.append({"arm": "matched_null", "mechanism": "public_pls", "n_private": n, "epsilon": 10.0,
-                         "seed": seed, "value": 0.5})
             for eps in (5.0, 10.0):
+                rows.append({"arm": "matched_null", "mechanism": "public_pls", "n_private": n, "epsilon": eps,
+                             "seed": seed, "value": 0.5})
                 rows.append({"arm": "release", "mechanism": "public_pls", "n_private": n, "epsilon": eps,
                              "seed": seed, "value": 0.6 + 0.01 * (seed - 1.5)})
     anchor = pd.DataFrame({"mechanism": ["public_pls"] * 2, "epsilon": [5.0, 10.0], "mde": [0.2, 0.2]})

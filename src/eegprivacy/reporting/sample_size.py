@@ -111,6 +111,22 @@ def calibration_table(run: pd.Series, rows: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
+def learning_lines(rows: pd.DataFrame) -> list[str]:
+    """The synthetic cohorts' no-DP and noise-free k-fold AUROC against n (what the answer assumes about learning:
+    the generator's classes separate more with more patients; a real cohort's curve may flatten lower)."""
+    if rows.empty:
+        return []
+    parts = []
+    for (arm, mechanism), part in rows[rows.arm.isin(["baseline", "noise_free"])].groupby(["arm", "mechanism"],
+                                                                                          sort=False):
+        name = "no-DP" if arm == "baseline" else f"noise-free {LABELS.get(mechanism, mechanism)}"
+        curve = ", ".join(f"{int(r.n)}: {r.value:.3f}" for r in part.sort_values("n").itertuples())
+        parts.append(f"{name} — {curve}")
+    return ["SYNTHETIC cohorts' k-fold AUROC against n (mean over cohorts): " + "; ".join(parts) + ". The "
+            "generator's classes separate more with every added patient; a real cohort's curve may flatten lower, "
+            "which would make the patients needed above an underestimate.", ""]
+
+
 def lead_lines(runs: pd.DataFrame) -> list[str]:
     """The sample-size section of study A's report (after the end-to-end lead)."""
     if runs.empty:
@@ -139,6 +155,7 @@ def lead_lines(runs: pd.DataFrame) -> list[str]:
                   needed_table(run).to_markdown(index=False, disable_numparse=True), "",
                   "Horizon ε per patient against n:", "",
                   horizon_table(run).to_markdown(index=False, disable_numparse=True), "",
+                  *learning_lines(rows),
                   "The generator against the real cohort (a check: only the first row was fitted). Marginals: "
                   f"per-feature two-sample KS statistic against the real table, median {metric('ks_median'):.3f}, "
                   f"largest {metric('ks_max'):.3f} (2,000 synthetic patients); per-feature effect sizes (Cohen's d): "

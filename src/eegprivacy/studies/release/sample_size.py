@@ -23,10 +23,10 @@ effect sizes.
 **A cell** is one (design, n, ε, seed): a fresh synthetic cohort of n patients (drawn from ``seed`` and n only, so
 every design and ε at one (n, seed) sees the same patients), its release, scored by the study's MLP under a
 stratified ``kfold_splits``-fold split (LOSO at 896 patients would cost 896 fits a cell; stratified folds also keep
-a no-signal table at AUROC ≈ 0.5). The matched null is the design on the zero table: a projected zero table is
-pure noise, and the MLP standardises its inputs, so its scores do not depend on the noise scale; one null per
-(design, n, seed) serves every ε (same draw, same predictions: the matched null of each ε). The synthesiser's
-null is not scale-free (its noisy marginals shape the synthetic table), so it has one per ε.
+a no-signal table at AUROC ≈ 0.5). Each release has its matched null, the same design and noise draw on the zero
+table: paired by draw, as ``dp_end_to_end`` pairs them, so that the difference the summary averages has the
+spread of the test whose standard error it borrows (an unpaired null, one draw for every ε, doubles the variance
+of a small-ε difference and makes its mean over ten cohorts noise).
 
 **The answer** (:func:`summarise`): per (design, n, ε) the expected release − null AUROC difference (mean over
 seeds, each seed an independent cohort, noise draw and MLP; 95 % t-interval over seeds) and the power the
@@ -177,12 +177,9 @@ def sample_size_plan(table: PatientTable, config: DPSampleSizeConfig, designs: D
             for s in seeds:
                 if DESIGNS[design].evaluation == "loso":
                     cells.append(Cell({**own, "arm": "noise_free", "n_private": int(n), "epsilon": math.inf}, s))
-                # a projected zero table's scores do not depend on ε (module docstring): one null serves every ε;
-                # a synthesiser's do (its noisy marginals shape the synthetic table): one null per ε
-                null_eps = (config.total_epsilons if DESIGNS[design].evaluation == "tstr"
-                            else [max(config.total_epsilons)])
+                # each release's matched null: the same design and noise draw on the zero table (paired by draw)
                 cells += [Cell({**own, **extra, "arm": "matched_null", "n_private": int(n), "epsilon": float(e),
-                                **budget(design, e, delta, designs)}, s) for e in null_eps]
+                                **budget(design, e, delta, designs)}, s) for e in config.total_epsilons]
                 cells += [Cell({**own, **extra, "arm": "release", "n_private": int(n), "epsilon": float(e),
                                 **budget(design, e, delta, designs)}, s) for e in config.total_epsilons]
         plan.append((sweep_runner(table, STAGE, design, mechanism=design, **sweep), cells))
@@ -234,17 +231,15 @@ def summarise(rows: pd.DataFrame, anchor: pd.DataFrame, *, n_anchor: int, alpha:
             low, high = _t_interval(cell.value.to_numpy(), confidence)
             out.append({"arm": arm, "mechanism": mechanism, "n_private": int(n), "epsilon": math.inf,
                         "value": float(cell.value.mean()), "ci_low": low, "ci_high": high, "n_seeds": len(cell)})
-    null_rows = rows[rows.arm == "matched_null"]
-    nulls = {(r.mechanism, int(r.n_private), int(r.seed), float(r.epsilon)): r.value for r in null_rows.itertuples()}
-    shared = {(m, n, s): v for (m, n, s, _), v in nulls.items()}  # a design with one ε-free null per (n, seed)
+    nulls = {(r.mechanism, int(r.n_private), int(r.seed), float(r.epsilon)): r.value
+             for r in rows[rows.arm == "matched_null"].itertuples()}
     releases = rows[rows.arm == "release"]
     mde_msu = anchor.set_index(["mechanism", "epsilon"])["mde"]
     for design, by_design in releases.groupby("mechanism", sort=False):
         for n, by_n in by_design.groupby("n_private"):
             epsilons, powers = [], []
             for epsilon, cell in by_n.groupby("epsilon"):
-                null = np.array([nulls.get((design, int(n), int(s), float(epsilon)), shared[(design, int(n), int(s))])
-                                 for s in cell.seed])
+                null = np.array([nulls[(design, int(n), int(s), float(epsilon))] for s in cell.seed])
                 diff = cell.value.to_numpy() - null
                 low, high = _t_interval(diff, confidence)
                 mde = float(mde_msu.get((design, float(epsilon)), math.nan)) * math.sqrt(n_anchor / int(n))
