@@ -54,7 +54,9 @@ CELL_CACHES := data/sweeps data/embedding_audit $(wildcard data/optuna/*.db)
 
 # PROFILE=default (the README's `make reproduce`: the headline cohorts of params/profile.yaml — study A on MSU + the
 # synthetic sanity check, study B on eegmmidb, study C's three cohorts) or full (paper scale: eegmat's study A and B
-# arms and study B's synthetic cohort added, 20 noise seeds and an inner LOSO in study A, 5 seeds and every round
+# arms and study B's synthetic cohort added, 20 noise seeds and an inner LOSO in study A (and in its end-to-end
+# table 40 seeds at every ε, the paper's row at every ε and the k sweep; all five designs in the sample-size sweep),
+# 5 seeds and every round
 # attacked on every study B cohort, the published encoders in study C, 80 / 120 Optuna trials; several hours).
 # `full` runs as a DVC experiment that writes these values into params/ (`git checkout params/` returns to default).
 PROFILE ?= default
@@ -70,6 +72,11 @@ FULL_PROFILE := \
 	-S 'params/dp_release.yaml:dp_utility.mechanisms=[gaussian_analytic,gaussian_classic,laplace_implemented,laplace_formal]' \
 	-S 'params/table_attacks.yaml:table_attacks.noise_seeds=20' \
 	-S 'params/dp_scaling.yaml:dp_scaling.noise_seeds=20' \
+	-S 'params/dp_end_to_end.yaml:dp_end_to_end.noise_seeds_high=40' \
+	-S 'params/dp_end_to_end.yaml:dp_end_to_end.design_epsilons={}' \
+	-S 'params/dp_end_to_end.yaml:dp_end_to_end.component_sweep.enabled=true' \
+	-S 'params/dp_sample_size.yaml:dp_sample_size.designs=[paper_public_scaling,public_pca,public_pls,dp_pca,marginal_synthesis]' \
+	-S 'params/dp_sample_size.yaml:dp_sample_size.seeds=20' \
 	-S 'params/deployment.yaml:deployment.noise_seeds=10' \
 	-S 'params/federated_mia.yaml:federated_mia.models=[simplenet,eegnet]' \
 	-S 'params/federated_mia.yaml:federated_mia.per_dataset={}' \
@@ -86,7 +93,8 @@ else
   $(error PROFILE must be default or full, not "$(PROFILE)")
 endif
 
-reproduce: $(STAMP)  ## run the DVC pipeline (real public data) on the default profile; PROFILE=full: paper scale
+# The reports are written last, from the store the run just wrote: every run they cite is in it (issue 47).
+reproduce: $(STAMP)  ## the DVC pipeline (real public data), then the reports; PROFILE=full: paper scale
 	@if [ -z "$$EEGPRIVACY_LINKAGE_KEY$$EEGPRIVACY_LINKAGE_KEY_FILE" ] && [ ! -s $(LINKAGE_KEY_FILE) ]; then \
 		mkdir -p $(dir $(LINKAGE_KEY_FILE)) && chmod 700 $(dir $(LINKAGE_KEY_FILE)) && \
 		(umask 077; $(BIN)/python -c "import secrets; print(secrets.token_hex(32))" > $(LINKAGE_KEY_FILE)) && \
@@ -107,6 +115,7 @@ reproduce: $(STAMP)  ## run the DVC pipeline (real public data) on the default p
 			$(BIN)/dvc repro --force --single-item $$missing; rc=$$?; \
 		fi; \
 	fi; \
+	if [ $$rc -eq 0 ]; then eegprivacy report; rc=$$?; fi; \
 	$(BIN)/python benchmarks/reproduce_times.py record --start $$start --end $$(date +%s.%N) --rc $$rc \
 		--stage-log $(STAGE_LOG) --out $(REPRODUCE_WALL) --profile $(PROFILE) --cached-files $$cached || true; \
 	exit $$rc

@@ -40,7 +40,8 @@ def run(args) -> int:
     out = args.out or f"metrics/dp_end_to_end_{args.dataset}.csv"
     write_rows(frames, out, args.stage.tolerance)
     summary = summarise(plan, predictions_dir(args.cells, args.dataset), cohorts.private.y,
-                        n_resamples=utility.bootstrap, confidence=utility.confidence, headline=config.mechanisms)
+                        n_resamples=utility.bootstrap, confidence=utility.confidence, headline=config.mechanisms,
+                        power=config.power, mc_error_fraction=config.mc_error_fraction)
     summary = summary.assign(dataset=args.dataset, dataset_version=full.dataset_version, synthetic=full.synthetic,
                              n_public=len(cohorts.y_public), n_features=int(full.X.shape[1]), eps_unit="subject",
                              delta=float(release.delta), clip_norm=float(release.clip_norm))

@@ -14,14 +14,16 @@ from eegprivacy.evaluation.calibration import CASES, CalibrationCase, calibrate
 from eegprivacy.studies.calibration import study_a
 
 NAMES = ("study_a.matched_null_difference", "study_a.matched_null_difference_ba", "study_a.horizon",
-         "study_a.end_to_end_horizon", "audit_cohort.verdict", "audit_cohort.reidentification",
-         "audit_cohort.membership")
+         "study_a.end_to_end_horizon", "study_a.end_to_end_mde", "audit_cohort.verdict",
+         "audit_cohort.reidentification", "audit_cohort.membership")
+ONE_SIDED = 6  # the first six: release − null is one-sided by design
 # Data sets per case in this file (null, per planted effect): the 200 / 50 for the release − null test (a
 # tiny data set is one cell's prediction files and its summary, ~12 ms); fewer for the rest, whose data sets cost
 # 15–50 ms (a whole table, or the audit's summary document), so the file stays near 20 s on one core. The cohort
 # size is measured by the calibration stage.
 COUNTS = {"study_a.matched_null_difference": (200, 50), "study_a.matched_null_difference_ba": (100, 30),
-          "study_a.horizon": (60, 20), "study_a.end_to_end_horizon": (60, 20), "audit_cohort.verdict": (25, 10),
+          "study_a.horizon": (60, 20), "study_a.end_to_end_horizon": (60, 20), "study_a.end_to_end_mde": (60, 20),
+          "audit_cohort.verdict": (25, 10),
           "audit_cohort.reidentification": (40, 15), "audit_cohort.membership": (30, 0)}
 
 
@@ -36,9 +38,9 @@ def test_every_case_is_registered_with_its_side_and_reason():
         case = CASES[name]
         assert case.used_in and case.test and case.null_model
         assert case.n_null >= 1000 or case.why_fewer
-    for name in NAMES[:5]:  # release − null is one-sided by design, and says why
+    for name in NAMES[:ONE_SIDED]:  # release − null is one-sided by design, and says why
         assert CASES[name].sided.startswith("one-sided (")
-    for name in NAMES[5:]:
+    for name in NAMES[ONE_SIDED:]:
         assert CASES[name].sided == "two-sided"
 
 

@@ -316,6 +316,20 @@ STAGES: tuple[Stage, ...] = (
                  "params/dp_scaling.yaml:dp_scaling.split_seed"),
           items=END_TO_END_DATASETS,
           flags=("dataset", "progress", "cells", "out", "features_dir"), tolerance=1e-9),
+    Stage("dp_sample_size", "Study A (SYNTHETIC): the end-to-end designs on synthetic private cohorts of 56 to 896 "
+          "patients calibrated to the real one: the ε horizon against n and the patients a private release needs.",
+          entry="experiments.dp_sample_size", section="dp_sample_size", params_file="params/dp_sample_size.yaml",
+          config="eegprivacy.studies.release.config:DPSampleSizeConfig",
+          code=(*RELEASE, f"{SRC}/data/feature_generator.py"), support=MACHINERY,
+          inputs=("data/features/{item}.parquet", "data/versions/{item}.json",
+                  "metrics/dp_end_to_end_summary_{item}.csv"),
+          outs=("metrics/dp_sample_size_{item}.csv", "metrics/dp_sample_size_summary_{item}.csv"),
+          reads=("params/dp_end_to_end.yaml:dp_end_to_end", "params/dp_release.yaml:dp_release.datasets",
+                 "params/dp_release.yaml:dp_release.clip_norm", "params/dp_release.yaml:dp_release.delta",
+                 "params/dp_release.yaml:dp_utility.confidence", "params/dp_scaling.yaml:dp_scaling.public_fraction",
+                 "params/dp_scaling.yaml:dp_scaling.split_seed"),
+          items=END_TO_END_DATASETS,
+          flags=("dataset", "progress", "cells", "out", "features_dir"), tolerance=1e-9),
     # ---- Study B: federated membership inference ------------------------------------------------------------
     Stage("federated_mia", "Study B: per-subject FedAvg (per-client CSP, SimpleNet/EEGNet) with per-step Laplace "
           "gradient DP, record/feature/gradient/client-level membership attacks every attacked round.",

@@ -103,6 +103,43 @@ def gaussian_sigma(epsilon: float, delta: float, sensitivity: float) -> float:
                                                       sensitivity=float(sensitivity)).variance(0.0))
 
 
+
+def gaussian_delta(epsilon: float, mu: float) -> float:
+    """δ(ε) of a Gaussian mechanism with μ = Δ2/σ: Φ(−ε/μ + μ/2) − e^ε Φ(−ε/μ − μ/2) (Balle & Wang 2018, Thm 8;
+    the μ-GDP curve of Dong, Roth & Su 2019). Exact, for every ε ≥ 0 at once."""
+    from scipy.stats import norm
+
+    return float(norm.cdf(-epsilon / mu + mu / 2.0) - math.exp(epsilon) * norm.cdf(-epsilon / mu - mu / 2.0))
+
+
+def gaussian_epsilon(mu: float, delta: float) -> float:
+    """The smallest ε at which a Gaussian mechanism with μ = Δ2/σ is (ε, δ)-DP (inverts :func:`gaussian_delta`).
+
+    Gaussian steps compose exactly in μ (μ² adds up: Dong, Roth & Su 2019, Cor. 3.3), so this is the tight ε of
+    any sequence of Gaussian mechanisms at one δ, where adding the parts' ε (basic composition) is loose."""
+    from scipy.optimize import brentq
+
+    if mu <= 0:
+        return 0.0
+    if gaussian_delta(0.0, mu) <= delta:
+        return 0.0
+    high = 1.0
+    while gaussian_delta(high, mu) > delta:
+        high *= 2.0
+    return float(brentq(lambda e: gaussian_delta(e, mu) - delta, 0.0, high, xtol=1e-12))
+
+
+def gaussian_mu(epsilon: float, delta: float) -> float:
+    """The largest μ = Δ2/σ of a Gaussian mechanism that is (ε, δ)-DP (the analytic Gaussian's calibration as a
+    closed-form curve; :func:`gaussian_sigma` is the same search in diffprivlib, rounded to the safe side)."""
+    from scipy.optimize import brentq
+
+    _check_epsilon(epsilon)
+    high = 1.0
+    while gaussian_delta(epsilon, high) < delta:
+        high *= 2.0
+    return float(brentq(lambda m: gaussian_delta(epsilon, m) - delta, 1e-9, high, xtol=1e-12))
+
 @dataclass(frozen=True)
 class Mechanism:
     """Base: privacy parameters only; subclasses say how they calibrate and what they sample."""

@@ -18,7 +18,11 @@ import pandas as pd
 
 STAGE = "dp_end_to_end"
 FILTER = f"tags.stage = '{STAGE}' and attributes.status = 'FINISHED'"
-_KEY = re.compile(r"metrics\.(?P<arm>[a-z_]+)/(?P<mechanism>[a-z_]+)/k_(?P<k>\d+)/eps_(?P<eps>[0-9.e+]+|inf)/auroc$")
+_KEY = re.compile(r"metrics\.(?P<arm>[a-z_]+)/(?P<mechanism>[a-z_]+)/k_(?P<k>\d+)/eps_(?P<eps>[0-9.e+]+|inf)/"
+                  r"(?P<metric>auroc|auroc_kfold)$")
+#: What each release − null metric of the summary run carries besides its value (studies.release.end_to_end).
+SUFFIXES = ("ci_low", "ci_high", "n_seeds", "p_value", "p_mc_error", "keeps_utility", "mc_error", "seed_spread",
+            "half_width", "se", "seeds_settle", "seeds_needed", "mde", "power_observed", "power_noise_free")
 LABELS = {"paper_public_scaling": "paper's mechanism, public scaling (all d features)",
           "public_pca": "public PCA projection", "public_pls": "public PLS projection",
           "dp_pca": "DP-PCA (Analyze-Gauss) projection", "marginal_synthesis": "DP synthetic patients (mbi)"}
@@ -40,19 +44,19 @@ def summary_runs(uri: str, experiment: str) -> pd.DataFrame:
     return runs.sort_values("start_time", ascending=False).drop_duplicates("tags.dataset").reset_index(drop=True)
 
 
-def tidy(run: pd.Series) -> pd.DataFrame:
-    """One summary run's metrics as rows: arm, mechanism, k, ε, value, ci_low, ci_high, p_value, p_mc_error."""
+def tidy(run: pd.Series, metric: str = "auroc") -> pd.DataFrame:
+    """One summary run's metrics as rows (LOSO ``auroc``, or the stratified k-fold ``auroc_kfold``): arm,
+    mechanism, k, ε, value and every :data:`SUFFIXES` column the run logged (NaN where it did not)."""
     rows = []
     for column in run.index:
         match = _KEY.match(column)
-        if not match or pd.isna(run[column]):
+        if not match or match["metric"] != metric or pd.isna(run[column]):
             continue
-        base = column
         rows.append({"arm": match["arm"], "mechanism": match["mechanism"], "k": int(match["k"]),
-                     "epsilon": math.inf if match["eps"] == "inf" else float(match["eps"]), "value": run[base],
-                     **{name: run.get(f"{base}_{name}", np.nan) for name in ("ci_low", "ci_high", "p_value",
-                                                                               "p_mc_error")}})
-    return pd.DataFrame(rows)
+                     "epsilon": math.inf if match["eps"] == "inf" else float(match["eps"]), "value": run[column],
+                     **{name: run.get(f"{column}_{name}", np.nan) for name in SUFFIXES}})
+    columns = ["arm", "mechanism", "k", "epsilon", "value", *SUFFIXES]
+    return pd.DataFrame(rows, columns=columns)
 
 
 def _cell(row) -> str:
@@ -67,33 +71,105 @@ def _pick(rows: pd.DataFrame, arm: str, mechanism: str, k: int, epsilon: float):
     return None if hit.empty else hit.iloc[0]
 
 
-def design_table(run: pd.Series) -> pd.DataFrame:
-    """Per design of the run's headline family: horizon, and release / null / difference at the horizon ε (or at
-    the largest ε where none), with the difference at ε = 10 (the issue's goal) beside it."""
-    rows = tidy(run)
-    out = []
+def _designs(run: pd.Series) -> list[str]:
     logged = {c.removeprefix("tags.utility_horizon/") for c in run.index
               if c.startswith("tags.utility_horizon/") and pd.notna(run[c])}
-    designs = [d for d in LABELS if d in logged] + sorted(logged - set(LABELS))
-    for design in designs:
-        k = int(run.get(f"tags.n_components/{design}", 0) or 0)
-        horizon = str(run[f"tags.utility_horizon/{design}"])
-        tested = rows[(rows.arm == "release_minus_null") & (rows.mechanism == design) & (rows.k == k)]
-        if tested.empty:
-            continue
-        at = float(horizon) if horizon != "none" else float(tested.epsilon.max())
-        diff = _pick(rows, "release_minus_null", design, k, at)
-        at10 = _pick(rows, "release_minus_null", design, k, 10.0)
+    return [d for d in LABELS if d in logged] + sorted(logged - set(LABELS))
+
+
+def _k(run: pd.Series, design: str) -> int:
+    return int(run.get(f"tags.n_components/{design}", 0) or 0)
+
+
+def design_table(run: pd.Series) -> pd.DataFrame:
+    """Per design of the run's headline family: k, its horizon, its noise-free AUROC (LOSO and stratified k-fold:
+    the most any release of the design could keep) and what its ε covers."""
+    rows, kfold = tidy(run), tidy(run, "auroc_kfold")
+    out = []
+    for design in _designs(run):
+        k = _k(run, design)
         out.append({"design": LABELS.get(design, design), "k": k or "d (all)",
-                    "horizon ε per patient": horizon, "at ε": f"{at:g}" + ("" if horizon != "none" else " (largest)"),
-                    "release AUROC": _cell(_pick(rows, "release", design, k, at)),
-                    "matched null": _cell(_pick(rows, "matched_null", design, k, at)),
-                    "release − null": _cell(diff),
-                    "p (MC error)": "—" if diff is None else f"{diff['p_value']:.4f} ({diff['p_mc_error']:.4f})",
-                    "release − null at ε = 10": _cell(at10),
-                    "noise-free AUROC": _cell(_pick(rows, "noise_free", design, k, math.inf)),
+                    "horizon ε per patient": str(run[f"tags.utility_horizon/{design}"]),
+                    "noise-free AUROC (LOSO)": _cell(_pick(rows, "noise_free", design, k, math.inf)),
+                    "noise-free AUROC (k-fold)": _cell(_pick(kfold, "noise_free", design, k, math.inf)),
                     "what ε covers": str(run.get(f"tags.eps_covers_note/{design}", ""))})
     return pd.DataFrame(out)
+
+
+def _signed(value: float) -> str:
+    return f"{value:+.3f}"
+
+
+def reading(diff) -> str:
+    """How a tested cell reads: an effect only when its fixed-sequence test keeps utility; otherwise no evidence,
+    and "could not have detected" where the test had under 50 % power for the effect observed."""
+    if diff is None:
+        return "—"
+    if diff.get("keeps_utility") == 1:
+        return "**utility kept** (test passes)"
+    power = diff.get("power_observed")
+    if pd.notna(power) and power < 0.5:
+        return f"no evidence; could not have detected (power {power:.2f})"
+    return "no evidence"
+
+
+def _seeds(diff) -> str:
+    needed = diff.get("seeds_needed")
+    settled = diff.get("seeds_settle") == 1
+    text = f"{int(diff['n_seeds'])} {'✓' if settled else '✗'}"
+    if not settled:
+        text += " (rule asks ∞)" if needed == -1 else f" (rule asks {int(needed)})" if pd.notna(needed) else ""
+    return text
+
+
+def epsilon_table(run: pd.Series) -> pd.DataFrame:
+    """Every tested (design, ε): release − null (LOSO, patients × seeds interval) with its Monte-Carlo error over
+    the seeds, p, the reading the test allows, the minimum detectable effect and the power for the effect
+    observed; the stratified k-fold release and null AUROC beside (the absolute readings, ≈ 0.5 without signal)."""
+    rows, kfold = tidy(run), tidy(run, "auroc_kfold")
+    out = []
+    for design in _designs(run):
+        k = _k(run, design)
+        tested = rows[(rows.arm == "release_minus_null") & (rows.mechanism == design) & (rows.k == k)]
+        for epsilon in sorted(tested.epsilon.unique(), reverse=True):
+            diff = _pick(rows, "release_minus_null", design, k, epsilon)
+            interval = f"{_signed(diff['value'])} [{_signed(diff['ci_low'])}, {_signed(diff['ci_high'])}]"
+            out.append({"design": LABELS.get(design, design), "ε": f"{epsilon:g}",
+                        "release − null (LOSO)": interval if diff.get("keeps_utility") == 1 else f"({interval})",
+                        "MC error (seeds)": f"{diff['mc_error']:.3f}" if pd.notna(diff["mc_error"]) else "—",
+                        "seeds (rule)": _seeds(diff),
+                        "p (MC error)": f"{diff['p_value']:.4f} ({diff['p_mc_error']:.4f})",
+                        "reading": reading(diff),
+                        "MDE (80 %)": f"{diff['mde']:.3f}" if pd.notna(diff["mde"]) else "—",
+                        "power: observed / noise-free": (
+                            f"{diff['power_observed']:.2f} / " + (f"{diff['power_noise_free']:.2f}"
+                                                                  if pd.notna(diff["power_noise_free"]) else "—")),
+                        "release / null AUROC (k-fold)": (
+                            f"{_cell(_pick(kfold, 'release', design, k, epsilon))} / "
+                            f"{_cell(_pick(kfold, 'matched_null', design, k, epsilon))}")})
+    return pd.DataFrame(out)
+
+
+def headline_sentence(run: pd.Series, limit: float = 10.0) -> str:
+    """What the table says at ε ≤ ``limit`` in one sentence, from the run's metrics: which designs keep utility,
+    the smallest and largest minimum detectable effect, and the best power any design had for its whole
+    noise-free utility."""
+    rows = tidy(run)
+    cells = rows[(rows.arm == "release_minus_null") & (rows.epsilon <= limit)
+                 & rows.apply(lambda r: r.k == _k(run, r.mechanism), axis=1)]
+    if cells.empty:
+        return ""
+    kept = sorted({LABELS.get(m, m) for m in cells.loc[cells.keeps_utility == 1, "mechanism"]})
+    n_seeds = int(cells.n_seeds.min())
+    what = (f"at ε ≤ {limit:g} per patient, {'; '.join(kept)} keep{'s' if len(kept) == 1 else ''} utility by the test"
+            if kept else f"no design shows utility at ε ≤ {limit:g} per patient")
+    blind = int((cells.power_observed < 0.5).sum())
+    return (f"**Reading:** {what} ({n_seeds}+ noise seeds per cell). At this number of private patients the tests "
+            f"could detect a release − null difference of {cells.mde.min():.3f} to {cells.mde.max():.3f} AUROC with "
+            f"80 % power (smallest at small ε, where a release and its matched null are nearly the same noise draw "
+            f"and their difference barely varies); in "
+            f"{blind} of these {len(cells)} cells they could not have detected the effect observed (power below "
+            "50 %). How many patients a release would need: the sample-size section below.")
 
 
 def sweep_lines(rows: pd.DataFrame) -> list[str]:
@@ -119,33 +195,62 @@ def sweep_lines(rows: pd.DataFrame) -> list[str]:
 
 
 def lead_lines(runs: pd.DataFrame, paper_horizons: dict[str, str]) -> list[str]:
-    """The Markdown that opens study A's report: one table per dataset of the end-to-end designs, the test, the
-    no-DP reference on the same private patients and the paper's mechanism as dp_utility ran it."""
+    """The Markdown that opens study A's report: per dataset the one-sentence reading, the designs (horizon,
+    noise-free utility, what ε covers), every tested (design, ε) with its interval, seed rule, power and minimum
+    detectable effect, the k sweep, and the paper's mechanism as dp_utility ran it."""
     if runs.empty:
         return []
-    lines = ["## End-to-end private releases (the lead result)", ""]
+    lines = ["## End-to-end private releases (the lead result, stage `dp_end_to_end`)", ""]
     for _, run in runs.iterrows():
         rows = tidy(run)
         base = _pick(rows, "baseline", "none", 0, math.inf)
+        base_kfold = _pick(tidy(run, "auroc_kfold"), "baseline", "none", 0, math.inf)
         dataset = str(run.get("tags.dataset"))
         synthetic = " — **SYNTHETIC**" if str(run.get("tags.synthetic")) == "true" else ""
         n_private = run.get("tags.n_private_patients")
         n_public = run.get("tags.n_public_patients")
         test = str(run.get("tags.horizon_test", ""))
-        lines += [f"### {dataset}{synthetic}", "",
-                  f"Every design is private end to end: each data-dependent step is fitted on {n_public} public "
-                  f"patients (never released, never scored) or paid for in ε, and ε is per patient for the whole "
-                  f"pipeline. Utility is LOSO AUROC of the study's MLP on the {n_private} private patients only "
-                  "(synthetic patients: trained on the synthetic table, scored on every private patient); each "
-                  "release beside its matched null (the same design and noise on a zero-signal table); intervals "
-                  f"are 95 % over patients + seeds (stratified cluster bootstrap crossed with seeds). Horizon: the "
-                  f"smallest ε of the unbroken run of rejections from the largest ε down ({test}); `none` when "
-                  f"the largest ε fails, and then the columns show how far the design gets at the largest ε. "
-                  f"No-DP reference on the same private patients: AUROC {_cell(base)}. Run `{run['run_id'][:8]}`.",
-                  ""]
+        delta = run.get("tags.delta", "the study's δ")
+        lines += [f"### {dataset}{synthetic}", ""]
+        sentence = headline_sentence(run)
+        if sentence:
+            lines += [sentence, ""]
+        lines += [f"Every design is private end to end: each data-dependent step is fitted on {n_public} public "
+                  f"patients or paid for in ε, and ε is per patient for the whole pipeline at δ = {delta}, "
+                  "neighbouring cohorts differing in one patient's record replaced (replace-one; a Gaussian "
+                  "release's sensitivity is 2C). The public patients are *assumed* public (never released, never "
+                  "scored, and not protected by ε). Noise is drawn in floating point from seeded numpy generators "
+                  "(idealised sampling: right for measuring a release, not for releasing real data, where "
+                  "`Mechanism.privatise(..., sampler='opendp')` draws with OpenDP's exact samplers). Utility is "
+                  f"LOSO AUROC of the study's MLP on the {n_private} private patients only (synthetic patients: "
+                  "trained on the synthetic table, scored on every private patient); each release beside its "
+                  "matched null (the same design and noise on a zero-signal table); intervals are 95 % over "
+                  "patients × seeds (stratified cluster bootstrap crossed with a seed bootstrap). Horizon: the "
+                  f"smallest ε of the unbroken run of rejections from the largest ε down ({test}); `none` when the "
+                  f"largest ε fails. No-DP reference on the same private patients: AUROC {_cell(base)} (LOSO), "
+                  f"{_cell(base_kfold)} (stratified k-fold). Run `{run['run_id'][:8]}`.", ""]
         table = design_table(run)
         if not table.empty:
             lines += [table.to_markdown(index=False, disable_numparse=True), ""]
+        cells = epsilon_table(run)
+        if not cells.empty:
+            lines += ["Every tested cell. A difference is printed as an effect only where its test passes; in "
+                      "parentheses it is the estimate of a test that did not. *MC error (seeds)*: SD of the "
+                      "per-seed differences / √seeds, how far another block of as many seeds would move the "
+                      "estimate; *seeds (rule)*: the seeds run, ✓ where the MC error is at most a quarter of the "
+                      "interval's half-width, else the seeds the measured spread asks for (∞: the seeds' spread "
+                      "is the whole interval, more seeds narrow both). *MDE (80 %)*: the release − null difference "
+                      "the cell's one-sided test at α/designs would detect with 80 % power by the normal approximation "
+                      "on the patients × seeds bootstrap SD — a lower bound: the calibration stage plants it in null "
+                      "data shaped like the cohort and measures the power the summary's bootstrap test really "
+                      "reaches there (`study_a.end_to_end_mde` in calibration.md; the test is conservative, so "
+                      "below 80 %); *power*: for "
+                      "the effect observed (below 0.5 exactly when the estimate is under the test's critical "
+                      "value) and for the design's whole noise-free utility (noise-free − null). The k-fold "
+                      "columns give the absolute readings: LOSO's held-out patient shifts the training prevalence "
+                      "against its own label, so a no-signal release reads below 0.5 under LOSO (its matched null "
+                      "shares the shift, so the tested difference stays valid) and ≈ 0.5 under stratified folds.",
+                      "", cells.to_markdown(index=False, disable_numparse=True), ""]
         lines += sweep_lines(rows)
         mine = {m: h for (d, m), h in paper_horizons.items() if d == dataset}
         if mine:
@@ -172,9 +277,13 @@ def draw(runs: pd.DataFrame, fig) -> None:
                 continue
             err = np.vstack([part.value - part.ci_low, part.ci_high - part.value])
             dodge = 1.0 + 0.04 * (offset - (len(LABELS) - 1) / 2)  # side by side on the log axis
-            ax.errorbar(part.epsilon * dodge, part.value, yerr=np.clip(err, 0, None), marker="o", capsize=3,
-                        label=f"{label} (k = {k or 'd'})")
+            bars = ax.errorbar(part.epsilon * dodge, part.value, yerr=np.clip(err, 0, None), marker="o", capsize=3,
+                               label=f"{label} (k = {k or 'd'})")
+            if part.mde.notna().any():  # what the cell's test could have detected (80 % power)
+                ax.plot(part.epsilon * dodge, part.mde, ls=":", lw=1.2, color=bars.lines[0].get_color())
         ax.axhline(0.0, color="grey", lw=0.8, ls="--")
+        if rows.mde.notna().any():
+            ax.plot([], [], ls=":", color="black", label="dotted: minimum detectable effect (80 % power)")
         ax.set_xscale("log")
         grid = sorted(rows.loc[rows.arm == "release_minus_null", "epsilon"].unique())
         ax.xaxis.set_major_locator(FixedLocator(grid))

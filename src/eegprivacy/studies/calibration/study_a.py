@@ -15,6 +15,8 @@ project's code, not a copy:
   ``dp_utility`` table;
 * ``study_a.end_to_end_horizon`` — :func:`eegprivacy.studies.release.end_to_end.summarise` (the lead table: five
   designs, α/5 each, on the private patients) and the lead design's release − null interval at its largest ε;
+* ``study_a.end_to_end_mde`` — the same summary at one lead-table cell with the minimum detectable effect it prints
+  planted: the power there should be the stated 80 % (a check of the normal approximation the MDE column uses);
 * ``audit_cohort.verdict`` — ``audit-cohort``'s chain (:func:`~eegprivacy.studies.cohort_audit.summarise`, which
   calls study A's summary through :func:`~eegprivacy.studies.cohort_audit.utility_summary`, then
   :func:`~eegprivacy.studies.cohort_audit.summary_document` and :func:`~eegprivacy.studies.cohort_audit.headline`)
@@ -264,6 +266,8 @@ def end_to_end_shape(dataset: str = DATASET) -> UtilityShape:
     import pandas as pd
 
     summary = pd.read_csv(_metrics(f"dp_end_to_end_summary_{dataset}.csv"))
+    if "protocol" in summary:  # the LOSO rows the tests read (the stratified k-fold readings are not tested)
+        summary = summary[summary["protocol"] == "threshold_free"]
     scaling = pd.read_csv(_metrics(f"dp_scaling/dp_scaling_{dataset}.csv"))
     n = int(summary["n"].iloc[0])
     counts = scaling[(scaling["arm"] == "baseline") & (scaling["protocol"] == "optimistic")]
@@ -528,6 +532,7 @@ def end_to_end_trial(seed: int, effect: float, size: str) -> Trial:
     shape = end_to_end_shape()
     designs, epsilons, _ = _family_grid(shape, size)
     epsilons, grid = deciding_grid(designs, epsilons, effect)
+    grid = [cell for cell in grid if cell in shape.cells]  # a design may run a subset of the ε (design_epsilons)
     dims = _dims(shape, size, family=True)
     rng = np.random.default_rng(seed)
     y = _labels(dims.n, dims.n_positive)
@@ -546,6 +551,53 @@ def end_to_end_trial(seed: int, effect: float, size: str) -> Trial:
     lead = _row(rows, mechanism=designs[0], epsilon=top)
     return Trial(p_value=p, low=float(lead["ci_low"]), high=float(lead["ci_high"]), truth=float(effect),
                  estimate=float(lead["value"]))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# study_a.end_to_end_mde: the minimum detectable effect the lead table prints beside every cell
+# ---------------------------------------------------------------------------------------------------------------
+#: The cell whose printed MDE is checked: the design and ε the issue that asked for the MDE was about.
+MDE_CELL = ("public_pls", 10.0)
+
+
+@functools.lru_cache(maxsize=None)
+def printed_mde(design: str, epsilon: float, dataset: str = DATASET) -> float:
+    """The minimum detectable effect ``metrics/dp_end_to_end_summary_<dataset>.csv`` prints at (design, ε)."""
+    import pandas as pd
+
+    summary = pd.read_csv(_metrics(f"dp_end_to_end_summary_{dataset}.csv"))
+    if "mde" not in summary:
+        raise ValueError(f"metrics/dp_end_to_end_summary_{dataset}.csv has no mde column; rerun dp_end_to_end")
+    shape = end_to_end_shape(dataset)
+    row = _row(summary[summary["protocol"] == "threshold_free"], arm="release_minus_null",
+               mechanism=design, epsilon=float(epsilon), n_components=shape.components[design])
+    return float(row["mde"])
+
+
+def mde_trial(seed: int, effect: float, size: str) -> Trial:
+    """One (design, ε) cell of the lead table through :func:`eegprivacy.studies.release.end_to_end.summarise`
+    with ``effect`` × the MDE it prints planted (1.0: the printed MDE, where the power should be the stated
+    80 %). ``p_value`` is the cell's one-sided p × the number of designs (< 0.05 exactly when the cell's test at
+    α/designs rejects); the interval is the cell's release − null interval, whose truth is the planted AUROC
+    difference."""
+    from eegprivacy.studies.release.end_to_end import summarise
+
+    shape = end_to_end_shape()
+    design, epsilon = MDE_CELL
+    dims = _dims(shape, size, family=False)
+    rng = np.random.default_rng(seed)
+    y = _labels(dims.n, dims.n_positive)
+    cell = shape.cell(design, epsilon)
+    target = float(effect) * printed_mde(design, epsilon) if effect else 0.0
+    delta = cell.delta_for(target)
+    folder = _scratch("end-to-end-mde")
+    cells = _write_grid(folder, rng, y, dims, shape, [(design, epsilon)], {(design, epsilon): delta},
+                        extra={design: {"n_components": shape.components[design], "headline": True}})
+    m = len(shape.mechanisms)
+    frame = summarise([(None, cells)], folder, y, n_resamples=dims.bootstrap, confidence=0.95, headline=[design])
+    row = _row(frame[frame["protocol"] == "threshold_free"], arm="release_minus_null")
+    return Trial(p_value=min(1.0, m * float(row["p_value"])), low=float(row["ci_low"]), high=float(row["ci_high"]),
+                 truth=cell.auroc(delta) - cell.auroc(0.0), estimate=float(row["value"]))
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -830,6 +882,24 @@ END_TO_END_HORIZON = register(CalibrationCase(
     why_fewer="a null data set is the five designs' deciding cells (5 designs × 10 seeds × 2 arms = 100 prediction "
               "files and their resamples, 0.2 s); 300 put the coverage within about ±0.03 and resolve the size, "
               "which the designs' α/5 split keeps far below 0.05",
+    sided=ONE_SIDED,
+))
+
+END_TO_END_MDE = register(CalibrationCase(
+    name="study_a.end_to_end_mde", cohort=DATASET,
+    test=("eegprivacy.studies.release.end_to_end.summarise at one lead-table cell (public PLS, ε = 10): release − "
+          "matched-null LOSO AUROC, its one-sided bootstrap p at α/designs (p × designs < 0.05) and 95 % interval; "
+          "power at the minimum detectable effect the table prints (effect 1.0 = that MDE; it should be 0.80) and "
+          "at half of it; 1,000 resamples (the stage: 10,000)"),
+    used_in=(f"{REPORT}: End-to-end private releases (MDE (80 %), power)",),
+    null_model=UTILITY_NULL + "; the lead table's cell (ρ from its committed interval widths, π and τ the "
+                              "dp_utility cells' medians), its seeds and private patients",
+    simulate=mde_trial,
+    effects=(0.5, 1.0),
+    effect_unit="multiples of the MDE the table prints at the cell",
+    n_null=200, n_power=100,
+    why_fewer="0.3 s per data set (one cell, 40 seeds × 2 arms of prediction files and their resamples); the size "
+              "sits near α/designs = 0.01, far from 0.05, and 100 data sets per effect put the power within ±0.08",
     sided=ONE_SIDED,
 ))
 

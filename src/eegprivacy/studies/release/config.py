@@ -158,6 +158,7 @@ class ComponentSweep(Config):
     n_components: list = param(counts(1, "dimensions"), doc="k values")
     total_epsilons: list = param(EPSILONS, doc="total ε per patient of the swept cells")
     noise_seeds: int = param(count(1, "seeds"), doc="noise (and MLP) seeds per cell")
+    enabled: bool = param(BOOLEAN, default=True, doc="run the sweep (the default profile leaves it to the full one)")
 
 
 @dataclass(frozen=True)
@@ -169,7 +170,12 @@ class DPEndToEndConfig(Config):
                              doc="the designs of the headline table (one fixed-sequence horizon test each)")
     release_noise: str = param(RELEASE_NOISES, doc="noise of the projected releases (and the reference row)")
     total_epsilons: list = param(EPSILONS, doc="ε per patient of the whole pipeline")
-    noise_seeds: int = param(count(2, "seeds"), doc="noise (and MLP) seeds per (design, ε); at least 2")
+    noise_seeds: int = param(count(2, "seeds"), doc="noise (and MLP) seeds per (design, ε) at ε ≤ high_epsilon")
+    reference_seeds: int = param(count(2, "seeds"), doc="MLP seeds of the no-DP baseline and each noise-free arm")
+    mc_error_fraction: float = param(FRACTION_OPEN, doc="seed rule: a difference's Monte-Carlo error over the "
+                                                        "seeds at most this share of its interval's half-width")
+    kfold_splits: int = param(count(2, "folds"), doc="stratified k-fold beside LOSO (each seed its own split)")
+    power: float = param(FRACTION_OPEN, doc="power at which the minimum detectable effect is given")
     pca_components: int = param(count(1), doc="k of public_pca")
     pls_components: int = param(count(1), doc="k of public_pls")
     dp_pca_components: int = param(count(1), doc="k of dp_pca")
@@ -178,6 +184,43 @@ class DPEndToEndConfig(Config):
     synthesis_bins: int = param(count(3), doc="bins per dimension (public quantiles)")
     synthesis_pairs: str = param(options(("label", "all")), doc="marginals measured: label pairs, or all pairs")
     component_sweep: ComponentSweep = param(doc="utility against k")
+    high_epsilon: float = param(EPSILON, default=10.0, doc="above it, noise_seeds_high seeds per (design, ε)")
+    noise_seeds_high: int = param(count(2, "seeds"), default=40, doc="seeds per (design, ε) at ε > high_epsilon")
+    design_epsilons: dict = param(default={}, doc="a design's own subset of total_epsilons (design -> list of ε); "
+                                                  "a design not named runs them all")
+    n_jobs: int = param(PROCESSES, default=1, doc="processes over the cells (results do not depend on it)")
+
+    def check(self, source, prefix: str) -> None:
+        for design, epsilons in self.design_epsilons.items():
+            if design not in self.mechanisms:
+                raise ParamsError(f"{source}: {prefix}design_epsilons names {design!r}, which is not in "
+                                  f"{prefix}mechanisms {self.mechanisms}")
+            if not isinstance(epsilons, list) or not epsilons or not {float(e) for e in epsilons} <= {
+                    float(e) for e in self.total_epsilons}:
+                raise ParamsError(f"{source}: {prefix}design_epsilons[{design!r}] must be a non-empty subset of "
+                                  f"{prefix}total_epsilons {self.total_epsilons}, got {epsilons!r}")
+
+    def epsilons_of(self, design: str) -> list[float]:
+        """The total ε a headline design runs at (its ``design_epsilons`` entry, else every one)."""
+        return [float(e) for e in self.design_epsilons.get(design, self.total_epsilons)]
+
+    def seeds_at(self, epsilon: float) -> int:
+        """Noise seeds per (design, ε) at this total ε (the seed rule's counts, params/dp_end_to_end.yaml)."""
+        return self.noise_seeds if float(epsilon) <= self.high_epsilon else self.noise_seeds_high
+
+
+@dataclass(frozen=True)
+class DPSampleSizeConfig(Config):
+    """``dp_sample_size`` (SYNTHETIC): the end-to-end designs on calibrated synthetic cohorts of growing size."""
+
+    datasets: list = param(TEXTS, doc="the real cohort each synthetic cohort is calibrated to (one per invocation)")
+    designs: list = param(subset_of(END_TO_END_NAMES, "end-to-end release designs"),
+                          doc="designs swept (their k, noise and ε split are dp_end_to_end's)")
+    n_patients: list = param(counts(8, "private patients"), doc="synthetic private cohort sizes")
+    total_epsilons: list = param(EPSILONS, doc="ε per patient of the whole pipeline")
+    seeds: int = param(count(2, "seeds"), doc="synthetic cohorts (each with its noise and MLP seed) per cell")
+    horizon_targets: list = param(EPSILONS, doc="ε for the 'patients needed for a horizon ≤ ε' table")
+    calibration_draws: int = param(count(2, "draws"), doc="synthetic cohorts per step of the effect-scale bisection")
     n_jobs: int = param(PROCESSES, default=1, doc="processes over the cells (results do not depend on it)")
 
 

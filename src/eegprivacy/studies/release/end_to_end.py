@@ -9,9 +9,12 @@ outside ε. Here every design is end to end for the feature table (ε per patien
   labels) fitted on the public patients, then clip to C and noise in k dimensions
   (:class:`~eegprivacy.privacy.projection.ProjectedReleaser`);
 - ``dp_pca`` — the k directions learned on the *private* patients with Analyze-Gauss
-  (:class:`~eegprivacy.privacy.projection.AnalyzeGaussPCA`), spending ``dp_pca_fraction`` of the total ε and half
-  of δ; the release spends the rest (basic composition is the stated total; dp_accounting's PLD composition of the
-  two Gaussian steps is logged beside it as ``composed_epsilon_pld``);
+  (:class:`~eegprivacy.privacy.projection.AnalyzeGaussPCA`) at ``dp_pca_fraction`` of the total ε and half of δ;
+  the Gaussian release spends *all* the rest: two Gaussian steps compose exactly in μ = Δ/σ (μ² adds up), so the
+  release gets the μ that brings the pair to the total ε at the study's δ
+  (:func:`~eegprivacy.privacy.mechanisms.gaussian_mu`). Adding the parts' ε (basic composition) would leave about a
+  quarter of the budget unspent (ε = 10 stated, 7.3 composed). Logged: ``composed_epsilon_exact`` (the μ
+  composition of the two calibrated σ, ≤ the total) and dp_accounting's PLD bound ``composed_epsilon_pld``;
 - ``marginal_synthesis`` — a table of synthetic patients from a marginal-based synthesiser
   (:class:`~eegprivacy.privacy.synthesis.MarginalSynthesizer`, ``mbi``) on the public-PLS coordinates discretised
   at public quantiles; the labels are attributes of the synthetic table, so its ε covers them too.
@@ -21,7 +24,11 @@ scaling, the projections and the bin edges, and are never released nor evaluated
 the private patients only (:func:`end_to_end_cohorts` asserts the two id sets are disjoint).
 
 Protocol (dp_utility's): the released table goes through the leave-one-patient-out MLP, scored by LOSO AUROC
-(threshold-free); a synthetic table has no patient rows, so its MLP is trained on the synthetic patients and scored
+(threshold-free), and beside it through a stratified ``kfold_splits``-fold split of the same MLP (each seed its own
+split; :func:`~eegprivacy.evaluation.loso.stratified_kfold_proba`): LOSO's held-out patient shifts the training
+prevalence against its own label, so a no-signal table reads well below 0.5 under LOSO and ≈ 0.5 under stratified
+folds. The tests are on LOSO (calibrated; the matched-null difference cancels the shift); k-fold gives the
+absolute readings; a synthetic table has no patient rows, so its MLP is trained on the synthetic patients and scored
 on every private patient's (public-transformed) features (train-synthetic-test-real). Every release cell (arm
 ``release``) has its *matched null* (arm ``matched_null``): the same design, projection and noise draw applied to
 a zero-signal table (``np.zeros_like``); for the synthesiser, fitted on the zero table and scored on the real
@@ -35,6 +42,20 @@ one-sided bootstrap p-value and that p-value's Monte-Carlo error, and per headli
 smallest total ε kept by a fixed-sequence test from the largest ε down at α / (number of designs)
 (:func:`~eegprivacy.evaluation.cluster_bootstrap.fixed_sequence_horizon`). The k sweep's cells are reported with
 their intervals and p-values, not tested (they choose nothing in the headline family).
+
+Beside every difference (issue 47), :func:`difference_diagnostics`:
+
+- ``mc_error``: the Monte-Carlo error of the point estimate over the noise seeds (SD of the per-seed differences /
+  √seeds) — how far another block of as many seeds would move it; the seed rule asks for it to be at most
+  ``mc_error_fraction`` of the interval's half-width (``seeds_settle``), and ``seeds_needed`` is the seed count the
+  measured spread asks for (the patient part of the interval's variance is what seeds cannot shrink);
+- ``se``: the SD of the patients × seeds bootstrap replicates; ``mde``: the minimum detectable effect of the cell's
+  one-sided test at α / designs with ``power`` (normal approximation on ``se``: (z₁₋α + z_power)·se; the
+  calibration stage plants that effect in null data shaped like the cohort and measures the power the real
+  summary reaches, ``study_a.end_to_end_mde``); ``power_observed``: the power for the effect observed (a function
+  of p: below 0.5 exactly when the estimate is under the critical value — "could not have detected");
+  ``power_noise_free``: the power for the largest effect the design could show, its noise-free AUROC minus the
+  matched null's.
 """
 
 from __future__ import annotations
@@ -47,6 +68,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from scipy.stats import norm
 
 from eegprivacy.evaluation.cluster_bootstrap import (
     auroc_along,
@@ -58,6 +80,7 @@ from eegprivacy.evaluation.cluster_bootstrap import (
     percentile_interval,
     seed_indices,
 )
+from eegprivacy.evaluation.loso import stratified_kfold_proba
 from eegprivacy.pipeline.stages import code_hash
 from eegprivacy.pipeline.sweep import Cell, config_key, expand_grid
 from eegprivacy.privacy import DPFeatureReleaser, make_mechanism
@@ -70,12 +93,17 @@ from eegprivacy.privacy.projection import (
     mechanism_event,
     second_moment_sensitivity,
 )
-from eegprivacy.privacy.mechanisms import gaussian_sigma
+from eegprivacy.privacy.mechanisms import gaussian_epsilon, gaussian_mu, gaussian_sigma
 from eegprivacy.privacy.scaling import PublicReferenceScaler
 from eegprivacy.studies.release.config import DPEndToEndConfig, DPReleaseConfig
 from eegprivacy.studies.release.scaling import loso_rows, split_cohort
 from eegprivacy.studies.release.table import PatientTable, noise_generator, sweep_runner
-from eegprivacy.studies.release.utility import PREDICTIONS, per_seed_replicates, run_keeping_predictions
+from eegprivacy.studies.release.utility import (
+    PREDICTIONS,
+    load_predictions,
+    per_seed_replicates,
+    run_keeping_predictions,
+)
 
 STAGE = "dp_end_to_end"
 ARMS = ("baseline", "noise_free", "release", "matched_null")
@@ -85,6 +113,10 @@ CI_OVER = "subjects+seeds"
 _PCA_STREAM_TAG = 0x44504341
 _SYNTH_STREAM_TAG = 0x53594E54
 _SEED_STREAMS = {"arm": 1, "release_minus_null": 4}
+_BUDGET_COLUMNS = ("release_epsilon", "projection_epsilon", "composed_epsilon_pld", "composed_epsilon_exact")
+#: The columns :func:`difference_diagnostics` adds to every release − null row.
+DIAGNOSTICS = ("mc_error", "seed_spread", "half_width", "se", "seeds_settle", "seeds_needed", "mde", "power_observed",
+               "power_noise_free")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -149,14 +181,23 @@ def components_of(config: DPEndToEndConfig, design: str) -> int:
 
 
 def budget(design: str, total_epsilon: float, delta: float, config: DPEndToEndConfig) -> dict:
-    """The total ε's split over the design's private steps and their δ (basic composition: the parts add up to
-    the total ε and the study's δ). A pure-ε release noise (Laplace) takes no δ."""
+    """The total ε's split over the design's private steps and their δ. A pure-ε release noise (Laplace) takes no
+    δ. dp_pca: the covariance spends ``dp_pca_fraction`` of the total ε at δ/2; an analytic-Gaussian release spends
+    the rest exactly (module docstring: its μ completes the pair's μ-composition to the total at the study's δ; it
+    is calibrated at δ/2 and the ε that gives that μ, so the parts' ε add up to more than the total); any other
+    release noise takes the remainder by basic composition (the parts add up to the total ε and δ)."""
     total_epsilon = float(total_epsilon)
     release_delta = 0.0 if config.release_noise == "laplace_formal" else delta
     if design == "dp_pca":
         projection_epsilon = config.dp_pca_fraction * total_epsilon
         projection_delta = delta / 2.0 if release_delta else delta
-        return {"release_epsilon": total_epsilon - projection_epsilon, "release_delta": projection_delta
+        release_epsilon = total_epsilon - projection_epsilon
+        if config.release_noise == "gaussian_analytic":
+            spent = 1.0 / gaussian_sigma(projection_epsilon, projection_delta, 1.0)  # μ of the covariance step
+            # 1e-5 to the safe side: diffprivlib's σ search stops within ~1e-6 of the exact calibration
+            rest = math.sqrt(max(gaussian_mu(total_epsilon, delta) ** 2 - spent ** 2, 0.0)) * (1.0 - 1e-5)
+            release_epsilon = gaussian_epsilon(rest, projection_delta) if rest > 0 else release_epsilon
+        return {"release_epsilon": release_epsilon, "release_delta": projection_delta
                 if release_delta else 0.0, "projection_epsilon": projection_epsilon,
                 "projection_delta": projection_delta}
     if design == "marginal_synthesis":
@@ -177,6 +218,18 @@ def pld_total(design: str, own: dict, *, clip_norm: float, release_noise: str, k
     release = make_mechanism(release_noise, own["release_epsilon"], own["release_delta"] or 1e-5)
     return composed_epsilon([gaussian_event(sigma, sensitivity), mechanism_event(release.calibrate(clip_norm, k))],
                             delta_total)
+
+
+def exact_total(design: str, own: dict, *, clip_norm: float, release_noise: str, k: int) -> float:
+    """The exact ε at the study's δ of a dp_pca cell whose release is Gaussian: μ² of the two calibrated steps
+    add up (module docstring); NaN for one-step designs and for a Laplace release."""
+    if design != "dp_pca" or release_noise not in ("gaussian_analytic", "gaussian_classic"):
+        return math.nan
+    sensitivity = second_moment_sensitivity(clip_norm)
+    projection_mu = sensitivity / gaussian_sigma(own["projection_epsilon"], own["projection_delta"], sensitivity)
+    release = make_mechanism(release_noise, own["release_epsilon"], own["release_delta"]).calibrate(clip_norm, k)
+    release_mu = release.sensitivity / release.noise_scale
+    return gaussian_epsilon(math.hypot(projection_mu, release_mu), own["projection_delta"] + own["release_delta"])
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -266,15 +319,25 @@ def tstr_rows(Z_train: np.ndarray, y_train: np.ndarray, Z_test: np.ndarray, y_te
             {"metric": PREDICTIONS, "proba": proba.astype(float), "y": y_test}]
 
 
+def evaluation_rows(features: np.ndarray, y: np.ndarray, seed: int, kfold_splits: int) -> list[dict]:
+    """A table's LOSO rows and predictions (:func:`~eegprivacy.studies.release.scaling.loso_rows`), the
+    predictions item also holding ``proba_kfold``: the same MLP's out-of-fold scores under a stratified
+    ``kfold_splits``-fold split drawn from ``seed`` (module docstring)."""
+    rows = loso_rows(features, y, np.arange(len(y)), seed)
+    kept = next(r for r in rows if r.get("metric") == PREDICTIONS)
+    kept["proba_kfold"] = stratified_kfold_proba(features, y, int(kfold_splits), seed).astype(float)
+    return rows
+
+
 def end_to_end_cell(config: dict, seed: int, X: np.ndarray, y: np.ndarray, X_public: np.ndarray,
                     y_public: np.ndarray) -> list[dict]:
     """One cell (module docstring), a pure function of (config, seed), so worker processes can run it."""
     arm = config["arm"]
-    groups = np.arange(len(y))
+    splits = int(config["kfold_splits"])
     if arm == "baseline":
-        return loso_rows(X, y, groups, seed)
+        return evaluation_rows(X, y, seed, splits)
     if arm == "noise_free":
-        return loso_rows(noise_free_table(config, X, X_public, y_public), y, groups, seed)
+        return evaluation_rows(noise_free_table(config, X, X_public, y_public), y, seed, splits)
     if arm not in ("release", "matched_null"):
         raise ValueError(f"unknown arm {arm!r}; one of {ARMS}")
     table = X if arm == "release" else np.zeros_like(X)
@@ -282,17 +345,24 @@ def end_to_end_cell(config: dict, seed: int, X: np.ndarray, y: np.ndarray, X_pub
     rows = [{"protocol": "release", "metric": "noise_scale", "value": float(info.get("noise_scale",
                                                                                       info.get("sigma", math.nan)))}]
     if DESIGNS[config["mechanism"]].evaluation == "tstr":
+        # train on synthetic patients, score real ones: no patient is held out of its own training set, so there
+        # is no prevalence shift to correct; the k-fold reading is the same scores
         scaler, projection = _public_parts(config, X_public, y_public)
-        return rows + tstr_rows(released, labels, projection.transform(scaler.transform(X)), y, seed)
-    return rows + loso_rows(released, y, groups, seed)
+        rows += tstr_rows(released, labels, projection.transform(scaler.transform(X)), y, seed)
+        kept = next(r for r in rows if r.get("metric") == PREDICTIONS)
+        kept["proba_kfold"] = kept["proba"]
+        return rows
+    return rows + evaluation_rows(released, y, seed, splits)
 
 
 # ---------------------------------------------------------------------------------------------------------------
 # The plan
 # ---------------------------------------------------------------------------------------------------------------
-def design_cells(config: DPEndToEndConfig, design: str, *, k: int, epsilons, seeds: int, base: dict,
+def design_cells(config: DPEndToEndConfig, design: str, *, k: int, epsilons, seeds, base: dict,
                  delta: float, clip_norm: float, headline: bool) -> list[Cell]:
-    """Release and matched-null cells of one design at one k over ``epsilons`` and ``seeds``."""
+    """Release and matched-null cells of one design at one k over ``epsilons``; ``seeds`` a count, or a
+    function of ε (the headline's :meth:`~DPEndToEndConfig.seeds_at`)."""
+    seeds_of = seeds if callable(seeds) else (lambda _epsilon: seeds)
     cells = []
     extra = {"synthesis_bins": config.synthesis_bins, "synthesis_pairs": config.synthesis_pairs} \
         if design == "marginal_synthesis" else {}
@@ -301,8 +371,10 @@ def design_cells(config: DPEndToEndConfig, design: str, *, k: int, epsilons, see
                "delta": delta, **budget(design, total, delta, config)}
         own["composed_epsilon_pld"] = pld_total(design, own, clip_norm=clip_norm, release_noise=config.release_noise,
                                                 k=int(k))
+        own["composed_epsilon_exact"] = exact_total(design, own, clip_norm=clip_norm,
+                                                    release_noise=config.release_noise, k=int(k))
         cells += [Cell({**cell.config, "arm": arm, "headline": headline}, cell.seed)
-                  for cell in expand_grid({"epsilon": [float(total)]}, range(seeds), own) for arm in
+                  for cell in expand_grid({"epsilon": [float(total)]}, range(seeds_of(total)), own) for arm in
                   ("release", "matched_null")]
     return cells
 
@@ -314,24 +386,25 @@ def end_to_end_plan(table: PatientTable, config: DPEndToEndConfig, release: DPRe
     noise-free row, its headline cells and its k-sweep cells (a cell in both is computed once, flagged headline)."""
     clip_norm, delta = float(release.clip_norm), float(release.delta)
     base = {**table.base_config, "n_public": n_public, "public_fraction": public_fraction, "split_seed": split_seed,
-            "clip_norm": clip_norm, "code_hash": code_hash(STAGE)}
+            "clip_norm": clip_norm, "kfold_splits": config.kfold_splits, "code_hash": code_hash(STAGE)}
     params = {STAGE: config.to_dict(), "label": label, "delta": delta, **base}
     sweep = dict(cells_dir=cells_dir, params=params, progress=progress, model="mlp")
     reference = {**base, "arm": "baseline", "mechanism": "none", "n_components": 0, "delta": 0.0}
     plan = [(sweep_runner(table, STAGE, "none", mechanism="none", **sweep),
-             expand_grid({"epsilon": [math.inf]}, range(config.noise_seeds), reference))]
+             expand_grid({"epsilon": [math.inf]}, range(config.reference_seeds), reference))]
     swept = config.component_sweep
-    for design in dict.fromkeys([*config.mechanisms, *swept.mechanisms]):
+    swept_designs = swept.mechanisms if swept.enabled else []
+    for design in dict.fromkeys([*config.mechanisms, *swept_designs]):
         k = components_of(config, design)
         cells: list[Cell] = []
         if design in config.mechanisms:
             if DESIGNS[design].evaluation == "loso":
-                cells += expand_grid({"epsilon": [math.inf]}, range(config.noise_seeds),
+                cells += expand_grid({"epsilon": [math.inf]}, range(config.reference_seeds),
                                      {**base, "arm": "noise_free", "mechanism": design, "n_components": k,
                                       "delta": 0.0, "headline": True})
-            cells += design_cells(config, design, k=k, epsilons=config.total_epsilons, seeds=config.noise_seeds,
+            cells += design_cells(config, design, k=k, epsilons=config.epsilons_of(design), seeds=config.seeds_at,
                                   base=base, delta=delta, clip_norm=clip_norm, headline=True)
-        if design in swept.mechanisms:
+        if design in swept_designs:
             seen = {(c.config["epsilon"], c.config["n_components"], c.config["arm"], c.seed) for c in cells}
             for k_swept in swept.n_components:
                 cells += [c for c in design_cells(config, design, k=k_swept, epsilons=swept.total_epsilons,
@@ -368,10 +441,41 @@ def end_to_end_sweeps(full: PatientTable, config: DPEndToEndConfig, release: DPR
 # ---------------------------------------------------------------------------------------------------------------
 # Summary
 # ---------------------------------------------------------------------------------------------------------------
+def difference_diagnostics(per_seed_differences: np.ndarray, replicates: np.ndarray, interval: tuple, *,
+                           alpha: float, power: float, mc_error_fraction: float, confidence: float,
+                           noise_free_effect: float = math.nan, value: float = math.nan) -> dict:
+    """Seed rule, power and minimum detectable effect of one release − null difference (module docstring).
+
+    ``per_seed_differences``: each seed's difference on all patients; ``replicates``: the patients × seeds
+    bootstrap replicates the interval and p-value come from; ``alpha`` the one-sided level of the cell's test."""
+    d = np.asarray(per_seed_differences, dtype=float)
+    seeds = d.size
+    spread = float(np.std(d, ddof=1)) if seeds > 1 else math.nan
+    mc_error = spread / math.sqrt(seeds) if seeds > 1 else math.nan
+    half_width = (interval[1] - interval[0]) / 2.0
+    se = float(np.std(replicates[np.isfinite(replicates)], ddof=1))
+    z = float(norm.ppf(0.5 + confidence / 2.0))
+    patient_variance = se ** 2 - spread ** 2 / seeds  # what more seeds cannot shrink
+    f = mc_error_fraction * z
+    needed = (math.ceil(spread ** 2 * (1.0 - f ** 2) / (f ** 2 * patient_variance))
+              if patient_variance > 0 and f < 1 else math.inf)
+    z_alpha, z_power = float(norm.ppf(1.0 - alpha)), float(norm.ppf(power))
+
+    def power_at(effect: float) -> float:
+        return float(norm.cdf(effect / se - z_alpha)) if se > 0 and math.isfinite(effect) else math.nan
+
+    return {"mc_error": mc_error, "seed_spread": spread, "half_width": half_width, "se": se,
+            "seeds_settle": bool(mc_error <= mc_error_fraction * half_width),
+            "seeds_needed": float(max(needed, seeds)) if math.isfinite(needed) else math.inf,
+            "mde": (z_alpha + z_power) * se, "power_observed": power_at(value),
+            "power_noise_free": power_at(noise_free_effect)}
+
+
 def summarise(plan: list, folder: str | Path, y: np.ndarray, *, n_resamples: int, confidence: float,
-              headline: list[str]) -> pd.DataFrame:
+              headline: list[str], power: float = 0.8, mc_error_fraction: float = 0.25) -> pd.DataFrame:
     """Tidy summary rows of one dataset's cells (module docstring). ``headline`` is the family of designs whose
-    horizons are tested (α split across them); ``y`` the private patients' labels in the cells' order."""
+    horizons are tested (α split across them); ``y`` the private patients' labels in the cells' order. LOSO rows
+    are protocol ``threshold_free``, the stratified k-fold readings protocol ``kfold`` (not tested)."""
     y = np.asarray(y, dtype=int)
     idx = bootstrap_indices(y, n_resamples)
     alpha = 1.0 - confidence
@@ -384,34 +488,40 @@ def summarise(plan: list, folder: str | Path, y: np.ndarray, *, n_resamples: int
             c = cell.config
             key = (c["arm"], c["mechanism"], float(c["epsilon"]), int(c["n_components"]))
             groups.setdefault(key, []).append(cell)
-            meta.setdefault(key[1:], {k: c.get(k, math.nan) for k in (
-                "release_epsilon", "projection_epsilon", "composed_epsilon_pld")})
+            meta.setdefault(key[1:], {k: c.get(k, math.nan) for k in _BUDGET_COLUMNS})
             meta[key[1:]]["headline"] = bool(meta[key[1:]].get("headline", False) or c.get("headline", False))
 
-    def add(arm, mechanism, epsilon, k, value, interval, n_seeds, **extra):
+    def add(arm, mechanism, epsilon, k, value, interval, n_seeds, protocol="threshold_free", **extra):
         design = DESIGNS.get(mechanism)
         rows.append({"arm": arm, "mechanism": mechanism, "epsilon": float(epsilon), "n_components": int(k),
                      **{name: meta.get((mechanism, float(epsilon), int(k)), {}).get(name, math.nan) for name in
-                        ("release_epsilon", "projection_epsilon", "composed_epsilon_pld")},
-                     "protocol": "threshold_free", "metric": "auroc", "value": value,
+                        _BUDGET_COLUMNS},
+                     "protocol": protocol, "metric": "auroc", "value": value,
                      "ci_low": interval[0], "ci_high": interval[1], "ci_over": CI_OVER if n_seeds else "",
                      "n": int(len(y)), "n_seeds": int(n_seeds), "confidence": confidence,
                      "evaluation": design.evaluation if design else "loso",
                      "eps_covers": "end_to_end" if design else "", **extra})
 
     stats: dict[tuple, tuple] = {}
-    for key, cells in groups.items():
-        point, per_seed, seeds = per_seed_replicates(folder, cells, "proba", auroc_along, y, idx)
-        if not seeds:
-            continue
-        stats[key] = (point, per_seed, seeds)
-        reps = combine_seeds(per_seed, seed_indices(len(seeds), n_resamples, seed=_SEED_STREAMS["arm"]))
-        add(key[0], key[1], key[2], key[3], point, percentile_interval(reps, confidence), len(seeds),
-            chance=0.5)
+    kept = {key: load_predictions(folder, cells) for key, cells in groups.items()}  # each file read once
+    for protocol, values in (("threshold_free", "proba"), ("kfold", "proba_kfold")):
+        for key, cells in groups.items():
+            preds = kept[key]
+            if not all(values in p for p in preds.values()):
+                continue  # predictions kept without a k-fold reading (e.g. the calibration's simulated scores)
+            point, per_seed, seeds = per_seed_replicates(folder, cells, values, auroc_along, y, idx, preds=preds)
+            if len(seeds) != len(cells):  # a number from a subset of the seeds run is refused, not printed
+                raise RuntimeError(f"{key}: {len(cells) - len(seeds)} of {len(cells)} seeds have no finite "
+                                   f"{values}; delete the cell cache and rerun")
+            each = np.array([float(auroc_along(preds[seed][values], y)) for seed in seeds])
+            stats[(protocol, *key)] = (point, per_seed, seeds, each)
+            reps = combine_seeds(per_seed, seed_indices(len(seeds), n_resamples, seed=_SEED_STREAMS["arm"]))
+            add(key[0], key[1], key[2], key[3], point, percentile_interval(reps, confidence), len(seeds),
+                protocol=protocol, chance=0.5)
 
     differences: dict[tuple, dict] = {}
-    for (arm, mechanism, epsilon, k), release_stats in stats.items():
-        null = stats.get(("matched_null", mechanism, epsilon, k))
+    for (protocol, arm, mechanism, epsilon, k), release_stats in stats.items():
+        null = stats.get((protocol, "matched_null", mechanism, epsilon, k))
         if arm != "release" or null is None:
             continue
         if release_stats[2] != null[2]:
@@ -419,34 +529,45 @@ def summarise(plan: list, folder: str | Path, y: np.ndarray, *, n_resamples: int
         reps = combine_seeds(release_stats[1] - null[1],
                              seed_indices(len(release_stats[2]), n_resamples, seed=_SEED_STREAMS["release_minus_null"]))
         p = bootstrap_p_value(reps)
-        differences[(mechanism, epsilon, k)] = {
-            "value": release_stats[0] - null[0], "interval": percentile_interval(reps, confidence), "p": p,
-            "n_seeds": len(release_stats[2]), "p_mc_error": p_value_mc_error(p, n_resamples)}
+        interval = percentile_interval(reps, confidence)
+        value = release_stats[0] - null[0]
+        noise_free = stats.get((protocol, "noise_free", mechanism, math.inf, k))
+        diagnostics = difference_diagnostics(
+            release_stats[3] - null[3], reps, interval, alpha=alpha_each, power=power,
+            mc_error_fraction=mc_error_fraction, confidence=confidence, value=value,
+            noise_free_effect=noise_free[0] - null[0] if noise_free else math.nan)
+        differences[(protocol, mechanism, epsilon, k)] = {
+            "value": value, "interval": interval, "p": p, "n_seeds": len(release_stats[2]),
+            "p_mc_error": p_value_mc_error(p, n_resamples), **diagnostics}
+
+    def add_difference(key, d, **extra):
+        add("release_minus_null", *key[1:], d["value"], d["interval"], d["n_seeds"], protocol=key[0],
+            p_value=d["p"], p_mc_error=d["p_mc_error"], chance=0.0,
+            **{name: d[name] for name in DIAGNOSTICS}, **extra)
 
     for mechanism in headline:
-        mine = sorted((key for key in differences if key[0] == mechanism and meta[key]["headline"]),
-                      key=lambda key: key[1])
-        horizon, decisions = fixed_sequence_horizon([key[1] for key in mine], [differences[key]["p"] for key in mine],
+        mine = sorted((key for key in differences if key[0] == "threshold_free" and key[1] == mechanism
+                       and meta[key[1:]]["headline"]), key=lambda key: key[2])
+        horizon, decisions = fixed_sequence_horizon([key[2] for key in mine], [differences[key]["p"] for key in mine],
                                                     alpha_each)
         tested = {key: ok for key, ok in zip(mine, decisions)}
         correction = (f"fixed sequence from the largest ε, α/{len(headline)} = {alpha_each:.4g} per design "
                       f"({len(headline)} designs)")
         for key in mine:
             d = differences.pop(key)
-            add("release_minus_null", *key, d["value"], d["interval"], d["n_seeds"], p_value=d["p"],
-                p_mc_error=d["p_mc_error"], alpha=alpha_each, keeps_utility=bool(tested[key]),
-                decision_stable=bool(abs(d["p"] - alpha_each) > 3 * d["p_mc_error"]), correction=correction,
-                chance=0.0)
-        k = components_of_rows(mine)
+            add_difference(key, d, alpha=alpha_each, keeps_utility=bool(tested[key]),
+                           decision_stable=bool(abs(d["p"] - alpha_each) > 3 * d["p_mc_error"]),
+                           correction=correction)
+        k = components_of_rows([key[1:] for key in mine])
         add("horizon", mechanism, math.inf, k, math.nan if horizon is None else horizon, (math.nan, math.nan), 0,
             correction=correction, eps_covers_note=DESIGNS[mechanism].eps_covers_note,
             labels_covered=DESIGNS[mechanism].labels_covered, chance=math.nan)
-    for key, d in differences.items():  # the k sweep: effect sizes with intervals, not tested
-        add("release_minus_null", *key, d["value"], d["interval"], d["n_seeds"], p_value=d["p"],
-            p_mc_error=d["p_mc_error"], correction="not tested (k sweep, exploratory)", chance=0.0)
+    for key, d in differences.items():  # the k sweep and every k-fold difference: effect sizes, not tested
+        add_difference(key, d, correction="not tested (stratified k-fold reading)" if key[0] == "kfold" else
+                       "not tested (k sweep, exploratory)")
     frame = pd.DataFrame(rows)
     for column in ("p_value", "p_mc_error", "alpha", "keeps_utility", "decision_stable", "correction",
-                   "eps_covers_note", "labels_covered"):
+                   "eps_covers_note", "labels_covered", *DIAGNOSTICS):
         if column not in frame:
             frame[column] = np.nan
     return frame
@@ -470,21 +591,31 @@ def _number_key(value: float) -> str:
 
 
 def summary_metrics(summary: pd.DataFrame) -> dict[str, float]:
-    """The summary as flat MLflow metrics: ``<arm>/<design>/k_<k>/eps_<ε>/auroc`` with ``_ci_low``, ``_ci_high``
-    (and ``_p_value``, ``_p_mc_error`` on release − null rows); horizons as ``horizon/<design>/auroc`` (absent
-    where no ε keeps utility) — what the study report reads back."""
+    """The summary as flat MLflow metrics: ``<arm>/<design>/k_<k>/eps_<ε>/auroc`` (LOSO; ``auroc_kfold`` the
+    stratified k-fold reading) with ``_ci_low``, ``_ci_high``, ``_n_seeds`` (and on release − null rows
+    ``_p_value``, ``_p_mc_error``, ``_keeps_utility`` where tested, and every :data:`DIAGNOSTICS` column; an
+    infinite ``seeds_needed`` is logged as -1); horizons as ``horizon/<design>/auroc`` (absent where no ε keeps
+    utility) — what the study report reads back."""
     out = {}
     for r in summary.to_dict("records"):
         if r["arm"] == "horizon":
             if math.isfinite(float(r["value"])):
                 out[f"horizon/{r['mechanism']}/auroc"] = float(r["value"])
             continue
-        key = f"{r['arm']}/{r['mechanism']}/k_{int(r['n_components'])}/eps_{_number_key(r['epsilon'])}/auroc"
-        for suffix, column in (("", "value"), ("_ci_low", "ci_low"), ("_ci_high", "ci_high"),
-                               ("_p_value", "p_value"), ("_p_mc_error", "p_mc_error")):
+        metric = "auroc_kfold" if r.get("protocol") == "kfold" else "auroc"
+        key = f"{r['arm']}/{r['mechanism']}/k_{int(r['n_components'])}/eps_{_number_key(r['epsilon'])}/{metric}"
+        columns = [("", "value"), ("_ci_low", "ci_low"), ("_ci_high", "ci_high"), ("_n_seeds", "n_seeds"),
+                   ("_p_value", "p_value"), ("_p_mc_error", "p_mc_error"), ("_keeps_utility", "keeps_utility"),
+                   *((f"_{name}", name) for name in DIAGNOSTICS)]
+        for suffix, column in columns:
             value = r.get(column)
-            if value is not None and pd.notna(value) and math.isfinite(float(value)):
-                out[key + suffix] = float(value)
+            if value is None or pd.isna(value):
+                continue
+            value = float(value)
+            if column == "seeds_needed" and math.isinf(value):
+                value = -1.0
+            if math.isfinite(value):
+                out[key + suffix] = value
     return out
 
 
@@ -501,7 +632,12 @@ def log_summary(table: PatientTable, summary: pd.DataFrame, config: DPEndToEndCo
         log_metrics(summary_metrics(summary))
         n_public = summary["n_public"].iloc[0] if "n_public" in summary else math.nan
         design_tags = {"n_private_patients": str(len(table.y)),
-                       "n_public_patients": "unknown" if pd.isna(n_public) else str(int(n_public))}
+                       "n_public_patients": "unknown" if pd.isna(n_public) else str(int(n_public)),
+                       "noise_seeds": f"{config.noise_seeds} at ε ≤ {config.high_epsilon:g}, {config.noise_seeds_high} "
+                                      "above", "kfold_splits": str(config.kfold_splits)}
+        for name in ("delta", "clip_norm"):
+            if name in summary and summary[name].notna().any():
+                design_tags[name] = f"{float(summary[name].dropna().iloc[0]):g}"
         for r in summary[summary["arm"] == "horizon"].itertuples():
             design_tags[f"utility_horizon/{r.mechanism}"] = "none" if not math.isfinite(r.value) else f"{r.value:g}"
             design_tags[f"n_components/{r.mechanism}"] = str(int(r.n_components))

@@ -240,7 +240,8 @@ def run_keeping_predictions(plan: list, cell_fn: Callable[[dict, int], list[dict
 
 
 def per_seed_replicates(folder: str | Path, cells: list[Cell], values: str, metric_fn, y: np.ndarray,
-                        idx: np.ndarray, *, own_labels: bool = False) -> tuple[float, np.ndarray, tuple[int, ...]]:
+                        idx: np.ndarray, *, own_labels: bool = False,
+                        preds: dict | None = None) -> tuple[float, np.ndarray, tuple[int, ...]]:
     """One arm's kept predictions -> (mean of ``metric_fn`` over seeds, (seeds, resamples) metric on every patient
     resample ``idx``, the seeds). Seeds whose ``values`` are not all finite (e.g. no nested protocol) are left out.
 
@@ -248,8 +249,10 @@ def per_seed_replicates(folder: str | Path, cells: list[Cell], values: str, metr
     ``own_labels`` (the permuted-label control), which is scored against the labels each seed trained and was
     evaluated on, so the control shows what the protocol makes of labels with nothing behind them. Its patient
     resamples are then drawn per seed, stratified on that seed's own (permuted) labels (as many as ``idx`` has
-    rows), so every resample keeps the class counts of the labels it is scored against."""
-    preds = load_predictions(folder, cells)
+    rows), so every resample keeps the class counts of the labels it is scored against. ``preds``: the cells'
+    predictions already loaded (:func:`load_predictions`), read once by a caller that needs several of their
+    values."""
+    preds = load_predictions(folder, cells) if preds is None else preds
     seeds = tuple(sorted(s for s in preds if np.isfinite(preds[s][values]).all()))
     if not seeds:
         return float("nan"), np.empty((0, idx.shape[0])), ()
