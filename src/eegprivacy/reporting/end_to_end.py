@@ -17,7 +17,6 @@ import numpy as np
 import pandas as pd
 
 STAGE = "dp_end_to_end"
-FILTER = f"tags.stage = '{STAGE}' and attributes.status = 'FINISHED'"
 _KEY = re.compile(r"metrics\.(?P<arm>[a-z_]+)/(?P<mechanism>[a-z_]+)/k_(?P<k>\d+)/eps_(?P<eps>[0-9.e+]+|inf)/"
                   r"(?P<metric>auroc|auroc_kfold)$")
 #: What each release − null metric of the summary run carries besides its value (studies.release.end_to_end).
@@ -28,14 +27,16 @@ LABELS = {"paper_public_scaling": "paper's mechanism, public scaling (all d feat
           "dp_pca": "DP-PCA (Analyze-Gauss) projection", "marginal_synthesis": "DP synthetic patients (mbi)"}
 
 
-def summary_runs(uri: str, experiment: str) -> pd.DataFrame:
-    """The newest finished ``dp_end_to_end-<dataset>-summary`` run per dataset."""
+def summary_runs(uri: str, experiment: str, stage: str = STAGE) -> pd.DataFrame:
+    """The newest finished ``<stage>-<dataset>-summary`` run per dataset (``dp_end_to_end`` by default; the
+    sample-size section reads ``dp_sample_size``'s the same way)."""
     import mlflow
 
     previous = mlflow.get_tracking_uri()
     mlflow.set_tracking_uri(uri)
     try:
-        runs = mlflow.search_runs(experiment_names=[experiment], filter_string=FILTER)
+        runs = mlflow.search_runs(experiment_names=[experiment],
+                                  filter_string=f"tags.stage = '{stage}' and attributes.status = 'FINISHED'")
     finally:
         mlflow.set_tracking_uri(previous)
     if runs.empty:

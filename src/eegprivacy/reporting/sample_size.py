@@ -11,10 +11,10 @@ import re
 import numpy as np
 import pandas as pd
 
+from eegprivacy.reporting import end_to_end
 from eegprivacy.reporting.end_to_end import LABELS
 
 STAGE = "dp_sample_size"
-FILTER = f"tags.stage = '{STAGE}' and attributes.status = 'FINISHED'"
 _DIFF = re.compile(r"metrics\.(?P<arm>release_minus_null|baseline|noise_free)/(?P<mechanism>[a-z_]+)/n_(?P<n>\d+)"
                    r"(?:/eps_(?P<eps>[0-9.e+]+))?/auroc_kfold$")
 _HORIZON = re.compile(r"metrics\.horizon/(?P<mechanism>[a-z_]+)/n_(?P<n>\d+)$")
@@ -23,18 +23,7 @@ _NEEDED = re.compile(r"metrics\.patients_needed/(?P<mechanism>[a-z_]+)/eps_(?P<e
 
 def summary_runs(uri: str, experiment: str) -> pd.DataFrame:
     """The newest finished ``dp_sample_size-<dataset>-summary`` run per dataset."""
-    import mlflow
-
-    previous = mlflow.get_tracking_uri()
-    mlflow.set_tracking_uri(uri)
-    try:
-        runs = mlflow.search_runs(experiment_names=[experiment], filter_string=FILTER)
-    finally:
-        mlflow.set_tracking_uri(previous)
-    if runs.empty:
-        return runs
-    runs = runs[runs["tags.mlflow.runName"].astype(str).str.endswith("-summary")]
-    return runs.sort_values("start_time", ascending=False).drop_duplicates("tags.dataset").reset_index(drop=True)
+    return end_to_end.summary_runs(uri, experiment, STAGE)
 
 
 def tidy(run: pd.Series) -> pd.DataFrame:
