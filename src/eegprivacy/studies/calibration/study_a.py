@@ -559,12 +559,18 @@ def end_to_end_trial(seed: int, effect: float, size: str) -> Trial:
 # ---------------------------------------------------------------------------------------------------------------
 #: The cell whose printed MDE is checked: the design and ε the issue that asked for the MDE was about.
 MDE_CELL = ("public_pls", 10.0)
-#: Null data sets whose printed MDE (the median) is the unit of the planted effects: the formula is checked at the
-#: bootstrap SD the model's own data give, not at the real cell's (the model's variance is the dp_utility cells'
-#: median, within ~15 % of the cell's), so a mismatch of the two variances cannot pass for a wrong formula.
+#: Null data sets whose median bootstrap SD sets the unit of the planted effects: the formula is checked at the SD
+#: the model's own data give, not at the real cell's (the model's variance is the dp_utility cells' median, not
+#: this cell's), so a mismatch of the two variances cannot pass for a wrong formula, nor hide one.
 MDE_PILOT = 20
-#: The power the lead table's MDE column is stated at (``params/dp_end_to_end.yaml``: ``power``).
-MDE_POWER = 0.8
+
+
+def _stated_power() -> float:
+    """The power the lead table's MDE column is stated at (``params/dp_end_to_end.yaml``: ``power``)."""
+    from eegprivacy.paths import repo_root
+    from eegprivacy.studies.release.config import DPEndToEndConfig
+
+    return float(DPEndToEndConfig.load(repo_root() / "params" / "dp_end_to_end.yaml", "dp_end_to_end").power)
 
 
 def _mde_cell_summary(seed: int, target: float, size: str):
@@ -598,13 +604,13 @@ def model_mde(size: str) -> float:
 
     seeds = trial_seeds("study_a.end_to_end_mde:pilot", 0, 0.0, MDE_PILOT)
     se = float(np.median([float(_mde_cell_summary(s, 0.0, size)[0]["se"]) for s in seeds]))
-    return minimum_detectable_effect(se, alpha=ALPHA / len(end_to_end_shape().mechanisms), power=MDE_POWER)
+    return minimum_detectable_effect(se, alpha=ALPHA / len(end_to_end_shape().mechanisms), power=_stated_power())
 
 
 def mde_trial(seed: int, effect: float, size: str) -> Trial:
     """One (design, ε) cell of the lead table through :func:`eegprivacy.studies.release.end_to_end.summarise`
-    with ``effect`` × the MDE that summary prints on the null model's data planted (:func:`model_mde`; 1.0: where
-    the power should be the stated 80 %). ``p_value`` is the cell's one-sided p, tested at α/designs as the table
+    with ``effect`` × the MDE the table's formula gives on the null model's data planted (:func:`model_mde`; 1.0:
+    where the power should be the stated 80 %). ``p_value`` is the cell's one-sided p, tested at α/designs as the table
     tests it (the summary's ``alpha`` column; the trial reports p × designs, < 0.05 exactly when that test
     rejects); the interval is the cell's release − null interval, whose truth is the planted AUROC difference."""
     target = float(effect) * model_mde(size) if effect else 0.0
