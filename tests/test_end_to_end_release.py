@@ -312,3 +312,18 @@ def test_the_committed_summary_reports_every_seed_the_params_run():
     tested = noisy[(noisy.arm == "release_minus_null") & (noisy.protocol == "threshold_free")]
     assert tested[["mc_error", "mde", "power_observed", "se"]].notna().all().all()
     assert set(summary.protocol) == {"threshold_free", "kfold"}
+
+
+def test_the_mde_column_states_the_power_the_calibration_measured():
+    """The lead table's MDE paragraph prints the power the calibration stage measured at the MDE (not the stated
+    80 %), and says so when that stage has not run; the stage's MDE is the formula the calibration plants."""
+    from scipy.stats import norm
+
+    from eegprivacy.reporting.end_to_end import mde_check_text
+    from eegprivacy.studies.release.end_to_end import minimum_detectable_effect
+
+    assert "not yet run" in mde_check_text({})
+    text = mde_check_text({0.5: 0.31, 1.0: 0.86})
+    assert "0.86 at the MDE" in text and "0.31 at 0.5 × MDE" in text
+    assert minimum_detectable_effect(0.03, alpha=0.01, power=0.8) == pytest.approx(
+        (norm.ppf(0.99) + norm.ppf(0.8)) * 0.03)

@@ -721,8 +721,26 @@ def end_to_end_lead(study: str, rows: pd.DataFrame, uri: str, out_dir: Path) -> 
     if not rows.empty and "horizon" in rows:
         found = rows[(rows["arm"] == "release_minus_null") & (rows["metric"] == "auroc") & (rows["horizon"] != "")]
         paper = {(r["dataset"], r["mechanism"]): str(r["horizon"]) for _, r in found.iterrows()}
-    return [*end_to_end.lead_lines(runs, paper), f"![end-to-end private releases]({png.name})", "",
-            *sample_size_lead(study, uri, out_dir)]
+    return [*end_to_end.lead_lines(runs, paper, mde_power=mde_power(uri, EXPERIMENTS[study])),
+            f"![end-to-end private releases]({png.name})", "", *sample_size_lead(study, uri, out_dir)]
+
+
+def mde_power(uri: str, experiment: str) -> dict[float, float]:
+    """{multiple of the MDE: power} the calibration stage measured for the lead table's MDE column
+    (``study_a.end_to_end_mde``); {} before that stage has run."""
+    from eegprivacy.reporting.calibration import calibration_runs
+
+    runs = calibration_runs(uri, experiment)
+    if runs.empty:
+        return {}
+    case = runs[runs["params.case"] == "study_a.end_to_end_mde"]
+    if case.empty:
+        return {}
+    out = {}
+    for column, value in case.iloc[0].items():
+        if str(column).startswith("metrics.power_at_") and pd.notna(value):
+            out[float(str(column).removeprefix("metrics.power_at_"))] = float(value)
+    return dict(sorted(out.items()))
 
 
 def sample_size_lead(study: str, uri: str, out_dir: Path) -> list[str]:

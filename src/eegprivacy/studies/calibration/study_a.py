@@ -15,8 +15,9 @@ project's code, not a copy:
   ``dp_utility`` table;
 * ``study_a.end_to_end_horizon`` — :func:`eegprivacy.studies.release.end_to_end.summarise` (the lead table: five
   designs, α/5 each, on the private patients) and the lead design's release − null interval at its largest ε;
-* ``study_a.end_to_end_mde`` — the same summary at one lead-table cell with the minimum detectable effect it prints
-  planted: the power there should be the stated 80 % (a check of the normal approximation the MDE column uses);
+* ``study_a.end_to_end_mde`` — the same summary at one lead-table cell with the minimum detectable effect its
+  formula gives on the model's data planted: the power there should be the stated 80 % (a check of the normal
+  approximation the MDE column uses, at the bootstrap SD the data give);
 * ``audit_cohort.verdict`` — ``audit-cohort``'s chain (:func:`~eegprivacy.studies.cohort_audit.summarise`, which
   calls study A's summary through :func:`~eegprivacy.studies.cohort_audit.utility_summary`, then
   :func:`~eegprivacy.studies.cohort_audit.summary_document` and :func:`~eegprivacy.studies.cohort_audit.headline`)
@@ -558,28 +559,23 @@ def end_to_end_trial(seed: int, effect: float, size: str) -> Trial:
 # ---------------------------------------------------------------------------------------------------------------
 #: The cell whose printed MDE is checked: the design and ε the issue that asked for the MDE was about.
 MDE_CELL = ("public_pls", 10.0)
+#: Null data sets whose median bootstrap SD sets the unit of the planted effects: the formula is checked at the SD
+#: the model's own data give, not at the real cell's (the model's variance is the dp_utility cells' median, not
+#: this cell's), so a mismatch of the two variances cannot pass for a wrong formula, nor hide one.
+MDE_PILOT = 20
 
 
-@functools.lru_cache(maxsize=None)
-def printed_mde(design: str, epsilon: float, dataset: str = DATASET) -> float:
-    """The minimum detectable effect ``metrics/dp_end_to_end_summary_<dataset>.csv`` prints at (design, ε)."""
-    import pandas as pd
+def _stated_power() -> float:
+    """The power the lead table's MDE column is stated at (``params/dp_end_to_end.yaml``: ``power``)."""
+    from eegprivacy.paths import repo_root
+    from eegprivacy.studies.release.config import DPEndToEndConfig
 
-    summary = pd.read_csv(_metrics(f"dp_end_to_end_summary_{dataset}.csv"))
-    if "mde" not in summary:
-        raise ValueError(f"metrics/dp_end_to_end_summary_{dataset}.csv has no mde column; rerun dp_end_to_end")
-    shape = end_to_end_shape(dataset)
-    row = _row(summary[summary["protocol"] == "threshold_free"], arm="release_minus_null",
-               mechanism=design, epsilon=float(epsilon), n_components=shape.components[design])
-    return float(row["mde"])
+    return float(DPEndToEndConfig.load(repo_root() / "params" / "dp_end_to_end.yaml", "dp_end_to_end").power)
 
 
-def mde_trial(seed: int, effect: float, size: str) -> Trial:
-    """One (design, ε) cell of the lead table through :func:`eegprivacy.studies.release.end_to_end.summarise`
-    with ``effect`` × the MDE it prints planted (1.0: the printed MDE, where the power should be the stated
-    80 %). ``p_value`` is the cell's one-sided p × the number of designs (< 0.05 exactly when the cell's test at
-    α/designs rejects); the interval is the cell's release − null interval, whose truth is the planted AUROC
-    difference."""
+def _mde_cell_summary(seed: int, target: float, size: str):
+    """The release − null row :func:`eegprivacy.studies.release.end_to_end.summarise` prints at ``MDE_CELL`` on
+    one data set of the null model with an AUROC difference of ``target`` planted, and the planted truth."""
     from eegprivacy.studies.release.end_to_end import summarise
 
     shape = end_to_end_shape()
@@ -588,16 +584,40 @@ def mde_trial(seed: int, effect: float, size: str) -> Trial:
     rng = np.random.default_rng(seed)
     y = _labels(dims.n, dims.n_positive)
     cell = shape.cell(design, epsilon)
-    target = float(effect) * printed_mde(design, epsilon) if effect else 0.0
     delta = cell.delta_for(target)
     folder = _scratch("end-to-end-mde")
     cells = _write_grid(folder, rng, y, dims, shape, [(design, epsilon)], {(design, epsilon): delta},
                         extra={design: {"n_components": shape.components[design], "headline": True}})
-    m = len(shape.mechanisms)
     frame = summarise([(None, cells)], folder, y, n_resamples=dims.bootstrap, confidence=0.95, headline=[design])
-    row = _row(frame[frame["protocol"] == "threshold_free"], arm="release_minus_null")
-    return Trial(p_value=min(1.0, m * float(row["p_value"])), low=float(row["ci_low"]), high=float(row["ci_high"]),
-                 truth=cell.auroc(delta) - cell.auroc(0.0), estimate=float(row["value"]))
+    return _row(frame[frame["protocol"] == "threshold_free"], arm="release_minus_null"), \
+        cell.auroc(delta) - cell.auroc(0.0)
+
+
+@functools.lru_cache(maxsize=None)
+def model_mde(size: str) -> float:
+    """The MDE the lead table would print at ``MDE_CELL`` on the null model's data: the stage's own formula
+    (:func:`~eegprivacy.studies.release.end_to_end.minimum_detectable_effect`) at the table's α/designs on the
+    median bootstrap SD (``se``) the summary prints over ``MDE_PILOT`` null data sets of their own seeds (a
+    SeedSequence of their own, so no trial's data set is among them)."""
+    from eegprivacy.evaluation.calibration import trial_seeds
+    from eegprivacy.studies.release.end_to_end import minimum_detectable_effect
+
+    seeds = trial_seeds("study_a.end_to_end_mde:pilot", 0, 0.0, MDE_PILOT)
+    se = float(np.median([float(_mde_cell_summary(s, 0.0, size)[0]["se"]) for s in seeds]))
+    return minimum_detectable_effect(se, alpha=ALPHA / len(end_to_end_shape().mechanisms), power=_stated_power())
+
+
+def mde_trial(seed: int, effect: float, size: str) -> Trial:
+    """One (design, ε) cell of the lead table through :func:`eegprivacy.studies.release.end_to_end.summarise`
+    with ``effect`` × the MDE the table's formula gives on the null model's data planted (:func:`model_mde`; 1.0:
+    where the power should be the stated 80 %). ``p_value`` is the cell's one-sided p, tested at α/designs as the table
+    tests it (the summary's ``alpha`` column; the trial reports p × designs, < 0.05 exactly when that test
+    rejects); the interval is the cell's release − null interval, whose truth is the planted AUROC difference."""
+    target = float(effect) * model_mde(size) if effect else 0.0
+    row, truth = _mde_cell_summary(seed, target, size)
+    designs = len(end_to_end_shape().mechanisms)
+    return Trial(p_value=min(1.0, designs * float(row["p_value"])), low=float(row["ci_low"]),
+                 high=float(row["ci_high"]), truth=truth, estimate=float(row["value"]))
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -878,10 +898,10 @@ END_TO_END_HORIZON = register(CalibrationCase(
     simulate=end_to_end_trial,
     effects=(0.12,),
     effect_unit="release − null AUROC planted at every design's largest ε only",
-    n_null=300, n_power=30,
-    why_fewer="a null data set is the five designs' deciding cells (5 designs × 10 seeds × 2 arms = 100 prediction "
-              "files and their resamples, 0.2 s); 300 put the coverage within about ±0.03 and resolve the size, "
-              "which the designs' α/5 split keeps far below 0.05",
+    n_null=200, n_power=30,
+    why_fewer="a null data set is the five designs' deciding cells (each design's largest ε: its seeds × 2 arms of "
+              "prediction files and their resamples, 0.25 s); 200 put the coverage within about ±0.03 and resolve "
+              "the size, which the designs' α/5 split keeps far below 0.05 (the calibration stage's 600 s budget)",
     sided=ONE_SIDED,
 ))
 
@@ -889,14 +909,16 @@ END_TO_END_MDE = register(CalibrationCase(
     name="study_a.end_to_end_mde", cohort=DATASET,
     test=("eegprivacy.studies.release.end_to_end.summarise at one lead-table cell (public PLS, ε = 10): release − "
           "matched-null LOSO AUROC, its one-sided bootstrap p at α/designs (p × designs < 0.05) and 95 % interval; "
-          "power at the minimum detectable effect the table prints (effect 1.0 = that MDE; it should be 0.80) and "
-          "at half of it; 1,000 resamples (the stage: 10,000)"),
+          "power at the minimum detectable effect the table's formula gives on the null model's data (effect 1.0 = "
+          "that MDE; the column states 0.80) and at half of it; 1,000 resamples (the stage: 10,000)"),
     used_in=(f"{REPORT}: End-to-end private releases (MDE (80 %), power)",),
     null_model=UTILITY_NULL + "; the lead table's cell (ρ from its committed interval widths, π and τ the "
                               "dp_utility cells' medians), its seeds and private patients",
     simulate=mde_trial,
     effects=(0.5, 1.0),
-    effect_unit="multiples of the MDE the table prints at the cell",
+    effect_unit=(f"multiples of the MDE the table's formula (minimum_detectable_effect at α/designs) gives at the "
+                 f"cell on the model's own bootstrap SD (median of {MDE_PILOT} null data sets; the model's variance "
+                 f"is the dp_utility cells' median, so its MDE is not the real cell's)"),
     n_null=200, n_power=100,
     why_fewer="0.3 s per data set (one cell, 40 seeds × 2 arms of prediction files and their resamples); the size "
               "sits near α/designs = 0.01, far from 0.05, and 100 data sets per effect put the power within ±0.08",

@@ -50,10 +50,11 @@ Beside every difference (issue 47), :func:`difference_diagnostics`:
   ``mc_error_fraction`` of the interval's half-width (``seeds_settle``), and ``seeds_needed`` is the seed count the
   measured spread asks for (the patient part of the interval's variance is what seeds cannot shrink);
 - ``se``: the SD of the patients × seeds bootstrap replicates; ``mde``: the minimum detectable effect of the cell's
-  one-sided test at α / designs with ``power`` (normal approximation on ``se``: (z₁₋α + z_power)·se; the
-  calibration stage plants that effect in null data shaped like the cohort and measures the power the real
-  summary reaches, ``study_a.end_to_end_mde``); ``power_observed``: the power for the effect observed (a function
-  of p: below 0.5 exactly when the estimate is under the critical value — "could not have detected");
+  one-sided test at α / designs with ``power`` (:func:`minimum_detectable_effect`, normal approximation on ``se``;
+  the calibration stage plants the MDE this formula gives in null data shaped like the cohort and measures the power
+  the real summary reaches there, ``study_a.end_to_end_mde``); ``power_observed``: the power for the effect
+  observed (a function of p: below 0.5 exactly when the estimate is under the critical value — "could not have
+  detected");
   ``power_noise_free``: the power for the largest effect the design could show, its noise-free AUROC minus the
   matched null's.
 """
@@ -441,6 +442,13 @@ def end_to_end_sweeps(full: PatientTable, config: DPEndToEndConfig, release: DPR
 # ---------------------------------------------------------------------------------------------------------------
 # Summary
 # ---------------------------------------------------------------------------------------------------------------
+def minimum_detectable_effect(se: float, *, alpha: float, power: float) -> float:
+    """The difference a one-sided test at ``alpha`` detects with ``power`` when its estimate's SD is ``se``
+    (normal approximation, (z₁₋α + z_power)·se; the calibration stage measures the power it reaches through
+    :func:`summarise`, ``study_a.end_to_end_mde``)."""
+    return (float(norm.ppf(1.0 - alpha)) + float(norm.ppf(power))) * float(se)
+
+
 def difference_diagnostics(per_seed_differences: np.ndarray, replicates: np.ndarray, interval: tuple, *,
                            alpha: float, power: float, mc_error_fraction: float, confidence: float,
                            noise_free_effect: float = math.nan, value: float = math.nan) -> dict:
@@ -459,7 +467,7 @@ def difference_diagnostics(per_seed_differences: np.ndarray, replicates: np.ndar
     f = mc_error_fraction * z
     needed = (math.ceil(spread ** 2 * (1.0 - f ** 2) / (f ** 2 * patient_variance))
               if patient_variance > 0 and f < 1 else math.inf)
-    z_alpha, z_power = float(norm.ppf(1.0 - alpha)), float(norm.ppf(power))
+    z_alpha = float(norm.ppf(1.0 - alpha))
 
     def power_at(effect: float) -> float:
         return float(norm.cdf(effect / se - z_alpha)) if se > 0 and math.isfinite(effect) else math.nan
@@ -467,7 +475,7 @@ def difference_diagnostics(per_seed_differences: np.ndarray, replicates: np.ndar
     return {"mc_error": mc_error, "seed_spread": spread, "half_width": half_width, "se": se,
             "seeds_settle": bool(mc_error <= mc_error_fraction * half_width),
             "seeds_needed": float(max(needed, seeds)) if math.isfinite(needed) else math.inf,
-            "mde": (z_alpha + z_power) * se, "power_observed": power_at(value),
+            "mde": minimum_detectable_effect(se, alpha=alpha, power=power), "power_observed": power_at(value),
             "power_noise_free": power_at(noise_free_effect)}
 
 
