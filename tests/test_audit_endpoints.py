@@ -264,7 +264,7 @@ def test_draws_for_reproduces_each_parts_own_draws(monkeypatch):
 def test_joint_aeds_on_synthetic_null_is_sensible():
     """SYNTHETIC no-signal data (no attribute in the embeddings, nothing memorised, no identity): every AEDS draw
     recomputes L_A, R_M and R_I on one subject resample, and the interval never claims AEDS > 0."""
-    from eegprivacy.embeddings.endpoints import subject_counts
+    from eegprivacy.evaluation.cluster_bootstrap import subject_counts
 
     for seed in range(4):
         Z, A, groups, t = synth(leak=0.0, seed=seed)

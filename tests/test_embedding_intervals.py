@@ -15,8 +15,8 @@ from eegprivacy.embeddings.endpoints import (
     bpid_at_1,
     membership_auc,
     membership_difference,
-    subject_counts,
 )
+from eegprivacy.evaluation.cluster_bootstrap import subject_counts
 
 N_NULL = 200          # null datasets per coverage check
 SUBJECTS, WINDOWS = 28, 25

@@ -13,8 +13,9 @@ are marked **(ours)** and restated where they are implemented:
 - the split-local permutation control uses one seeded permutation; the permutation p-value compares the real
   score with ``n_permutations`` further split-local permutations, p = (1 + #null >= real) / (1 + n);
 - every interval is over the privacy unit, the subject: membership AUC, BPID@1 and AEDS resample subjects with
-  replacement (multinomial counts over subjects, :func:`subject_counts`) exactly as L_A does, and each result
-  says so in ``ci_over``. Windows of one subject are not independent (a subject random effect moves all of them),
+  replacement (multinomial counts over subjects,
+  :func:`~eegprivacy.evaluation.cluster_bootstrap.subject_counts`) exactly as L_A does, and each result says so
+  in ``ci_over``. Windows of one subject are not independent (a subject random effect moves all of them),
   so a window bootstrap is far too narrow: on null data it excluded chance in most datasets.
 """
 
@@ -30,6 +31,8 @@ from sklearn.model_selection import GroupKFold, KFold
 from sklearn.utils import check_random_state
 
 from eegprivacy.attacks.metrics import auroc
+from eegprivacy.embeddings.heads import default_head, weighted_balanced_accuracy
+from eegprivacy.evaluation.cluster_bootstrap import subject_counts
 
 __all__ = [
     "AttributeDecoder",
@@ -44,7 +47,6 @@ __all__ = [
     "membership_auc",
     "membership_residual",
     "membership_difference",
-    "subject_counts",
     "identity_residual",
     "ReconstructionResult",
     "reconstruction_r2",
@@ -150,19 +152,8 @@ class AttributeDecoder(RegressorMixin, BaseEstimator):
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# the subject (cluster) bootstrap every interval uses
-
-
-def subject_counts(n_subjects: int, n_bootstrap: int, random_state=None) -> np.ndarray:
-    """Multiplicities (n_bootstrap, n_subjects) of a subject bootstrap: each row draws ``n_subjects`` subjects
-    with replacement. A window counts as often as its subject was drawn, so every statistic that is a ratio of
-    per-subject sums (Pearson moments, AUC pair counts, hit counts) is recomputed exactly on each resample."""
-    if int(n_subjects) < 1:
-        raise ValueError("a subject bootstrap needs at least one subject")
-    if int(n_bootstrap) < 1:
-        raise ValueError(f"n_bootstrap must be >= 1, got {n_bootstrap}")
-    rng = check_random_state(random_state)
-    return rng.multinomial(int(n_subjects), np.full(int(n_subjects), 1.0 / int(n_subjects)), size=int(n_bootstrap))
+# the subject (cluster) bootstrap every interval uses: its resamples are drawn by
+# eegprivacy.evaluation.cluster_bootstrap.subject_counts
 
 
 def _percentile_ci(draws: np.ndarray, confidence: float) -> tuple[float, float]:
@@ -526,7 +517,7 @@ def _subject_ba(score_sum: np.ndarray, tested: np.ndarray, subject_code: np.ndar
     ``score_sum`` (n_subjects, n_classes) with ``subject_code`` (n_subjects,) gives a float; stacked label sets,
     ``score_sum`` (P, n_subjects, n_classes) with ``subject_code`` (P, n_subjects) -- each permutation scored
     against its own subjects' labels -- give (P,). The mean recall over the classes present among the tested
-    subjects, as :func:`eegprivacy.embeddings.defenses.weighted_balanced_accuracy` with unit weights; the real
+    subjects, as :func:`eegprivacy.embeddings.heads.weighted_balanced_accuracy` with unit weights; the real
     score and the null go through this one function, so a tie between them is an exact tie."""
     # argmax of the subject's mean score; uncorrected and two classes: "mean P(class 1) > 0.5", a tie to class 0
     pred = np.argmax(score_sum[..., tested, :], axis=-1)
@@ -721,7 +712,7 @@ def subject_label_leakage(Z, y, groups, splitter, estimator=None, n_bootstrap: i
         ``y`` (see Matched nulls); a label-stratified splitter is a ValueError when ``n_permutations`` > 0.
     estimator : classifier with ``predict_proba``, optional
         The head, cloned per fold and fitted on integer class codes; default
-        :func:`eegprivacy.embeddings.defenses.default_head` (standardised logistic regression). A standardised
+        :func:`eegprivacy.embeddings.heads.default_head` (standardised logistic regression). A standardised
         L2 logistic regression on a two-class label (the default head included;
         :func:`eegprivacy.batched.logistic.logistic_C` says which) is not refitted fit by fit: every fit (real,
         Gaussian control, each permutation) is the exact optimum of its objective, all permutations of a fold
@@ -754,8 +745,8 @@ def subject_label_leakage(Z, y, groups, splitter, estimator=None, n_bootstrap: i
     one subject's diagnosis many times. Each held-out subject's score is its mean predicted probability over its
     windows and its prediction the class that score favours (see ``prior_corrected``); the headline is balanced
     accuracy over held-out subjects, the privacy unit and the clinical unit alike. The interval resamples
-    held-out subjects with replacement (:func:`subject_counts`); the window-level balanced accuracy is resampled
-    the same way, each window weighted by its subject's multiplicity.
+    held-out subjects with replacement (:func:`~eegprivacy.evaluation.cluster_bootstrap.subject_counts`); the
+    window-level balanced accuracy is resampled the same way, each window weighted by its subject's multiplicity.
 
     Why the prior correction: a head that has learned nothing still learns its training fold's class balance,
     which is anti-correlated with the held-out fold's balance (the subjects are split, the classes are not).
@@ -797,8 +788,6 @@ def subject_label_leakage(Z, y, groups, splitter, estimator=None, n_bootstrap: i
     n = Z.shape[0]
     classes, _, s_index, subject_code = _subject_label_codes(y, groups, n)
     if estimator is None:
-        from eegprivacy.embeddings.defenses import default_head  # defenses imports this module
-
         estimator = default_head()
     if not hasattr(estimator, "predict_proba"):
         raise TypeError(f"{type(estimator).__name__} has no predict_proba: subject scores average probabilities")
@@ -827,8 +816,6 @@ def subject_label_leakage(Z, y, groups, splitter, estimator=None, n_bootstrap: i
 
     prob_sum, rows, window_pred = oof(Z, true_labels, window_predictions=True)
     tested = np.unique(s_index[rows])
-    from eegprivacy.embeddings.defenses import weighted_balanced_accuracy
-
     value = _subject_ba(prob_sum, tested, subject_code)
     window_value = weighted_balanced_accuracy(y_code[rows], window_pred)
 
@@ -976,7 +963,7 @@ def window_label_leakage(Z, y, groups, units, splitter, estimator=None, n_bootst
     splitter
         A subject-disjoint cross-validator whose folds ignore ``y`` (as :func:`subject_label_leakage`).
     estimator : classifier, optional
-        The head (default :func:`eegprivacy.embeddings.defenses.default_head`); a standardised L2 logistic
+        The head (default :func:`eegprivacy.embeddings.heads.default_head`); a standardised L2 logistic
         regression goes to the batched exact solver, real fit, Gaussian control and every permutation alike.
     n_bootstrap, confidence : int, float
         Subject-bootstrap resamples (``subject_ci``) and the intervals' level.
@@ -1002,8 +989,6 @@ def window_label_leakage(Z, y, groups, units, splitter, estimator=None, n_bootst
     recorded at (eegmat records rest before arithmetic); a rejection says the recordings differ, the state being
     one reason.
     """
-    from eegprivacy.embeddings.defenses import default_head
-
     Z = np.asarray(Z, float)
     y, groups, units = np.asarray(y), np.asarray(groups), np.asarray(units)
     if Z.ndim != 2 or not (y.shape == groups.shape == units.shape == (Z.shape[0],)):

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from sklearn.utils import check_random_state
 
-from eegprivacy.embeddings.endpoints import subject_counts
+from eegprivacy.evaluation.cluster_bootstrap import subject_counts
 
 __all__ = [
     "PermutationResult",
@@ -311,8 +311,8 @@ def paired_membership_test(attack_members, attack_nonmembers, control_members, c
     smallest possible p is then ``1 / 2^n``).
 
     ``difference_ci`` is the 95 % percentile interval of the same statistic over subject bootstrap resamples
-    (:func:`eegprivacy.embeddings.endpoints.subject_counts`): a drawn subject brings its member and non-member
-    windows of both encoders, so the resample is paired.
+    (:func:`~eegprivacy.evaluation.cluster_bootstrap.subject_counts`): a drawn subject brings its member and
+    non-member windows of both encoders, so the resample is paired.
 
     Parameters
     ----------
@@ -467,8 +467,8 @@ def paired_identity_test(correct_a, correct_b, query_subjects, n_permutations: i
     ``2^n <= n_permutations + 1``.
 
     ``difference_ci`` is the 95 % percentile interval of the same statistic over query-subject bootstrap
-    resamples (:func:`eegprivacy.embeddings.endpoints.subject_counts`), a drawn subject carrying both encoders'
-    hits on its queries (paired).
+    resamples (:func:`~eegprivacy.evaluation.cluster_bootstrap.subject_counts`), a drawn subject carrying both
+    encoders' hits on its queries (paired).
 
     Parameters
     ----------

@@ -161,7 +161,7 @@ class Context:
           encoder at its random initialisation (its matched null), with the same subject resamples so the two
           can be differenced draw by draw.
         """
-        from eegprivacy.embeddings.defenses import default_head
+        from eegprivacy.embeddings.heads import default_head
         from eegprivacy.embeddings.endpoints import membership_auc
         from eegprivacy.evaluation.permutation import membership_permutation_test
 
