@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 
 from eegprivacy.atomic import atomic_path, write_text_atomic
-from eegprivacy.reporting.format import epsilon_key
+from eegprivacy.pipeline.keys import epsilon_key
 from eegprivacy.reporting.lira import cumulative_label, headline, report_md, roc_figure
 from eegprivacy.studies.federated.config import FederatedMIAConfig
 from eegprivacy.studies.federated.cumulative import Cumulative

@@ -14,7 +14,8 @@ import pandas as pd
 
 from eegprivacy.reporting.calibration import tests_lines
 from eegprivacy.atomic import atomic_path
-from eegprivacy.reporting.format import epsilon_key, estimate
+from eegprivacy.pipeline.keys import epsilon_key
+from eegprivacy.reporting.format import estimate
 from eegprivacy.studies.federated.lira import (
     ALPHA,
     CONTROLLED,

@@ -28,7 +28,8 @@ from pathlib import Path
 import numpy as np
 
 from eegprivacy.atomic import atomic_path, write_text_atomic
-from eegprivacy.pipeline.sweep import PrefetchedCells, config_key
+from eegprivacy.pipeline.keys import config_key
+from eegprivacy.pipeline.sweep import PrefetchedCells
 from eegprivacy.studies.embedding_audit.data import AuditData
 from eegprivacy.studies.embedding_audit.units import encoder_label, published_entry
 from eegprivacy.studies.embedding_audit.workers import one_thread

@@ -97,8 +97,8 @@ from eegprivacy.evaluation.cluster_bootstrap import bootstrap_p_value_two_sided,
 from eegprivacy.evaluation.intervals import mean_ci
 from eegprivacy.evaluation.weighted_replicates import tpr_at_threshold_weighted, two_way_cells
 from eegprivacy.params import Config, ParamsError, param
-from eegprivacy.pipeline.sweep import SweepRunner, config_key, expand_grid, run_prefetched
-from eegprivacy.reporting.format import epsilon_key
+from eegprivacy.pipeline.keys import config_key, epsilon_key
+from eegprivacy.pipeline.sweep import SweepRunner, expand_grid, run_prefetched
 from eegprivacy.studies.federated import control, mia
 from eegprivacy.studies.federated.config import DatasetSpec, FederatedMIAConfig
 from eegprivacy.tracking import required_tags
