@@ -23,7 +23,7 @@ from sklearn.preprocessing import FunctionTransformer, StandardScaler
 from sklearn.utils import check_random_state
 
 from eegprivacy.batched.logistic import logistic_C, logistic_proba
-from eegprivacy.embeddings.endpoints import (
+from eegprivacy.embeddings.endpoints.labels import (
     _batched_subject_probabilities,
     _oof_subject_probabilities,
     _permuted_subject_codes,

@@ -10,7 +10,7 @@ from _audit_synth import single_thread_blas  # noqa: F401
 from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.linear_model import LinearRegression
 
-from eegprivacy.embeddings.endpoints import _ba_draws, subject_label_leakage
+from eegprivacy.embeddings.endpoints.labels import _ba_draws, subject_label_leakage
 from eegprivacy.embeddings.heads import weighted_balanced_accuracy
 from eegprivacy.embeddings.splits import SubjectDisjointSplit, TemporalGapSplit
 from eegprivacy.evaluation.cluster_bootstrap import subject_counts

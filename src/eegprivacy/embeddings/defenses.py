@@ -16,7 +16,8 @@ from sklearn.decomposition import PCA
 from sklearn.metrics import balanced_accuracy_score
 from sklearn.utils import check_random_state
 
-from eegprivacy.embeddings.endpoints import AttributeDecoder, LeakageResult
+from eegprivacy.embeddings.endpoints.attribute import LeakageResult
+from eegprivacy.embeddings.endpoints.decoder import AttributeDecoder
 from eegprivacy.embeddings.heads import default_head, weighted_balanced_accuracy
 
 __all__ = [

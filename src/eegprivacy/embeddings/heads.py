@@ -1,8 +1,8 @@
 """The downstream head of study C and the balanced accuracy it is scored by.
 
-Both the leakage endpoints (:mod:`eegprivacy.embeddings.endpoints`: the subject- and window-label attacks) and the
-defenses' utility (:mod:`eegprivacy.embeddings.defenses`) fit this head and score it this way, and the defenses
-build on the endpoints' results. They live apart from both so that neither module has to import the other to
+Both the leakage endpoints (:mod:`eegprivacy.embeddings.endpoints.labels`: the subject- and window-label attacks)
+and the defenses' utility (:mod:`eegprivacy.embeddings.defenses`) fit this head and score it this way, and the
+defenses build on the endpoints' results. They live apart from both so that neither module has to import the other to
 share them (a circle the import-order test refuses).
 """
 

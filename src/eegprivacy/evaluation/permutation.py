@@ -187,8 +187,9 @@ def _within_subject_auc(pos: np.ndarray, neg: np.ndarray) -> float:
 def _subject_pair_wins(scores: np.ndarray, codes: np.ndarray, n_subjects: int) -> np.ndarray:
     """(n, n) sums over window pairs of [s_a > s_b] + 0.5 [s_a == s_b], a of subject i (row), b of subject j.
 
-    The same pair counts as :func:`eegprivacy.embeddings.endpoints._pair_counts`, but between every two subjects
-    regardless of side, so that any assignment of subjects to members and non-members reads its AUC off them.
+    The same pair counts as :func:`eegprivacy.embeddings.endpoints.membership._pair_counts`, but between every two
+    subjects regardless of side, so that any assignment of subjects to members and non-members reads its AUC off
+    them.
     One binary search of all windows into each subject's sorted scores: O(n_subjects * n_windows * log).
     """
     out = np.zeros((n_subjects, n_subjects))
@@ -209,8 +210,8 @@ def membership_permutation_test(losses_members, losses_nonmembers, groups_member
     """Loss-threshold membership attack against chance, by permuting which subjects are members.
 
     The attack scores a window as a member when its loss is low; the statistic is the pooled AUC of all member
-    against all non-member windows, exactly as :func:`eegprivacy.embeddings.endpoints.membership_auc` computes
-    it. Members and non-members must be disjoint sets of subjects (the head attack: members are the head's
+    against all non-member windows, exactly as :func:`eegprivacy.embeddings.endpoints.membership.membership_auc`
+    computes it. Members and non-members must be disjoint sets of subjects (the head attack: members are the head's
     training subjects); for the encoder attack, where every subject has windows on both sides, use
     :func:`paired_membership_test`.
 
