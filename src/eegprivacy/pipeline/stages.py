@@ -354,7 +354,7 @@ STAGES: tuple[Stage, ...] = (
     Stage("federated_lira", "Study B, strongest attack: LiRA with shadow federations trained through the same "
           "federated code and knobs as federated_mia, beside RLA with LR/RF/MLP attackers.",
           entry="experiments.federated_lira", section="federated_lira", params_file="params/federated_lira.yaml",
-          config="eegprivacy.studies.federated.lira:FederatedLiRAConfig", code=FEDERATED,
+          config="eegprivacy.studies.federated.lira.config:FederatedLiRAConfig", code=FEDERATED,
           support=(*MACHINERY, *REPORTING), inputs=(*EEGMMIDB_VERSION, "metrics/federated_accounting.csv"),
           outs=("metrics/federated_lira.csv", "reports/federated_lira.md", "metrics/federated_lira.json",
                 "reports/figures/federated_lira_roc.png"),
