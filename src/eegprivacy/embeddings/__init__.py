@@ -9,7 +9,7 @@ negative controls, subject- and window-label leakage, raw-copy check and reconst
 defenses fit, and its weighted balanced accuracy) and ``dp_head`` (DP-SGD-trained downstream head,
 Opacus; its hidden layer is the released representation). Study C composes them on real data in
 :mod:`eegprivacy.studies.embedding_audit` (stage ``embedding_audit``); the encoders and their pretraining are in
-``encoders`` and ``pretrain``.
+``encoders`` (a package: the shared interface, one module per encoder family, checkpoints) and ``pretrain``.
 Submodules are imported explicitly (``from eegprivacy.embeddings.endpoints.attribute import attribute_leakage``)
 so that importing the package stays cheap and independent of the encoders.
 """
