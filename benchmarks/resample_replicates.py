@@ -8,7 +8,8 @@ Two shapes, both SYNTHETIC data of the studies' shapes (not their cohorts):
   sort of every resample, the old path).
 - ``lira``: study B's LiRA pool (10 target models × 720 trials of 16 subjects, 500 two-way resamples, the stage's
   count): the pooled AUROC and the TPR at 2 % FPR of every resample from its (model, subject) counts
-  (``lira._resampled_metrics``) vs building each resample and scoring it (``lira._pooled_metrics``, the old path).
+  (``lira.pooled._resampled_metrics``) vs building each resample and scoring it (``lira.pooled._pooled_metrics``, the
+  old path).
 
 The values must agree: study A's exactly (:data:`ATOL` 0, both sum halves of integer counts), LiRA's to 1e-12 (the
 old path's AUROC is scikit-learn's trapezoid, which rounds differently); so the ratio is the whole story. One core
@@ -40,7 +41,7 @@ def _study_a(quick: bool):
 
 
 def _lira(quick: bool):
-    from eegprivacy.studies.federated.lira import (
+    from eegprivacy.studies.federated.lira.pooled import (
         _cluster_codes,
         _pooled_metrics,
         _resampled_metrics,

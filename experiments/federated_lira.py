@@ -13,11 +13,13 @@ from pathlib import Path
 import pandas as pd
 
 from eegprivacy.atomic import atomic_path, write_text_atomic
-from eegprivacy.reporting.format import epsilon_key
+from eegprivacy.pipeline.keys import epsilon_key
 from eegprivacy.reporting.lira import cumulative_label, headline, report_md, roc_figure
 from eegprivacy.studies.federated.config import FederatedMIAConfig
 from eegprivacy.studies.federated.cumulative import Cumulative
-from eegprivacy.studies.federated.lira import DIFF_METRIC, LiRAStudy, summarise
+from eegprivacy.studies.federated.lira.config import DIFF_METRIC
+from eegprivacy.studies.federated.lira.pooled import summarise
+from eegprivacy.studies.federated.lira.study import LiRAStudy
 from eegprivacy.tracking.runs import log_to_named_run
 
 

@@ -13,8 +13,8 @@ from pathlib import Path
 import pandas as pd
 
 from eegprivacy.atomic import atomic_path
+from eegprivacy.pipeline.keys import epsilon_key
 from eegprivacy.pipeline.sweep import PrefetchedCells, SweepRunner, expand_grid
-from eegprivacy.reporting.format import epsilon_key
 from eegprivacy.studies.federated.mia import (
     NOTE,
     cell_knobs,

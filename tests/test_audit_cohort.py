@@ -20,6 +20,7 @@ import pytest
 from _cohort_audit_data import TREE_KEY, MiniMSU, NoiseCohort
 
 from eegprivacy.evaluation.cluster_bootstrap import bootstrap_indices, combine_seeds
+from eegprivacy.reporting import cohort as cohort_report
 from eegprivacy.studies.cohort_audit import (
     AuditConfig,
     CohortError,
@@ -236,7 +237,7 @@ def test_reruns_keep_one_run_per_audit_and_one_per_sweep(audit):
 def test_numbers_do_not_depend_on_subject_ids_or_order(audit, tmp_path):
     """The same recordings under other subject ids, listed in reverse, give the same numbers."""
     result = run_audit(MiniMSU(name="renamed_msu", rename=True, reverse=True), CONFIG, tmp_path / "out",
-                       cache_dir=tmp_path / "cache", progress=False, n_jobs=2)
+                       report=cohort_report, cache_dir=tmp_path / "cache", progress=False, n_jobs=2)
     columns = ["arm", "mechanism", "epsilon", "metric", "value", "ci_low", "ci_high", "n", "n_seeds"]
     expected = audit["first_rows"][columns].reset_index(drop=True)
     got = result.rows[columns].reset_index(drop=True)
@@ -333,8 +334,8 @@ def test_mlflow_compare_page_shows_release_and_null_against_epsilon(bids_audit, 
 def test_no_signal_cohort_sits_at_its_null(tmp_path):
     config = AuditConfig(mechanisms=("gaussian_analytic",), epsilons=(5,), noise_seeds=2, baseline_seeds=2,
                          permutations=2, nested_seeds=1, bootstrap=400, membership_trials=2, split_halves=False)
-    result = run_audit(NoiseCohort(), config, tmp_path / "out", cache_dir=tmp_path / "cache", progress=False,
-                       n_jobs=2)
+    result = run_audit(NoiseCohort(), config, tmp_path / "out", report=cohort_report, cache_dir=tmp_path / "cache",
+                       progress=False, n_jobs=2)
     rows = result.rows.set_index(["arm", "mechanism", "epsilon", "metric"])
     base = rows.loc[("baseline", "none", math.inf, "auroc")]
     assert base["ci_low"] <= 0.5 <= base["ci_high"]

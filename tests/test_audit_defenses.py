@@ -16,7 +16,8 @@ from eegprivacy.embeddings.defenses import (
     closes_channel,
     utility_balanced_accuracy,
 )
-from eegprivacy.embeddings.endpoints import AttributeDecoder, attribute_leakage
+from eegprivacy.embeddings.endpoints.attribute import attribute_leakage
+from eegprivacy.embeddings.endpoints.decoder import AttributeDecoder
 from eegprivacy.embeddings.splits import SubjectDisjointSplit
 
 SPLIT = SubjectDisjointSplit(4, random_state=0)

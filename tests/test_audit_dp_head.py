@@ -13,7 +13,7 @@ from sklearn.exceptions import NotFittedError
 from sklearn.metrics import balanced_accuracy_score
 
 from eegprivacy.embeddings.dp_head import DELTA, EPSILONS, DPSGDHead
-from eegprivacy.embeddings.endpoints import membership_auc
+from eegprivacy.embeddings.endpoints.membership import membership_auc
 
 
 def WindowHead(**kw):

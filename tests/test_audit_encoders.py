@@ -15,20 +15,17 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("braindecode")
 
-from eegprivacy.embeddings.encoders import (  # noqa: E402
-    BANDS,
-    BIOT_18_BIPOLAR,
-    BandPowerEncoder,
+from eegprivacy.embeddings.encoders.bandpower import BANDS, BandPowerEncoder  # noqa: E402
+from eegprivacy.embeddings.encoders.base import map_channels, resample  # noqa: E402
+from eegprivacy.embeddings.encoders.biot import BIOT_18_BIPOLAR  # noqa: E402
+from eegprivacy.embeddings.encoders.checkpoints import (  # noqa: E402
     CheckpointMismatchError,
     CheckpointRequiredError,
     ChecksumError,
     load_checkpoint,
-    make_encoder,
-    map_channels,
-    resample,
-    resolve_weights,
     save_checkpoint,
 )
+from eegprivacy.embeddings.encoders.registry import make_encoder, resolve_weights  # noqa: E402
 from eegprivacy.embeddings.pretrain import pretrain, subject_hash  # noqa: E402
 
 EEGMAT_CH = "Fp1,Fp2,F3,F4,F7,F8,T3,T4,C3,C4,T5,T6,P3,P4,O1,O2,Fz,Cz,Pz".split(",")

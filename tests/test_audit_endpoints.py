@@ -8,19 +8,13 @@ import pytest
 from _audit_synth import single_thread_blas, synth  # noqa: F401
 from sklearn.base import BaseEstimator, ClassifierMixin
 
-from eegprivacy.embeddings.endpoints import (
-    AttributeDecoder,
-    _permuted_subject_codes,
-    aeds,
-    attribute_leakage,
-    bpid_at_1,
-    identity_residual,
-    membership_auc,
-    membership_residual,
-    raw_copy_fraction,
-    reconstruction_r2,
-    subject_label_leakage,
-)
+from eegprivacy.embeddings.endpoints.aeds import aeds
+from eegprivacy.embeddings.endpoints.attribute import attribute_leakage
+from eegprivacy.embeddings.endpoints.decoder import AttributeDecoder
+from eegprivacy.embeddings.endpoints.identity import bpid_at_1, identity_residual
+from eegprivacy.embeddings.endpoints.labels import _permuted_subject_codes, subject_label_leakage
+from eegprivacy.embeddings.endpoints.membership import membership_auc, membership_residual
+from eegprivacy.embeddings.endpoints.reconstruction import raw_copy_fraction, reconstruction_r2
 from eegprivacy.embeddings.splits import ReferenceSetSplit, SubjectDisjointSplit, TemporalGapSplit
 
 SPLITS = [SubjectDisjointSplit(4, random_state=0), TemporalGapSplit(4, gap=2)]
@@ -41,16 +35,16 @@ def test_decoder_contract_and_alpha_tracks_noise():
 
 def test_decoder_inner_cv_never_sees_validation_subject(monkeypatch):
     """Alpha is tuned by GroupKFold on training subjects: every inner validation fold is whole subjects."""
-    import eegprivacy.embeddings.endpoints as ep
+    import eegprivacy.embeddings.endpoints.decoder as decoder
 
     seen = []
-    real = ep._ridge_path_predict
+    real = decoder._ridge_path_predict
 
     def spy(Xtr, Ytr, Xte, alphas):
         seen.append((Xtr.shape[0], Xte.shape[0]))
         return real(Xtr, Ytr, Xte, alphas)
 
-    monkeypatch.setattr(ep, "_ridge_path_predict", spy)
+    monkeypatch.setattr(decoder, "_ridge_path_predict", spy)
     Z, A, groups, _ = synth(n_subjects=6, n_windows=10)
     AttributeDecoder(inner_splits=3).fit(Z, A, groups)
     assert seen and all(te % 10 == 0 for _, te in seen)
@@ -228,16 +222,17 @@ def test_aeds_from_endpoint_results():
 def test_draws_for_reproduces_each_parts_own_draws(monkeypatch):
     """Given the multiplicities a part drew for itself, ``draws_for`` gives its ``draws`` bit for bit; subjects it
     does not use are ignored, and one it needs but is not given is an error."""
-    import eegprivacy.embeddings.endpoints as ep
+    from eegprivacy.embeddings.endpoints import attribute, identity, membership
+    from eegprivacy.evaluation.cluster_bootstrap import subject_counts as real
 
     drawn = []
-    real = ep.subject_counts
 
     def recorded(*args, **kwargs):
         drawn.append(real(*args, **kwargs))
         return drawn[-1]
 
-    monkeypatch.setattr(ep, "subject_counts", recorded)
+    for module in (attribute, membership, identity):  # each part draws its multiplicities where it lives
+        monkeypatch.setattr(module, "subject_counts", recorded)
     Z, A, groups, t = synth(leak=0.5)
     la = attribute_leakage(Z, A, groups, SPLITS[0], n_permutations=0)
     np.testing.assert_array_equal(la.draws_for(la.subjects, drawn[-1]), la.draws)
@@ -264,7 +259,7 @@ def test_draws_for_reproduces_each_parts_own_draws(monkeypatch):
 def test_joint_aeds_on_synthetic_null_is_sensible():
     """SYNTHETIC no-signal data (no attribute in the embeddings, nothing memorised, no identity): every AEDS draw
     recomputes L_A, R_M and R_I on one subject resample, and the interval never claims AEDS > 0."""
-    from eegprivacy.embeddings.endpoints import subject_counts
+    from eegprivacy.evaluation.cluster_bootstrap import subject_counts
 
     for seed in range(4):
         Z, A, groups, t = synth(leak=0.0, seed=seed)
@@ -474,7 +469,7 @@ def _recording_cohort(seed: int, effect: float = 0.0, n_subjects: int = 12, wind
 def test_window_label_finds_a_planted_state_and_its_interval_excludes_chance():
     """SYNTHETIC: a large state shift is decoded (p at its floor, two-sided) and the interval that inverts the test
     holds the estimate and lies above chance; a rerun with the seed gives the same numbers."""
-    from eegprivacy.embeddings.endpoints import window_label_leakage
+    from eegprivacy.embeddings.endpoints.labels import window_label_leakage
 
     Z, y, groups, rec = _recording_cohort(0, effect=3.0)
     run = lambda: window_label_leakage(Z, y, groups, rec, SubjectDisjointSplit(4, random_state=0),  # noqa: E731
@@ -491,7 +486,7 @@ def test_window_label_finds_a_planted_state_and_its_interval_excludes_chance():
 def test_window_label_null_keeps_each_subjects_labels_and_refuses_what_it_cannot_permute():
     """The permutation only rearranges labels inside a stratum (each subject keeps one recording of each state);
     a label that changes inside a unit, or a unit spanning two strata, is an error, not a silent window shuffle."""
-    from eegprivacy.embeddings.endpoints import _within_stratum_unit_labels, window_label_leakage
+    from eegprivacy.embeddings.endpoints.labels import _within_stratum_unit_labels, window_label_leakage
 
     labels = np.array([0, 1, 0, 1, 1, 1])
     strata = np.array([0, 0, 1, 1, 2, 2])

@@ -23,16 +23,16 @@ from sklearn.preprocessing import FunctionTransformer, StandardScaler
 from sklearn.utils import check_random_state
 
 from eegprivacy.batched.logistic import logistic_C, logistic_proba
-from eegprivacy.embeddings.defenses import default_head
-from eegprivacy.embeddings.endpoints import (
+from eegprivacy.embeddings.endpoints.labels import (
     _batched_subject_probabilities,
     _oof_subject_probabilities,
     _permuted_subject_codes,
     _subject_label_codes,
-    subject_counts,
     subject_label_leakage,
 )
+from eegprivacy.embeddings.heads import default_head
 from eegprivacy.embeddings.splits import SubjectDisjointSplit
+from eegprivacy.evaluation.cluster_bootstrap import subject_counts
 
 pytestmark = pytest.mark.usefixtures("torch_one_thread")
 

@@ -324,8 +324,8 @@ def noise_audit(tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp / 'mlflow.db'}")
         mp.setenv("EEGPRIVACY_CACHE", str(tmp / "derived"))
-        result = run_audit(NoiseCohort(), NOISE_CONFIG, tmp / "out", cache_dir=tmp / "cache", progress=False,
-                           n_jobs=1)
+        result = run_audit(NoiseCohort(), NOISE_CONFIG, tmp / "out", report=report, cache_dir=tmp / "cache",
+                           progress=False, n_jobs=1)
     return {"result": result, "out": tmp / "out"}
 
 

@@ -108,7 +108,7 @@ def _meta(cohort: str, design: dict | None) -> dict:
 
 
 def _encoders_meta() -> dict:
-    from eegprivacy.embeddings.encoders import map_channels
+    from eegprivacy.embeddings.encoders.base import map_channels
 
     mapping = map_channels(["Fz", "Cz"], ["FZ", "CZ", "PZ"], "drop").record()  # Pz missing: dropped
     describe = {"n_params": 0, "config": {}, "channels": ["Fz", "Cz"], "channel_mapping": mapping,

@@ -10,13 +10,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from eegprivacy.embeddings.endpoints import (
-    aeds,
-    bpid_at_1,
-    membership_auc,
-    membership_difference,
-    subject_counts,
-)
+from eegprivacy.embeddings.endpoints.aeds import aeds
+from eegprivacy.embeddings.endpoints.identity import bpid_at_1
+from eegprivacy.embeddings.endpoints.membership import membership_auc, membership_difference
+from eegprivacy.evaluation.cluster_bootstrap import subject_counts
 
 N_NULL = 200          # null datasets per coverage check
 SUBJECTS, WINDOWS = 28, 25
@@ -133,7 +130,8 @@ def test_aeds_combines_subject_draws_and_says_so():
     res = aeds((0.3, np.full(BOOT, 0.3)), mem, bpid, n_bootstrap=BOOT)
     assert res.ci_over == "subjects"
     # R_I's draws are BPID's own subject draws, not a window resample
-    from eegprivacy.embeddings.endpoints import identity_residual, membership_residual
+    from eegprivacy.embeddings.endpoints.identity import identity_residual
+    from eegprivacy.embeddings.endpoints.membership import membership_residual
 
     expected = 0.3 - np.maximum(membership_residual(mem.draws), identity_residual(bpid.draws, bpid.n_candidates))
     np.testing.assert_allclose(res.draws, expected)
@@ -167,7 +165,7 @@ def _perfectly_correlated_parts(n_subjects: int = 20, windows: int = 10):
     resample w the encoder-style attack (the same subjects on both sides) reads 2 AUC - 1 = sum w rho / sum w with
     rho_s = k_s / 5 - 1; the attribute decoder's per-subject moments (unit variances, within-subject covariance
     rho_s, controls at 0) give L_A = the same weighted mean of rho_s on every resample."""
-    from eegprivacy.embeddings.endpoints import LeakageResult
+    from eegprivacy.embeddings.endpoints.attribute import LeakageResult
 
     rng = np.random.default_rng(0)
     k = rng.integers(5, windows + 1, n_subjects)
@@ -191,7 +189,7 @@ def _perfectly_correlated_parts(n_subjects: int = 20, windows: int = 10):
 def test_joint_aeds_resamples_subjects_once_for_all_parts():
     """With L_A and R_M the same subjects' statistic, L_A - R_M is 0 on every subject resample: the joint interval
     collapses to 0, while combining each part's own (separately drawn) draws reports a wide interval."""
-    from eegprivacy.embeddings.endpoints import membership_residual
+    from eegprivacy.embeddings.endpoints.membership import membership_residual
 
     la, mem = _perfectly_correlated_parts()
     assert mem.joint and la.gain == pytest.approx(mem.residual) and 0.2 < la.gain < 0.8

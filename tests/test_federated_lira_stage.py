@@ -20,20 +20,13 @@ import yaml
 from eegprivacy.attacks.metrics import auroc
 from eegprivacy.cli import main
 from eegprivacy.params import ParamsError
-from eegprivacy.studies.federated import lira as lira_module
-from eegprivacy.studies.federated.lira import (
-    DIFF_METRIC,
-    METRICS,
-    POOLED_METRICS,
-    control_models,
-    loo_feasible,
-    loo_group_size,
-    pooled_rows,
-    resolvable_fpr,
-    shadow_in_count,
-    shadow_loo,
-    shadow_membership,
-)
+from eegprivacy.studies.federated.lira import federations
+from eegprivacy.studies.federated.lira.config import DIFF_METRIC, METRICS, POOLED_METRICS
+from eegprivacy.studies.federated.lira.design import loo_feasible, loo_group_size, shadow_in_count, shadow_membership
+from eegprivacy.studies.federated.lira.federations import control_models
+from eegprivacy.studies.federated.lira.pooled import pooled_rows
+from eegprivacy.studies.federated.lira.scoring import resolvable_fpr
+from eegprivacy.studies.federated.lira.targets import shadow_loo
 from eegprivacy.tracking import tracking_uri
 
 TRAIN = {"federated_mia": {
@@ -279,7 +272,7 @@ def test_control_federations_leave_the_attacked_clients_fold_out(monkeypatch):
         calls.append((model, eps, seed, [id(c) for c in fed.clients]))
         return None, SimpleNamespace(weights=len(calls) - 1, initial_local=None)
 
-    monkeypatch.setattr(lira_module, "_federate", fake_federate)
+    monkeypatch.setattr(federations, "_federate", fake_federate)
     clients = [(np.zeros((3, 2)), None, np.zeros((1, 2)), None) for _ in range(7)]
     fed = SimpleNamespace(clients=clients)
     weights, locals_, folds = control_models(None, fed, "simplenet", 5.0, 3, None, 3)

@@ -18,27 +18,27 @@ from eegprivacy.attacks.metrics import tpr_at_fpr
 from eegprivacy.federated.splits import member_split
 from eegprivacy.reporting.lira import headline, report_md
 from eegprivacy.studies.federated import mia
-from eegprivacy.studies.federated.lira import (
-    DIFF_METRIC,
-    MIN_BEYOND,
-    POOLED_METRICS,
-    ZERO_FPR_NOTE,
+from eegprivacy.studies.federated.lira.config import DIFF_METRIC, MIN_BEYOND, POOLED_METRICS
+from eegprivacy.studies.federated.lira.pooled import (
     cluster_bootstrap,
     control_difference_rows,
     control_share,
     holm_control_cells,
+    paired_difference,
+    pooled_rows,
+    summarise,
+)
+from eegprivacy.studies.federated.lira.scoring import (
+    ZERO_FPR_NOTE,
     independent_nonmembers,
     needed_nonmembers,
     not_resolvable_note,
-    paired_difference,
-    pooled_rows,
     resolvable,
     resolvable_fpr,
     score_rows,
-    summarise,
-    target_member,
     tpr_at_threshold,
 )
+from eegprivacy.studies.federated.lira.targets import target_member
 
 
 def _trials(n_subjects: int = 6, per_class: int = 10):

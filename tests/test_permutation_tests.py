@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 from eegprivacy.attacks.metrics import auroc
-from eegprivacy.embeddings.endpoints import bpid_at_1, membership_auc
+from eegprivacy.embeddings.endpoints.identity import bpid_at_1
+from eegprivacy.embeddings.endpoints.membership import membership_auc
 from eegprivacy.evaluation.permutation import (
     PermutationResult,
     identity_permutation_test,

@@ -26,18 +26,15 @@ import yaml
 torch = pytest.importorskip("torch")
 pytest.importorskip("braindecode")
 
-from eegprivacy.embeddings import encoders as enc_mod  # noqa: E402
-from eegprivacy.embeddings.encoders import (  # noqa: E402
-    WEIGHTS_SOURCES,
+from eegprivacy.embeddings.encoders import published as published_mod  # noqa: E402
+from eegprivacy.embeddings.encoders.checkpoints import (  # noqa: E402
     CheckpointMismatchError,
     CheckpointRequiredError,
     ChecksumError,
     UnsafeCheckpointError,
-    load_published,
-    make_encoder,
-    published_config,
-    resolve_weights,
 )
+from eegprivacy.embeddings.encoders.published import load_published, published_config  # noqa: E402
+from eegprivacy.embeddings.encoders.registry import WEIGHTS_SOURCES, make_encoder, resolve_weights  # noqa: E402
 from eegprivacy.params import ParamsError  # noqa: E402
 from eegprivacy.studies.embedding_audit.units import (  # noqa: E402
     audited_cells,
@@ -71,7 +68,7 @@ def _quiet():
 def small(monkeypatch):
     """The test hook: the published configs replaced by small ones of the same layout."""
     for name, cfg in SMALL_PUBLISHED.items():
-        monkeypatch.setitem(enc_mod.PUBLISHED_CONFIGS, name, dict(cfg))
+        monkeypatch.setitem(published_mod.PUBLISHED_CONFIGS, name, dict(cfg))
     return SMALL_PUBLISHED
 
 
@@ -160,7 +157,7 @@ def test_published_configs_have_the_readmes_tensor_counts():
     LaBraM's encoder 221, EEGPT's target encoder 102 (25,287,168 numbers)."""
     counts = {}
     for name, n_chans in (("biot", 16), ("biot", 18), ("labram", None), ("eegpt", None)):
-        cfg = {**enc_mod.PUBLISHED_CONFIGS[name], **({"n_chans": n_chans} if n_chans else {})}
+        cfg = {**published_mod.PUBLISHED_CONFIGS[name], **({"n_chans": n_chans} if n_chans else {})}
         state = make_encoder(name, EEGMAT_CH, SFREQ, WIN_S, config=cfg).encoder_state_dict()
         counts[(name, n_chans)] = (len(state), sum(v.numel() for v in state.values()))
     assert counts[("biot", 16)] == (57 - 1, 3_442_192 - 16)  # + index (16 int64) in the file

@@ -10,7 +10,8 @@ from eegprivacy.attacks.metrics import auroc
 from eegprivacy.evaluation.client_bootstrap import auroc_replicates
 from eegprivacy.evaluation.cluster_bootstrap import auroc_along, bootstrap_indices, on_resamples
 from eegprivacy.evaluation.weighted_replicates import tpr_at_threshold_weighted, two_way_cells
-from eegprivacy.studies.federated.lira import tpr_at_threshold, two_way_resamples
+from eegprivacy.studies.federated.lira.pooled import two_way_resamples
+from eegprivacy.studies.federated.lira.scoring import tpr_at_threshold
 
 
 def _pool(rng, n_models=4, n_trials=60, n_clusters=6, tied=True):

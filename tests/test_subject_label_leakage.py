@@ -10,9 +10,10 @@ from _audit_synth import single_thread_blas  # noqa: F401
 from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.linear_model import LinearRegression
 
-from eegprivacy.embeddings.defenses import weighted_balanced_accuracy
-from eegprivacy.embeddings.endpoints import _ba_draws, subject_counts, subject_label_leakage
+from eegprivacy.embeddings.endpoints.labels import _ba_draws, subject_label_leakage
+from eegprivacy.embeddings.heads import weighted_balanced_accuracy
 from eegprivacy.embeddings.splits import SubjectDisjointSplit, TemporalGapSplit
+from eegprivacy.evaluation.cluster_bootstrap import subject_counts
 
 
 def synthetic_cohort(seed=0, n_subjects=40, n_windows=6, dim=8, shift=0.0, offset=1.0):

@@ -18,6 +18,18 @@ def repo_root() -> Path:
     return here
 
 
+def checkout_root() -> Path:
+    """The checkout this package runs from (where its sources and experiments/ live), whatever the working
+    directory; the working directory's repository when the package is installed elsewhere.
+
+    The stage registry hashes the sources under it and the pipeline profile is read from it
+    (:mod:`eegprivacy.pipeline.stages`, :mod:`eegprivacy.pipeline.profile`)."""
+    import eegprivacy
+
+    root = Path(eegprivacy.__file__).resolve().parents[2]
+    return root if (root / "dvc.yaml").exists() else repo_root()
+
+
 def data_root() -> Path:
     """Root of the real public data: ``$EEGPRIVACY_DATA`` if set, else ``<repo>/data/raw``."""
     env = os.environ.get(DATA_ENV)

@@ -1,7 +1,7 @@
 """scikit-learn's ``StandardScaler + LogisticRegression`` (L2, intercept) for many label vectors at once.
 
-The permuted-label null of :func:`eegprivacy.embeddings.endpoints.subject_label_leakage` refits the default head
-(:func:`eegprivacy.embeddings.defenses.default_head`) once per fold and permutation. On MSU that is ~980 training
+The permuted-label null of :func:`eegprivacy.embeddings.endpoints.labels.subject_label_leakage` refits the default
+head (:func:`eegprivacy.embeddings.heads.default_head`) once per fold and permutation. On MSU that is ~980 training
 windows of up to 512 dimensions per fold, 7 folds, 7 encoder cells: at ~0.3 s per scikit-learn fit, 1,000
 permutations would take hours per cell. Within one fold, though, every permutation shares the training matrix,
 its standardisation and the test matrix; only the label vector changes. :func:`logistic_proba` fits all of them

@@ -600,6 +600,7 @@ def participant_level(args, bids_dir: str, output_dir: Path, config) -> int:
 
 def group_level(args, bids_dir: str | None, output_dir: Path, work: Path, config) -> int:
     from eegprivacy.data import get_dataset
+    from eegprivacy.reporting import cohort as cohort_report
     from eegprivacy.reporting.cohort import lead_text
     from eegprivacy.studies.cohort_audit import LEFT_OUT_FILE, run_audit
     from eegprivacy.tracking.runs import tracking_uri
@@ -614,8 +615,8 @@ def group_level(args, bids_dir: str | None, output_dir: Path, work: Path, config
         except TypeError as err:  # a constructor argument the dataset does not take
             raise UsageError(f"--dataset-arg: {err}") from None
     # OUTPUT_DIR appears once the labels and headers have passed (run_audit checks them before reading a signal).
-    result = run_audit(dataset, config, output_dir, cache_dir=work, progress=not args.no_progress,
-                       n_jobs=args.jobs)
+    result = run_audit(dataset, config, output_dir, report=cohort_report, cache_dir=work,
+                       progress=not args.no_progress, n_jobs=args.jobs)
     uri = tracking_uri()
     print(f"report: {result.paths['report']}")
     print(f"runs:   {runs_link(uri, result.cohort.dataset)}")

@@ -19,7 +19,8 @@ from scipy.linalg import subspace_angles
 from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.utils import check_random_state
 
-from eegprivacy.embeddings.endpoints import AttributeDecoder, LeakageResult, _fold_centred, attribute_leakage
+from eegprivacy.embeddings.endpoints.attribute import LeakageResult, _fold_centred, attribute_leakage
+from eegprivacy.embeddings.endpoints.decoder import AttributeDecoder
 
 __all__ = ["BridgedDecoder", "BridgeResult", "bridge_transfer"]
 

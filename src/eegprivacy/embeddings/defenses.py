@@ -13,13 +13,12 @@ from dataclasses import dataclass
 import numpy as np
 from sklearn.base import BaseEstimator, RegressorMixin, TransformerMixin, clone
 from sklearn.decomposition import PCA
-from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import balanced_accuracy_score
-from sklearn.pipeline import make_pipeline
-from sklearn.preprocessing import StandardScaler
 from sklearn.utils import check_random_state
 
-from eegprivacy.embeddings.endpoints import AttributeDecoder, LeakageResult
+from eegprivacy.embeddings.endpoints.attribute import LeakageResult
+from eegprivacy.embeddings.endpoints.decoder import AttributeDecoder
+from eegprivacy.embeddings.heads import default_head, weighted_balanced_accuracy
 
 __all__ = [
     "NOISE_SIGMAS",
@@ -27,11 +26,9 @@ __all__ = [
     "PCABottleneck",
     "CoordinateDropout",
     "WienerAttacker",
-    "default_head",
     "utility_balanced_accuracy",
     "UtilityResult",
     "utility_with_controls",
-    "weighted_balanced_accuracy",
     "balanced_accuracy_ci",
     "closes_channel",
     "ChannelVerdict",
@@ -159,16 +156,11 @@ class WienerAttacker(RegressorMixin, BaseEstimator):
         return self.decoder_.predict(self.shrink(Z))
 
 
-def default_head():
-    """The downstream head every utility and head-membership result uses: standardised logistic regression."""
-    return make_pipeline(StandardScaler(), LogisticRegression(max_iter=1000))
-
-
 def utility_balanced_accuracy(Z, y, groups, splitter, estimator=None) -> float:
     """Balanced accuracy of the downstream task (e.g. rest vs arithmetic) on pooled out-of-fold predictions.
 
-    Default head: :func:`default_head`. Use a subject-disjoint splitter for the protocol's held-out-subject
-    utility; :func:`utility_with_controls` adds the interval and the controls.
+    Default head: :func:`~eegprivacy.embeddings.heads.default_head`. Use a subject-disjoint splitter for the
+    protocol's held-out-subject utility; :func:`utility_with_controls` adds the interval and the controls.
     """
     Z, y = np.asarray(Z, float), np.asarray(y)
     folds = splitter.split(Z, y, np.asarray(groups))
@@ -203,21 +195,6 @@ def _oof_predictions(Z, y, folds, estimator, permute=None):
         rows.append(test)
         pred.append(model.predict(Z[test]))
     return np.concatenate(rows), np.concatenate(pred)
-
-
-def weighted_balanced_accuracy(truth, pred, weights=None) -> float:
-    """Balanced accuracy with per-window weights (a subject bootstrap's multiplicities); a missing class gives
-    NaN."""
-    truth, pred = np.asarray(truth), np.asarray(pred)
-    w = np.ones(truth.size) if weights is None else np.asarray(weights, float)
-    recalls = []
-    for label in np.unique(truth):
-        mask = truth == label
-        total = w[mask].sum()
-        if total <= 0:
-            return float("nan")
-        recalls.append(float((w[mask] * (pred[mask] == label)).sum() / total))
-    return float(np.mean(recalls))
 
 
 def balanced_accuracy_ci(truth, pred, groups, n_bootstrap: int = 1000, confidence: float = 0.95,

@@ -28,7 +28,9 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from eegprivacy.embeddings.encoders import BandPowerEncoder, FrozenEncoder, save_checkpoint
+from eegprivacy.embeddings.encoders.bandpower import BandPowerEncoder
+from eegprivacy.embeddings.encoders.base import FrozenEncoder
+from eegprivacy.embeddings.encoders.checkpoints import save_checkpoint
 
 log = logging.getLogger(__name__)
 

@@ -18,10 +18,11 @@ from collections.abc import Sequence
 
 import numpy as np
 from scipy.stats import rankdata
+from sklearn.utils import check_random_state
 
 __all__ = ["auroc_along", "auroc_on_resamples", "on_resamples", "balanced_accuracy_along", "bootstrap_indices",
-           "seed_indices", "combine_seeds", "percentile_interval", "bootstrap_p_value", "bootstrap_p_value_two_sided",
-           "p_value_mc_error", "holm", "utility_horizon", "fixed_sequence_horizon"]
+           "seed_indices", "combine_seeds", "subject_counts", "percentile_interval", "bootstrap_p_value",
+           "bootstrap_p_value_two_sided", "p_value_mc_error", "holm", "utility_horizon", "fixed_sequence_horizon"]
 
 _BOOTSTRAP_STREAM = 0x424F4F54
 _SEED_STREAM = 0x53454544
@@ -104,6 +105,23 @@ def combine_seeds(per_seed: np.ndarray, seed_idx: np.ndarray) -> np.ndarray:
 
     ``per_seed`` is (seeds, resamples): each seed's metric on every patient resample."""
     return per_seed[seed_idx, np.arange(per_seed.shape[1])[:, None]].mean(axis=1)
+
+
+def subject_counts(n_subjects: int, n_bootstrap: int, random_state=None) -> np.ndarray:
+    """Multiplicities (n_bootstrap, n_subjects) of a subject bootstrap: each row draws ``n_subjects`` subjects
+    with replacement. A window counts as often as its subject was drawn, so every statistic that is a ratio of
+    per-subject sums (Pearson moments, AUC pair counts, hit counts) is recomputed exactly on each resample.
+
+    Study C's intervals (:mod:`eegprivacy.embeddings.endpoints`) and its permutation tests' effect sizes
+    (:mod:`eegprivacy.evaluation.permutation`) draw their resamples here. Unlike :func:`bootstrap_indices` it is
+    not stratified and takes a scikit-learn ``random_state`` (a seed or a ``RandomState`` that the caller goes on
+    drawing from), so one generator can feed several resamples in a fixed order."""
+    if int(n_subjects) < 1:
+        raise ValueError("a subject bootstrap needs at least one subject")
+    if int(n_bootstrap) < 1:
+        raise ValueError(f"n_bootstrap must be >= 1, got {n_bootstrap}")
+    rng = check_random_state(random_state)
+    return rng.multinomial(int(n_subjects), np.full(int(n_subjects), 1.0 / int(n_subjects)), size=int(n_bootstrap))
 
 
 def percentile_interval(replicates: np.ndarray, confidence: float) -> tuple[float, float]:

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from sklearn.utils import check_random_state
 
-from eegprivacy.embeddings.endpoints import subject_counts
+from eegprivacy.evaluation.cluster_bootstrap import subject_counts
 
 __all__ = [
     "PermutationResult",
@@ -187,8 +187,9 @@ def _within_subject_auc(pos: np.ndarray, neg: np.ndarray) -> float:
 def _subject_pair_wins(scores: np.ndarray, codes: np.ndarray, n_subjects: int) -> np.ndarray:
     """(n, n) sums over window pairs of [s_a > s_b] + 0.5 [s_a == s_b], a of subject i (row), b of subject j.
 
-    The same pair counts as :func:`eegprivacy.embeddings.endpoints._pair_counts`, but between every two subjects
-    regardless of side, so that any assignment of subjects to members and non-members reads its AUC off them.
+    The same pair counts as :func:`eegprivacy.embeddings.endpoints.membership._pair_counts`, but between every two
+    subjects regardless of side, so that any assignment of subjects to members and non-members reads its AUC off
+    them.
     One binary search of all windows into each subject's sorted scores: O(n_subjects * n_windows * log).
     """
     out = np.zeros((n_subjects, n_subjects))
@@ -209,8 +210,8 @@ def membership_permutation_test(losses_members, losses_nonmembers, groups_member
     """Loss-threshold membership attack against chance, by permuting which subjects are members.
 
     The attack scores a window as a member when its loss is low; the statistic is the pooled AUC of all member
-    against all non-member windows, exactly as :func:`eegprivacy.embeddings.endpoints.membership_auc` computes
-    it. Members and non-members must be disjoint sets of subjects (the head attack: members are the head's
+    against all non-member windows, exactly as :func:`eegprivacy.embeddings.endpoints.membership.membership_auc`
+    computes it. Members and non-members must be disjoint sets of subjects (the head attack: members are the head's
     training subjects); for the encoder attack, where every subject has windows on both sides, use
     :func:`paired_membership_test`.
 
@@ -311,8 +312,8 @@ def paired_membership_test(attack_members, attack_nonmembers, control_members, c
     smallest possible p is then ``1 / 2^n``).
 
     ``difference_ci`` is the 95 % percentile interval of the same statistic over subject bootstrap resamples
-    (:func:`eegprivacy.embeddings.endpoints.subject_counts`): a drawn subject brings its member and non-member
-    windows of both encoders, so the resample is paired.
+    (:func:`~eegprivacy.evaluation.cluster_bootstrap.subject_counts`): a drawn subject brings its member and
+    non-member windows of both encoders, so the resample is paired.
 
     Parameters
     ----------
@@ -467,8 +468,8 @@ def paired_identity_test(correct_a, correct_b, query_subjects, n_permutations: i
     ``2^n <= n_permutations + 1``.
 
     ``difference_ci`` is the 95 % percentile interval of the same statistic over query-subject bootstrap
-    resamples (:func:`eegprivacy.embeddings.endpoints.subject_counts`), a drawn subject carrying both encoders'
-    hits on its queries (paired).
+    resamples (:func:`~eegprivacy.evaluation.cluster_bootstrap.subject_counts`), a drawn subject carrying both
+    encoders' hits on its queries (paired).
 
     Parameters
     ----------

@@ -73,7 +73,7 @@ def _prepare(scores, labels, weights) -> tuple[np.ndarray, np.ndarray, np.ndarra
 
 def tpr_at_threshold_weighted(scores, labels, weights, fpr: float) -> np.ndarray:
     """TPR at the threshold of FPR ``fpr`` set on every resample's own negatives, as
-    :func:`eegprivacy.studies.federated.lira.tpr_at_threshold` computes it on the materialised resample: with n
+    :func:`eegprivacy.studies.federated.lira.scoring.tpr_at_threshold` computes it on the materialised resample: with n
     negatives (counted with their multiplicity), the threshold is the (⌊fpr·n⌋ + 1)-th highest negative score,
     and the TPR the share of positive weight scored strictly above it (ties count against the attacker); 1 where
     ⌊fpr·n⌋ ≥ n.

@@ -52,6 +52,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from eegprivacy.pipeline.keys import config_key
+
 log = logging.getLogger(__name__)
 
 EXECUTORS = ("local", "ray")
@@ -76,8 +78,6 @@ class CellFailedError(RuntimeError):
 
 def describe_cell(config: Mapping[str, Any], seed: int) -> str:
     """The cell's key (its cell file's name) with its seed and config, for error messages."""
-    from eegprivacy.pipeline.sweep import config_key
-
     return f"cell {config_key({**config, 'seed': seed})} (seed {seed}, config {dict(config)})"
 
 

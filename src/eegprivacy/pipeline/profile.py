@@ -11,6 +11,8 @@ from pathlib import Path
 
 import yaml
 
+from eegprivacy.paths import checkout_root
+
 __all__ = ["PROFILE_FILE", "PROFILE_LISTS", "cohorts", "profile_name"]
 
 PROFILE_FILE = "params/profile.yaml"
@@ -18,8 +20,6 @@ PROFILE_LISTS = ("study_a", "study_a_attacks", "study_b")
 
 
 def _section(params_file: str | Path | None = None) -> dict:
-    from eegprivacy.pipeline.stages import checkout_root
-
     path = Path(params_file) if params_file is not None else checkout_root() / PROFILE_FILE
     if not path.exists():
         raise FileNotFoundError(f"{path}: the pipeline profile (which cohorts each stage runs on) is missing")

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from eegprivacy.paths import repo_root
+from eegprivacy.paths import checkout_root, repo_root
 
 SRC = "src/eegprivacy"
 
@@ -114,15 +114,6 @@ class Stage:
         """sha256 (16 hex) over the stage's code files, by repo-relative path and content: the cell-cache key's
         code part (a cached cell is never reused after any source its numbers depend on changed)."""
         return _code_hash(self.name, tuple(self.code), self.entry_file)
-
-
-def checkout_root() -> Path:
-    """The checkout this package runs from (where its sources and experiments/ live), whatever the working
-    directory; the working directory's repository when the package is installed elsewhere."""
-    import eegprivacy
-
-    root = Path(eegprivacy.__file__).resolve().parents[2]
-    return root if (root / "dvc.yaml").exists() else repo_root()
 
 
 @lru_cache(maxsize=None)
@@ -363,7 +354,7 @@ STAGES: tuple[Stage, ...] = (
     Stage("federated_lira", "Study B, strongest attack: LiRA with shadow federations trained through the same "
           "federated code and knobs as federated_mia, beside RLA with LR/RF/MLP attackers.",
           entry="experiments.federated_lira", section="federated_lira", params_file="params/federated_lira.yaml",
-          config="eegprivacy.studies.federated.lira:FederatedLiRAConfig", code=FEDERATED,
+          config="eegprivacy.studies.federated.lira.config:FederatedLiRAConfig", code=FEDERATED,
           support=(*MACHINERY, *REPORTING), inputs=(*EEGMMIDB_VERSION, "metrics/federated_accounting.csv"),
           outs=("metrics/federated_lira.csv", "reports/federated_lira.md", "metrics/federated_lira.json",
                 "reports/figures/federated_lira_roc.png"),

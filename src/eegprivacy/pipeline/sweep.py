@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import hashlib
 import itertools
-import json
 import logging
 import math
 import os
@@ -34,16 +33,12 @@ from tqdm.auto import tqdm
 
 from eegprivacy.evaluation.intervals import mean_ci
 from eegprivacy.pipeline.executors import Executor, LocalExecutor, current_executor
+from eegprivacy.pipeline.keys import config_key
 from eegprivacy.tracking.runs import _host_key, log_metrics, param_text, start_run
 
 log = logging.getLogger(__name__)
 
 ROW_COLUMNS = ["study", "dataset", "config_key", "seed", "metric", "value", "ci_low", "ci_high", "n", "chance"]
-
-
-def config_key(config: Mapping[str, Any]) -> str:
-    """Stable short hash of a resolved cell config (seed included)."""
-    return hashlib.sha256(json.dumps(dict(config), sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
 @dataclass(frozen=True)

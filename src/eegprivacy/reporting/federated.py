@@ -19,9 +19,10 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from eegprivacy.atomic import atomic_path, write_text_atomic  # noqa: E402
+from eegprivacy.pipeline.keys import epsilon_key  # noqa: E402
 from eegprivacy.reporting.calibration import tests_lines  # noqa: E402
 from eegprivacy.reporting.figures import titled  # noqa: E402
-from eegprivacy.reporting.format import DASH, epsilon_key  # noqa: E402
+from eegprivacy.reporting.format import DASH  # noqa: E402
 from eegprivacy.reporting.paper_b import PAPER_MI2, WHY, verdict  # noqa: E402
 from eegprivacy.studies.federated.cumulative import Cumulative  # noqa: E402
 from eegprivacy.studies.federated.report import EPSILON_SCOPE, REGRESSIONS, family, tested  # noqa: E402

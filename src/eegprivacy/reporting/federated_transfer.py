@@ -14,7 +14,8 @@ import pandas as pd
 
 from eegprivacy.reporting.calibration import tests_lines
 from eegprivacy.atomic import atomic_path
-from eegprivacy.reporting.format import epsilon_key, estimate, json_value
+from eegprivacy.pipeline.keys import epsilon_key
+from eegprivacy.reporting.format import estimate, json_value
 
 ARM_TEXT = {"joined": "joined (its own members trained the model)",
             "held_out": "held out (never joined; own CSP on its calibration trials)",

@@ -1,8 +1,9 @@
 """The one set of formatting helpers every report, table and headline JSON uses.
 
-Numbers in markdown: :func:`estimate` ("0.802 [0.717, 0.886]", percentages on request); ε in keys:
-:func:`epsilon_key` (``"inf"`` for no noise); JSON: :func:`json_value` turns NaN/±∞
-into ``null`` so headline files stay valid JSON, and :func:`write_json` writes them atomically.
+Numbers in markdown: :func:`estimate` ("0.802 [0.717, 0.886]", percentages on request); JSON: :func:`json_value`
+turns NaN/±∞ into ``null`` so headline files stay valid JSON, and :func:`write_json` writes them atomically. ε in
+keys is :func:`eegprivacy.pipeline.keys.epsilon_key`, not here: the studies that write those keys sit below the
+reports and must not import them.
 """
 
 from __future__ import annotations
@@ -42,11 +43,6 @@ def estimate_of(entry: Mapping | None, *, value: str = "value", digits: int = 3,
         return DASH
     low, high = (entry.get("ci_low"), entry.get("ci_high")) if ci else (None, None)
     return estimate(entry.get(value), low, high, digits=digits, pct=pct)
-
-
-def epsilon_key(epsilon) -> str:
-    """ε as a key or file-name part: ``"inf"`` for no noise, else the shortest exact form (``"0.5"``)."""
-    return "inf" if not math.isfinite(float(epsilon)) else f"{float(epsilon):g}"
 
 
 def large_number(value) -> str:

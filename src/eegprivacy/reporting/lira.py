@@ -14,19 +14,19 @@ import pandas as pd
 
 from eegprivacy.reporting.calibration import tests_lines
 from eegprivacy.atomic import atomic_path
-from eegprivacy.reporting.format import epsilon_key, estimate
-from eegprivacy.studies.federated.lira import (
+from eegprivacy.pipeline.keys import epsilon_key
+from eegprivacy.reporting.format import estimate
+from eegprivacy.studies.federated.lira.config import (
     ALPHA,
     CONTROLLED,
-    DIFF_COLUMNS,
     DIFF_METRIC,
     LOWEST_FPR,
     LOWEST_TPR,
     MIN_BEYOND,
     NOTE,
-    needed_nonmembers,
-    resolvable_fpr,
 )
+from eegprivacy.studies.federated.lira.pooled import DIFF_COLUMNS
+from eegprivacy.studies.federated.lira.scoring import needed_nonmembers, resolvable_fpr
 
 LABELS = {("lira_online", ""): "LiRA online", ("lira_offline", ""): "LiRA offline", ("rla", "lr"): "RLA LR",
           ("rla", "rf"): "RLA RF", ("rla", "mlp"): "RLA MLP",

@@ -40,6 +40,7 @@ import warnings
 import zlib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 import pandas as pd
@@ -1001,6 +1002,23 @@ def summary_metrics(rows: pd.DataFrame) -> dict[str, float]:
     return out
 
 
+class AuditReport(Protocol):
+    """What draws the audit's figures and writes its ``report.html`` (:mod:`eegprivacy.reporting.cohort` is one).
+
+    :func:`run_audit` computes and hands the rows and summary to it, so that this study never imports the reporting
+    layer, which sits above the studies (``tests/test_architecture.py``): the caller passes the reporter in.
+    """
+
+    def figures(self, rows: pd.DataFrame, summary: dict) -> dict:
+        """The report's figures by name (``utility``, ``attacks``), drawn from the summary rows."""
+
+    def write_html(self, path: str | Path, rows: pd.DataFrame, summary: dict, images: dict) -> Path:
+        """The report, written to ``path``, with the saved figures ``images`` (name -> file) in it."""
+
+    def close(self, figs: dict) -> None:
+        """Release what :meth:`figures` drew."""
+
+
 @dataclass
 class AuditResult:
     cohort: Cohort
@@ -1049,17 +1067,19 @@ def headline_columns(config: AuditConfig) -> list[str]:
 
 
 def run_audit(dataset: EEGDataset, config: AuditConfig = AuditConfig(), out_dir: str | Path | None = None, *,
-              cache_dir: str | Path | None = None, progress: bool = True, n_jobs: int = 1) -> AuditResult:
+              report: AuditReport, cache_dir: str | Path | None = None, progress: bool = True,
+              n_jobs: int = 1) -> AuditResult:
     """The whole audit: cohort -> one top-level MLflow run for the audit, its sweeps nested under it -> summary
     rows, logged on that run with the verdict's headline columns (:func:`headline_metrics`) -> rows.csv,
     summary.json, figures and report.html in ``out_dir`` (written together, atomically; the report reads the logged
     rows). A rerun of the same inputs and parameters reopens the same runs (:func:`audit_key`), and the runs
     table's first screen for the cohort is stored in the experiment (:func:`~eegprivacy.tracking.runs.share_view`).
-    ``cache_dir`` keeps the feature table and every finished cell, so a rerun computes only what is missing.
+    ``report`` draws the figures and writes report.html (:class:`AuditReport`; pass
+    :mod:`eegprivacy.reporting.cohort`). ``cache_dir`` keeps the feature table and every finished cell, so a rerun
+    computes only what is missing.
     One progress line: recordings read, then LOSO fits computed, each phase's ETA from its own measured pace
     (:class:`~eegprivacy.pipeline.progress.PhaseProgress`)."""
     from eegprivacy.pipeline.progress import PhaseProgress
-    from eegprivacy.reporting import cohort as cohort_report
     from eegprivacy.tracking import log_artifact, log_metrics, start_run
     from eegprivacy.tracking.runs import search_literal, share_view
 
@@ -1088,14 +1108,14 @@ def run_audit(dataset: EEGDataset, config: AuditConfig = AuditConfig(), out_dir:
             summary["counts"] = counts
             log_metrics({**summary_metrics(rows), **{f"sweep/{k}": float(v) for k, v in counts.items()},
                          **headline_metrics(summary)})
-            figures = cohort_report.figures(rows, summary)
+            figures = report.figures(rows, summary)
             with atomic_paths(*paths.values()) as (tmp_rows, tmp_summary, tmp_report, tmp_utility, tmp_attack):
                 rows.to_csv(tmp_rows, index=False)
                 tmp_summary.write_text(json.dumps(summary, indent=1, default=_json_default) + "\n")
                 figures["utility"].savefig(tmp_utility, dpi=110)
                 figures["attacks"].savefig(tmp_attack, dpi=110)
-                cohort_report.write_html(tmp_report, rows, summary, {"utility": tmp_utility, "attacks": tmp_attack})
-            cohort_report.close(figures)
+                report.write_html(tmp_report, rows, summary, {"utility": tmp_utility, "attacks": tmp_attack})
+            report.close(figures)
             for name in ("rows", "summary", "report"):
                 log_artifact(paths[name], STAGE)
             for name in ("utility_figure", "attack_figure"):

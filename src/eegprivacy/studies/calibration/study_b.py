@@ -35,14 +35,14 @@ Covered (one case each):
 * ``study_b.client_utility``: :func:`eegprivacy.studies.federated.report.client_utility`, the per-client binomial
   test ("clients above chance") on the accuracy averaged over seeds, its trials divided by the design effect of
   seeds that resplit the same trials.
-* ``study_b.lira_auroc``, ``study_b.lira_tail``: :func:`eegprivacy.studies.federated.lira.pooled_rows`, the pooled
-  AUROC's two-way bootstrap and the TPR at the lowest resolvable FPR (blocked threshold bootstrap).
+* ``study_b.lira_auroc``, ``study_b.lira_tail``: :func:`eegprivacy.studies.federated.lira.pooled.pooled_rows`, the
+  pooled AUROC's two-way bootstrap and the TPR at the lowest resolvable FPR (blocked threshold bootstrap).
 * ``study_b.lira_tail_below_rule``: the same interval
-  (:func:`~eegprivacy.studies.federated.lira.cluster_bootstrap`) at the FPR the ``resolvable`` rule refuses
-  (:data:`~eegprivacy.studies.federated.lira.LOWEST_FPR`, fewer than 10 independent non-members beyond): not
+  (:func:`~eegprivacy.studies.federated.lira.pooled.cluster_bootstrap`) at the FPR the ``resolvable`` rule refuses
+  (:data:`~eegprivacy.studies.federated.lira.config.LOWEST_FPR`, fewer than 10 independent non-members beyond): not
   printed; it measures what the rule guards against.
-* ``study_b.lira_minus_control``: :func:`eegprivacy.studies.federated.lira.control_difference_rows`, LiRA −
-  control pooled AUROC, paired two-way bootstrap, two-sided p.
+* ``study_b.lira_minus_control``: :func:`eegprivacy.studies.federated.lira.pooled.control_difference_rows`,
+  LiRA − control pooled AUROC, paired two-way bootstrap, two-sided p.
 * ``study_b.transfer``: :func:`eegprivacy.studies.federated.transfer.summarise`, joined − held-out accuracy,
   subjects+seeds bootstrap, one-sided p.
 
@@ -508,7 +508,7 @@ def lira_per_model(seed: int, effect: float, size: str, base_auroc: float = 0.5,
     ``effect`` = 0). ``slopes=False``: no subject-level membership slopes (membership carries no signal at all
     under the null, so a TPR's truth is its FPR; with mean-zero slopes the members' scores are wider than the
     non-members' and the TPR at a low FPR exceeds it although the AUROC is 0.5)."""
-    from eegprivacy.studies.federated.lira import CONTROL_SUFFIX
+    from eegprivacy.studies.federated.lira.config import CONTROL_SUFFIX
 
     s = _shape(size)
     k = s["subjects"]
@@ -540,7 +540,7 @@ def _tpr_truth(fpr: float, truth: dict) -> float:
 
 
 def _lira_rows(seed: int, effect: float, size: str, slopes: bool) -> tuple[dict, dict]:
-    from eegprivacy.studies.federated.lira import pooled_rows
+    from eegprivacy.studies.federated.lira.pooled import pooled_rows
 
     s = _shape(size)
     per_model, codes, truth = lira_per_model(seed, effect, size, slopes=slopes)
@@ -566,7 +566,8 @@ def _lira_tail(seed: int, effect: float, size: str) -> Trial:
 def below_rule_fpr(n_independent: int) -> float:
     """The FPR one step below the lowest the ``resolvable`` rule allows on the 1-2-5 grid (0.01 where 0.02 is
     the lowest resolvable): the rule's boundary, fewer than 10 independent non-members beyond its threshold."""
-    from eegprivacy.studies.federated.lira import LOWEST_FPR, resolvable_fpr
+    from eegprivacy.studies.federated.lira.config import LOWEST_FPR
+    from eegprivacy.studies.federated.lira.scoring import resolvable_fpr
 
     lowest = resolvable_fpr(LOWEST_FPR, n_independent)
     mantissa, exponent = f"{lowest:.0e}".split("e")
@@ -575,15 +576,10 @@ def below_rule_fpr(n_independent: int) -> float:
 
 
 def _lira_tail_below_rule(seed: int, effect: float, size: str) -> Trial:
-    """The blocked threshold bootstrap (:func:`~eegprivacy.studies.federated.lira.cluster_bootstrap`, as
+    """The blocked threshold bootstrap (:func:`~eegprivacy.studies.federated.lira.pooled.cluster_bootstrap`, as
     ``pooled_rows`` calls it) at :func:`below_rule_fpr`, which the ``resolvable`` rule refuses on this pool."""
-    from eegprivacy.studies.federated.lira import (
-        _stack,
-        cluster_bootstrap,
-        independent_nonmembers,
-        resolvable,
-        tpr_at_threshold,
-    )
+    from eegprivacy.studies.federated.lira.pooled import _stack, cluster_bootstrap
+    from eegprivacy.studies.federated.lira.scoring import independent_nonmembers, resolvable, tpr_at_threshold
 
     s = _shape(size)
     per_model, codes, truth = lira_per_model(seed, effect, size, slopes=False)
@@ -636,7 +632,7 @@ register(CalibrationCase(
 
 
 def _lira_minus_control(seed: int, effect: float, size: str, own: float | None = None) -> Trial:
-    from eegprivacy.studies.federated.lira import control_difference_rows
+    from eegprivacy.studies.federated.lira.pooled import control_difference_rows
 
     s = _shape(size)
     own = (lira_scale() if size == "cohort" else TINY["own"]) if own is None else own

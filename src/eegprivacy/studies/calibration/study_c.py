@@ -101,7 +101,7 @@ def _embeddings(rng, n_subjects: int, windows: int, dim: int, icc: float):
 def _diagnosis(seed: int, effect: float, size: str) -> Trial:
     """MSU-shaped embeddings, labels independent of them (``effect`` = 0) or shifting one direction of the subject
     effect by ``effect`` standard deviations; ``subject_label_leakage`` with the stage's splitter."""
-    from eegprivacy.embeddings.endpoints import subject_label_leakage
+    from eegprivacy.embeddings.endpoints.labels import subject_label_leakage
     from eegprivacy.embeddings.splits import SubjectDisjointSplit
 
     s = _shape(size, "msu_schizophrenia")
@@ -146,7 +146,7 @@ def _identity_data(rng, s: dict, effect: float):
 
 
 def _identity(seed: int, effect: float, size: str) -> Trial:
-    from eegprivacy.embeddings.endpoints import bpid_at_1
+    from eegprivacy.embeddings.endpoints.identity import bpid_at_1
     from eegprivacy.evaluation.permutation import identity_permutation_test
 
     s = _shape(size, "msu_schizophrenia")
@@ -173,7 +173,7 @@ register(CalibrationCase(
 def _pretraining_adds_identity(seed: int, effect: float, size: str) -> Trial:
     """Two encoders embed the same subjects; the second (random init) exactly like the first under the null, the
     first's queries sharing ``effect`` more of the reference effect when planted."""
-    from eegprivacy.embeddings.endpoints import bpid_at_1
+    from eegprivacy.embeddings.endpoints.identity import bpid_at_1
     from eegprivacy.evaluation.permutation import paired_identity_test
 
     s = _shape(size, "msu_schizophrenia")
@@ -211,7 +211,7 @@ def _losses(rng, n_subjects: int, windows: int, shift: np.ndarray, icc: float):
 
 def _head_membership(seed: int, effect: float, size: str) -> Trial:
     """Half the subjects are members; members' losses are lowered by ``effect`` (log scale) when planted."""
-    from eegprivacy.embeddings.endpoints import membership_auc
+    from eegprivacy.embeddings.endpoints.membership import membership_auc
     from eegprivacy.evaluation.permutation import membership_permutation_test
 
     s = _shape(size, "msu_schizophrenia")
@@ -278,9 +278,9 @@ def _window_task(seed: int, effect: float, size: str) -> Trial:
     subject's effect, its recording's effect (``recording_share`` of the variance: windows of one recording
     correlate beyond their subject) and window noise; independent of the state (null) or shifted by ``effect``
     SD along one dimension in the arithmetic recordings. :func:`eegprivacy.embeddings.endpoints.
-    window_label_leakage` as :func:`eegprivacy.studies.embedding_audit.cells._window_label_rows` calls it (units:
+    labels.window_label_leakage` as :func:`eegprivacy.studies.embedding_audit.cells._window_label_rows` calls it (units:
     recordings, strata: subjects), its two-sided p and the interval the claim prints."""
-    from eegprivacy.embeddings.endpoints import window_label_leakage
+    from eegprivacy.embeddings.endpoints.labels import window_label_leakage
     from eegprivacy.embeddings.splits import SubjectDisjointSplit
 
     s = _shape(size, "eegmat")
@@ -328,10 +328,10 @@ ATTRIBUTE_DIMS = 16
 def _attribute(seed: int, effect: float, size: str) -> Trial:
     """eegmat-shaped subjects whose attribute (``ATTRIBUTE_DIMS`` dimensions, a subject effect and window noise
     like the embeddings) is independent of the embeddings (null) or holds ``effect`` times their first
-    dimensions; :func:`eegprivacy.embeddings.endpoints.attribute_leakage` with the stage's splitter and the claim's
-    one-sided interval p (:func:`eegprivacy.studies.embedding_audit.claims.cell_claims`). No coverage: L_A's
+    dimensions; :func:`eegprivacy.embeddings.endpoints.attribute.attribute_leakage` with the stage's splitter and the
+    claim's one-sided interval p (:func:`eegprivacy.studies.embedding_audit.claims.cell_claims`). No coverage: L_A's
     truth on a null is below 0 by an amount the case cannot state (the larger of two controls)."""
-    from eegprivacy.embeddings.endpoints import attribute_leakage
+    from eegprivacy.embeddings.endpoints.attribute import attribute_leakage
     from eegprivacy.embeddings.splits import SubjectDisjointSplit
     from eegprivacy.evaluation.intervals import interval_p_value
 

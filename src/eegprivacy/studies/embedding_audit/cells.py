@@ -50,7 +50,7 @@ def membership_rows(results: dict, defense="none") -> list[dict]:
     """AUC and R_M of every membership attack in ``results``. ``encoder_random_init`` is not an attack of its
     own but the encoder attack's matched null: it becomes the ``membership_encoder`` rows ``control_random_init``
     (its AUC and interval) and ``auc_minus_control`` (the attack's AUC minus it, paired subject-bootstrap CI)."""
-    from eegprivacy.embeddings.endpoints import membership_difference, membership_residual
+    from eegprivacy.embeddings.endpoints.membership import membership_difference, membership_residual
 
     tests = results.get(TESTS, {})
     rows = []
@@ -92,7 +92,7 @@ def identity_split(ctx: Context) -> str:
 def _identity_rows(ctx: Context, b=None, defense: str = "none") -> list[dict]:
     """BPID@1 with its query-subject bootstrap interval, and R_I (its interval mapped through R_I, monotone); of
     the undefended embeddings, or ``b`` (a defended release's BPID result) under ``defense``."""
-    from eegprivacy.embeddings.endpoints import identity_residual
+    from eegprivacy.embeddings.endpoints.identity import identity_residual
 
     undefended = b is None
     b = ctx.bpid() if b is None else b
@@ -142,7 +142,7 @@ def _subject_label_rows(seed: int, ctx: Context) -> list[dict]:
     that permutes the subjects' labels once across all folds and reruns the cross-fitted pipeline (exact; its p
     two-sided). The headline's interval inverts that test (``shift_ci``); the subject bootstrap's, which keeps
     the fitted heads and undercovers, is the ``balanced_accuracy_subject_bootstrap`` row."""
-    from eegprivacy.embeddings.endpoints import subject_label_leakage
+    from eegprivacy.embeddings.endpoints.labels import subject_label_leakage
 
     r = subject_label_leakage(ctx.Z, ctx.state, ctx.groups, ctx.splitter("subject_disjoint", seed),
                               n_bootstrap=ctx.config.bootstrap,
@@ -168,7 +168,7 @@ def _window_label_rows(seed: int, ctx: Context) -> list[dict]:
     the null that permutes the labels among each subject's recordings (a recording's state) or among the cues of
     each run (a cue's side) and reruns the cross-fitted pipeline (exact; p two-sided); its interval inverts that
     test, the subject bootstrap's is the ``balanced_accuracy_subject_bootstrap`` row."""
-    from eegprivacy.embeddings.endpoints import window_label_leakage
+    from eegprivacy.embeddings.endpoints.labels import window_label_leakage
 
     per_recording = pd.Series(ctx.state).groupby(ctx.recording).nunique().max() == 1
     # a recording's state: permuted among a subject's recordings; a cue's side: among the cues of its run
@@ -201,7 +201,9 @@ def _aeds_rows(seed: int, ctx: Context) -> list[dict]:
     where they are audited subjects (eegmmidb: run 4 pretrains) one resample moves both their parts."""
     from dataclasses import replace
 
-    from eegprivacy.embeddings.endpoints import aeds, identity_residual, membership_residual
+    from eegprivacy.embeddings.endpoints.aeds import aeds
+    from eegprivacy.embeddings.endpoints.identity import identity_residual
+    from eegprivacy.embeddings.endpoints.membership import membership_residual
 
     la = ctx.leakage("subject_disjoint", 0)
     attacks = {k: m for k, m in ctx.membership(seed).items() if k not in ("encoder_random_init", TESTS)}
@@ -240,7 +242,7 @@ def _deployment_rows(sigma: float, seed: int, ctx: Context) -> list[dict]:
 
 def core_rows(unit: str, seed: int, ctx: Context) -> list[dict]:
     """One endpoint of the undefended embeddings."""
-    from eegprivacy.embeddings.endpoints import raw_copy_fraction, reconstruction_r2
+    from eegprivacy.embeddings.endpoints.reconstruction import raw_copy_fraction, reconstruction_r2
 
     if unit == "raw_copy":
         # Cosine after removing the mean embedding (ours): a common offset (e.g. log powers of ~1e-11 V²) would
@@ -344,7 +346,8 @@ def dp_head_rows(epsilon: float, seed: int, ctx: Context) -> list[dict]:
     and the verdict against the undefended utility of the same release half."""
     from eegprivacy.embeddings.defenses import UtilityResult, balanced_accuracy_ci, utility_with_controls
     from eegprivacy.embeddings.dp_head import DPSGDHead
-    from eegprivacy.embeddings.endpoints import attribute_leakage, membership_auc
+    from eegprivacy.embeddings.endpoints.attribute import attribute_leakage
+    from eegprivacy.embeddings.endpoints.membership import membership_auc
 
     cfg, boot = ctx.config.defenses.dp_head, ctx.config.bootstrap
     head = DPSGDHead(epsilon=epsilon, delta=cfg.delta, max_grad_norm=float(cfg.max_grad_norm), hidden=cfg.hidden,
@@ -395,7 +398,7 @@ def defense_rows(unit: str, seed: int, ctx: Context) -> list[dict]:
     """One defense at one seed: L_A of what is released (subject-disjoint) next to the head's balanced accuracy,
     and whether it closes the channel."""
     from eegprivacy.embeddings.defenses import utility_with_controls
-    from eegprivacy.embeddings.endpoints import attribute_leakage
+    from eegprivacy.embeddings.endpoints.attribute import attribute_leakage
 
     kind, value = unit.split("/")[1], float(unit.split("/")[2])
     if kind == "dp_head":

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from eegprivacy.embeddings.encoders import ENCODERS
+from eegprivacy.embeddings.encoders.registry import ENCODERS
 from eegprivacy.params import Config, ParamsError, param
 from eegprivacy.validation import (
     BOOLEAN,

@@ -101,7 +101,7 @@ class Context:
         return self.block * 10_000 + self.order
 
     def leakage(self, split: str, seed: int = 0):
-        from eegprivacy.embeddings.endpoints import attribute_leakage
+        from eegprivacy.embeddings.endpoints.attribute import attribute_leakage
 
         return self.memoized(("leakage", split, seed), lambda: attribute_leakage(
             self.Z, self.A, self.groups, self.splitter(split, seed), n_bootstrap=self.config.bootstrap,
@@ -116,7 +116,7 @@ class Context:
         earlier audited run) to the querying part (``part == 1``). ``Z`` holds the embeddings of the audited
         windows ``rows`` (an index or mask; all of them by default), in that order. The interval is a bootstrap of
         the query subjects (seeded by ``config.subject_seed``)."""
-        from eegprivacy.embeddings.endpoints import bpid_at_1
+        from eegprivacy.embeddings.endpoints.identity import bpid_at_1
         from eegprivacy.embeddings.splits import ReferenceSetSplit
 
         rows = np.arange(len(self.groups)) if rows is None else np.asarray(rows)
@@ -161,8 +161,8 @@ class Context:
           encoder at its random initialisation (its matched null), with the same subject resamples so the two
           can be differenced draw by draw.
         """
-        from eegprivacy.embeddings.defenses import default_head
-        from eegprivacy.embeddings.endpoints import membership_auc
+        from eegprivacy.embeddings.heads import default_head
+        from eegprivacy.embeddings.endpoints.membership import membership_auc
         from eegprivacy.evaluation.permutation import membership_permutation_test
 
         perm = {"n_permutations": self.config.test_permutations, "random_state": seed}
@@ -190,7 +190,7 @@ class Context:
         return self.memoized(("membership", seed), compute)
 
     def _encoder_membership(self, seed: int) -> dict:
-        from eegprivacy.embeddings.endpoints import membership_auc
+        from eegprivacy.embeddings.endpoints.membership import membership_auc
 
         if "mia_members" not in self.emb:
             return {}

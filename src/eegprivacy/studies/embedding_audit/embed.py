@@ -12,10 +12,11 @@ thread, so its weights and embeddings depend neither on ``--jobs`` nor on the ma
 reduction is split over threads changes its last bits, and 120 optimiser steps carry them into the weights).
 
 A published cell (``published_weights`` names the authors' file) loads it through
-:func:`~eegprivacy.embeddings.encoders.load_published` into the published architecture instead of pretraining; its
-cache key holds the file's sha256. It has no encoder-membership losses: the published pretraining windows are not
-ours, so there is no member set to attack (``meta["encoder_membership"]`` says so). The random-init baseline of an
-encoder with published weights is built with the published config, so it is the published cell's matched control.
+:func:`~eegprivacy.embeddings.encoders.published.load_published` into the published architecture instead of
+pretraining; its cache key holds the file's sha256. It has no encoder-membership losses: the published pretraining
+windows are not ours, so there is no member set to attack (``meta["encoder_membership"]`` says so). The random-init
+baseline of an encoder with published weights is built with the published config, so it is the published cell's
+matched control.
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ from pathlib import Path
 import numpy as np
 
 from eegprivacy.atomic import atomic_path, write_text_atomic
-from eegprivacy.pipeline.sweep import PrefetchedCells, config_key
+from eegprivacy.pipeline.keys import config_key
+from eegprivacy.pipeline.sweep import PrefetchedCells
 from eegprivacy.studies.embedding_audit.data import AuditData
 from eegprivacy.studies.embedding_audit.units import encoder_label, published_entry
 from eegprivacy.studies.embedding_audit.workers import one_thread
@@ -44,8 +46,8 @@ def uses_published_config(config, encoder: str, weights: str) -> bool:
 
 def published_digest(config, encoder: str) -> str:
     """sha256 of ``encoder``'s published file (a missing file or a wrong sha256 stops the stage here, before any
-    work, with the error :func:`~eegprivacy.embeddings.encoders.load_published` would raise)."""
-    from eegprivacy.embeddings.encoders import published_sha256
+    work, with the error :func:`~eegprivacy.embeddings.encoders.published.load_published` would raise)."""
+    from eegprivacy.embeddings.encoders.published import published_sha256
 
     entry = published_entry(config, encoder)
     return published_sha256(encoder, entry.get("path"), entry.get("sha256"))
@@ -54,7 +56,7 @@ def published_digest(config, encoder: str) -> str:
 def cell_config(config, encoder: str, weights: str) -> dict | None:
     """Constructor overrides of the cell's encoder: the published config (BIOT's channel count read from the
     file) for :func:`uses_published_config` cells, whatever the profile says; else the profile's."""
-    from eegprivacy.embeddings.encoders import published_config
+    from eegprivacy.embeddings.encoders.published import published_config
 
     if uses_published_config(config, encoder, weights):
         entry = published_entry(config, encoder)
@@ -66,7 +68,7 @@ def embedding_keys(config, cells: list[tuple[str, str]], dataset_version: str, c
     """Cache key of each cell's embeddings: every knob its numbers depend on (the cohort's design included; for a
     cell built with the published config, that config and the published file's sha256), so a params change
     recomputes exactly what it affects."""
-    from eegprivacy.embeddings.encoders import PUBLISHED_CONFIGS
+    from eegprivacy.embeddings.encoders.published import PUBLISHED_CONFIGS
 
     plain, profile = config.to_dict(), config.active_profile.to_dict()
     digests = {e: published_digest(config, e) for e, w in cells if uses_published_config(config, e, w)}
@@ -140,7 +142,8 @@ def _pretrain(encoder, name: str, data: AuditData, config, work: Path, out: dict
 
 def embed_cell(name: str, weights: str, data: AuditData, config, work: Path, key: str) -> dict:
     """Embeddings of the audit windows (+ the encoder-membership losses when self-pretrained), cached by key."""
-    from eegprivacy.embeddings.encoders import load_published, make_encoder, time_embedding
+    from eegprivacy.embeddings.encoders.published import load_published
+    from eegprivacy.embeddings.encoders.registry import make_encoder, time_embedding
 
     cache = work / "embeddings" / f"{name}-{weights}-{key}.npz"
     cached = _cached(cache)
@@ -173,7 +176,7 @@ def embed_cell(name: str, weights: str, data: AuditData, config, work: Path, key
 
 
 def _published_meta(name: str, entry: dict, encoder) -> dict:
-    from eegprivacy.embeddings.encoders import PUBLISHED_PRETRAINING_OVERLAP
+    from eegprivacy.embeddings.encoders.published import PUBLISHED_PRETRAINING_OVERLAP
 
     return {"path": str(entry["path"]), "sha256": encoder.checkpoint_sha256,
             "sha256_pinned": entry.get("sha256") is not None, "config": dict(encoder.config),
@@ -182,7 +185,7 @@ def _published_meta(name: str, entry: dict, encoder) -> dict:
 
 def _membership_skipped(name: str) -> dict:
     """Why a published cell has no encoder-membership rows (the head-membership attack still runs)."""
-    from eegprivacy.embeddings.encoders import PUBLISHED_PRETRAINING_OVERLAP
+    from eegprivacy.embeddings.encoders.published import PUBLISHED_PRETRAINING_OVERLAP
 
     overlap = PUBLISHED_PRETRAINING_OVERLAP.get(name, ())
     reason = ("published weights: their pretraining windows are not ours, so there is no member / non-member split "

@@ -21,8 +21,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from eegprivacy.pipeline.keys import config_key
 from eegprivacy.pipeline.stages import code_hash
-from eegprivacy.pipeline.sweep import Cell, PrefetchedCells, SweepRunner, config_key
+from eegprivacy.pipeline.sweep import Cell, PrefetchedCells, SweepRunner
 from eegprivacy.studies.embedding_audit.claims import claims_table, paired_identity_rows
 from eegprivacy.studies.embedding_audit.config import EmbeddingAuditConfig
 from eegprivacy.studies.embedding_audit.context import Context

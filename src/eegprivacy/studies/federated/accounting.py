@@ -24,6 +24,7 @@ import numpy as np
 import pandas as pd
 
 from eegprivacy.params import Config, param
+from eegprivacy.pipeline.keys import epsilon_key
 from eegprivacy.privacy.accounting import (
     FederatedSchedule,
     expected_rounds,
@@ -31,7 +32,6 @@ from eegprivacy.privacy.accounting import (
     make_accountant,
     per_step_epsilon,
 )
-from eegprivacy.reporting.format import epsilon_key
 from eegprivacy.studies.federated.config import DatasetSpec, FederatedMIAConfig
 from eegprivacy.studies.federated.mia import load_trials, mechanism
 from eegprivacy.tracking import log_artifact, log_metrics, required_tags, start_run

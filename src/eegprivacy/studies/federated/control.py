@@ -325,7 +325,7 @@ def cell_rows(cell: dict, seed: int, trials, training: FederatedMIAConfig, confi
               arrays_dir: str | Path | None = None) -> list[dict]:
     """The cell's tidy rows (each arm's pooled AUROC per attack, each arm's non-member accuracy) and, with
     ``arrays_dir``, every per-row score as ``<arrays_dir>/<cell key>.npz`` (what the summary bootstraps)."""
-    from eegprivacy.pipeline.sweep import config_key
+    from eegprivacy.pipeline.keys import config_key
 
     arms = cell_arrays(cell, seed, trials, training, config)
     rows, arrays = [], {}

@@ -38,7 +38,7 @@ from eegprivacy.attacks.membership import (
 )
 from eegprivacy.attacks.metrics import auroc
 from eegprivacy.evaluation.metrics import classification_metrics, confusion_counts
-from eegprivacy.pipeline.sweep import config_key
+from eegprivacy.pipeline.keys import config_key
 from eegprivacy.studies.federated.config import DatasetSpec, FederatedMIAConfig
 from eegprivacy.studies.federated.replicates import Replicates
 

@@ -40,7 +40,7 @@ from eegprivacy.evaluation.cluster_bootstrap import (
     seed_indices,
 )
 from eegprivacy.evaluation.intervals import mean_ci
-from eegprivacy.reporting.format import epsilon_key
+from eegprivacy.pipeline.keys import epsilon_key
 from eegprivacy.studies.federated.replicates import replicate_key
 
 EPSILON_SCOPE = ("ε is per mechanism application (one local optimiser step on one batch gradient), not a "

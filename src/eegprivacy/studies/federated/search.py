@@ -32,7 +32,7 @@ import pandas as pd
 from eegprivacy.attacks.membership import RecordLevelAttack
 from eegprivacy.attacks.metrics import attack_summary
 from eegprivacy.pipeline import search
-from eegprivacy.pipeline.sweep import config_key
+from eegprivacy.pipeline.keys import config_key
 from eegprivacy.studies.federated.config import (
     DatasetSpec,
     FederatedMIAConfig,

@@ -17,9 +17,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from eegprivacy.pipeline.keys import epsilon_key
 from eegprivacy.pipeline.sweep import aggregate
 from eegprivacy.privacy.labels import LABELS_IN_CLEAR_NOTE
-from eegprivacy.reporting.format import epsilon_key
 
 BY = ["study", "dataset", "arm", "mechanism", "epsilon", "protocol"]
 PROTOCOLS = ("optimistic", "nested")

@@ -82,8 +82,9 @@ from eegprivacy.evaluation.cluster_bootstrap import (
     seed_indices,
 )
 from eegprivacy.evaluation.loso import stratified_kfold_proba
+from eegprivacy.pipeline.keys import config_key
 from eegprivacy.pipeline.stages import code_hash
-from eegprivacy.pipeline.sweep import Cell, config_key, expand_grid
+from eegprivacy.pipeline.sweep import Cell, expand_grid
 from eegprivacy.privacy import DPFeatureReleaser, make_mechanism
 from eegprivacy.privacy.projection import (
     AnalyzeGaussPCA,

@@ -40,8 +40,8 @@ from eegprivacy.evaluation.cluster_bootstrap import (
     fixed_sequence_horizon,
     p_value_mc_error,
 )
+from eegprivacy.pipeline.keys import epsilon_key
 from eegprivacy.pipeline.sweep import Cell
-from eegprivacy.reporting.format import epsilon_key
 from eegprivacy.studies.release.aggregate import rounded
 from eegprivacy.studies.release.utility import THRESHOLD_FREE, per_seed_replicates
 

@@ -43,7 +43,7 @@ from eegprivacy.evaluation.cluster_bootstrap import (
 )
 from eegprivacy.evaluation.intervals import mean_ci, wilson_interval
 from eegprivacy.pipeline import search
-from eegprivacy.pipeline.sweep import config_key
+from eegprivacy.pipeline.keys import config_key
 from eegprivacy.privacy import patient_vectors
 from eegprivacy.signal.table import FeaturesParams
 from eegprivacy.studies.release.config import OptunaStudyAConfig

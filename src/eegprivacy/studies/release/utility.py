@@ -61,8 +61,9 @@ from eegprivacy.evaluation.cluster_bootstrap import (
     seed_indices,
 )
 from eegprivacy.evaluation.thresholds import DP_GRID
+from eegprivacy.pipeline.keys import config_key
 from eegprivacy.pipeline.stages import code_hash
-from eegprivacy.pipeline.sweep import Cell, PrefetchedCells, config_key, expand_grid
+from eegprivacy.pipeline.sweep import Cell, PrefetchedCells, expand_grid
 from eegprivacy.privacy import RandomizedResponse
 from eegprivacy.privacy.release import NO_NOISE, release_table
 from eegprivacy.studies.release.config import DPReleaseConfig, DPUtilityConfig
