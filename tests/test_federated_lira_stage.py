@@ -21,6 +21,7 @@ from eegprivacy.attacks.metrics import auroc
 from eegprivacy.attacks.reference import REFERENCE_ATTACKS
 from eegprivacy.cli import main
 from eegprivacy.params import ParamsError
+from eegprivacy.reporting.lira import study_b_lines
 from eegprivacy.studies.federated.lira import federations
 from eegprivacy.studies.federated.lira.config import DIFF_METRIC, METRICS, POOLED_METRICS, FederatedLiRAConfig
 from eegprivacy.studies.federated.lira.design import loo_feasible, loo_group_size, shadow_in_count, shadow_membership
@@ -236,6 +237,11 @@ def test_federated_lira_stage_end_to_end(tmp_path):
             assert key in tags, key
         assert tags["synthetic"] == "true" and tags["stage"] == "federated_lira"
     assert any(k.startswith("target_pooled/") for p in parents for k in p.data.metrics)
+    # Study B's report section reads the same numbers back from MLflow.
+    section = "\n".join(study_b_lines(tracking_uri(), "study-b-federated-mia"))
+    assert "## The strongest attacks at low FPR: RMIA, LiRA and the loss threshold" in section
+    value = auc_pooled[(1.0, "rmia_offline_k1")]
+    assert f"| 1 | RMIA offline | 1 | {100 * value:.1f} [" in section and "Strongest at low FPR" in section
     logged = [k for p in parents for k in p.data.metrics if k.startswith("target_pooled/")]
     assert not any(k.endswith(("tpr_at_fpr_0.001", "tpr_at_zero_fpr")) for k in logged)  # no number if unresolvable
     assert any(k.endswith("tpr_at_resolvable_fpr") for k in logged) == bool(np.isfinite(supported))

@@ -3,6 +3,7 @@ and curves :mod:`eegprivacy.studies.federated.lira` computed."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import matplotlib
@@ -417,3 +418,74 @@ def headline(summary: pd.DataFrame, meta: dict) -> dict:
         if not out[key]["resolvable"]:  # an unresolvable cell carries no number, only what it needs and has
             out[key].update(mean=None, ci_low=None, ci_high=None)
     return out
+
+
+_LOGGED = re.compile(r"^target_pooled/(?P<attack>[a-z0-9_]+?)/(?P<metric>auroc_minus_control|auroc|"
+                     r"tpr_at_resolvable_fpr)(?:_(?P<part>ci_low|ci_high|fpr|p_value|p_holm|control_share))?$")
+
+
+def parent_runs(uri: str, experiment: str) -> pd.DataFrame:
+    """The newest finished ``federated_lira`` parent run per run name (one per dataset, model and ε)."""
+    import mlflow
+
+    previous = mlflow.get_tracking_uri()
+    mlflow.set_tracking_uri(uri)
+    try:
+        runs = mlflow.search_runs(experiment_names=[experiment],
+                                  filter_string="tags.stage = 'federated_lira' and attributes.status = 'FINISHED'")
+    finally:
+        mlflow.set_tracking_uri(previous)
+    if runs.empty:
+        return runs
+    if "tags.mlflow.parentRunId" in runs:
+        runs = runs[runs["tags.mlflow.parentRunId"].isna()]
+    runs = runs.sort_values("start_time", ascending=False)
+    return runs.drop_duplicates("tags.mlflow.runName").reset_index(drop=True)
+
+
+def logged_summary(runs: pd.DataFrame) -> pd.DataFrame:
+    """The reference attacks' pooled rows as the parent runs logged them (value, interval, FPR, Holm p), in the
+    summary's columns, so :func:`reference_table` prints MLflow's numbers."""
+    cells: dict = {}
+    for run in runs.to_dict("records"):
+        eps = float(run["tags.epsilon"])
+        for column, value in run.items():
+            hit = _LOGGED.match(column.removeprefix("metrics.")) if column.startswith("metrics.") else None
+            if hit is None or pd.isna(value):
+                continue
+            base = hit["attack"].removesuffix(CONTROL_SUFFIX)
+            if references_of(base) is None and base not in REFERENCE_ATTACKS:
+                continue
+            key = (run["tags.dataset"], run["tags.model"], eps, hit["attack"], hit["metric"])
+            cells.setdefault(key, {"resolvable": True, "note": "", "run_id": run["run_id"],
+                                   "run_name": run["tags.mlflow.runName"]})[hit["part"] or "value"] = float(value)
+    rows = [{"dataset": d, "model": m, "epsilon": e, "scope": "target_pooled", "attack": a, "attacker": "",
+             "metric": metric, **{c: np.nan for c in ("ci_low", "ci_high", "fpr", "p_holm")}, **v}
+            for (d, m, e, a, metric), v in cells.items()]
+    return pd.DataFrame(rows)
+
+
+def study_b_lines(uri: str, experiment: str) -> list[str]:
+    """Study B's section on the strongest attacks (RMIA, LiRA, loss; every number from the ``federated_lira``
+    parent runs); nothing where the store holds no run with them."""
+    summary = logged_summary(parent_runs(uri, experiment))
+    if summary.empty:
+        return []
+    lines = []
+    for (dataset, model), part in summary.groupby(["dataset", "model"], sort=True):
+        epsilons = sorted(set(part["epsilon"]), key=lambda e: -e)
+        runs = part.drop_duplicates("run_id").sort_values("run_name")
+        lines += [f"## The strongest attacks at low FPR: RMIA, LiRA and the loss threshold ({dataset}, {model})", "",
+                  ("Stage `federated_lira`: target federations as `federated_mia`'s (each target on its own 80/20 "
+                   "member split), shadow federations through the same code as reference models. Each attack on "
+                   "the first k shadows as references (offline: each trial's first k OUT shadows) and on all; "
+                   "RMIA's population points z are the target's non-members of the other subjects. TPR at the "
+                   "lowest FPR the pooled non-members resolve (≥ 10 independent non-members beyond the threshold). "
+                   "Intervals: 95 % bootstrap over target models × subjects. Attack − control: the same attack on "
+                   "the preprocessing-only control (the federation trained without the client's fold, through the "
+                   "client's own member-fitted CSP), tested with Holm on all references only. ε is per local step, "
+                   "not a cumulative guarantee. All values in %."), "", *REFERENCE_HEAD,
+                  *reference_table(part, epsilons), "", strongest_sentence(part, epsilons), "",
+                  "*From MLflow runs " + ", ".join(f"`{r.run_name}` (`runs:/{r.run_id}`)" for r in runs.itertuples())
+                  + "; every cell with its per-seed rows in `reports/federated_lira.md`.*", ""]
+    return lines
