@@ -186,16 +186,17 @@ def test_federated_lira_stage_end_to_end(tmp_path):
     assert set(pooled["ci_over"]) == {"subjects+seeds"} and (pooled["n_clusters"] == 4).all()
     assert set(pooled.loc[pooled["metric"] == "auroc", "ci_method"]) == {"two_way_bootstrap"}
     # The preprocessing-only control: per ε, every attack minus its control, paired, with the subjects+seeds
-    # interval; on all references a two-sided p-value and Holm over the 2 x 5 cells, on k references an interval
-    # only; the controls are never tested.
+    # interval; on all references a two-sided p-value and Holm over 2 ε x the registry's attacks, on k references
+    # an interval only; the controls are never tested.
     every = rows[rows["metric"] == DIFF_METRIC]
     assert set(every["attack"]) == attacks and every.loc[every["attack"].str.contains("_k"), "p_value"].isna().all()
     diff = every[every["p_value"].notna()]
-    assert len(diff) == 10 and set(diff["attack"]) == set(REFERENCE_ATTACKS)
+    cells = 2 * len(REFERENCE_ATTACKS)
+    assert len(diff) == cells and set(diff["attack"]) == set(REFERENCE_ATTACKS)
     assert set(diff["scope"]) == {"target_pooled"} and set(diff["ci_over"]) == {"subjects+seeds"}
     assert (diff["n_clusters"] == 4).all() and set(diff["ci_method"]) == {"paired_two_way_bootstrap"}
     assert diff["p_value"].between(0, 1).all() and (diff["p_holm"] >= diff["p_value"]).all()
-    assert diff["family"].str.contains("Holm over 10 cells").all()
+    assert diff["family"].str.contains(f"Holm over {cells} cells").all()
     auc_pooled = pooled[pooled["metric"] == "auroc"].set_index(["epsilon", "attack"])["value"]
     for r in diff.to_dict("records"):
         attack, control = auc_pooled[(r["epsilon"], r["attack"])], auc_pooled[(r["epsilon"], r["attack"] + "_control")]
@@ -218,7 +219,7 @@ def test_federated_lira_stage_end_to_end(tmp_path):
     assert "| chance |" in report and f"{int(n_independent)} independent non-members" in report
     assert "Shadows: 4 federations" in report
     assert "## Attack − preprocessing-only control" in report and "of LiRA online's AUROC excess over 0.5" in report
-    assert "Holm over 10 cells" in report and "untrained model (shown, not tested)" in report
+    assert f"Holm over {cells} cells" in report and "untrained model (shown, not tested)" in report
     assert "## Attacks by number of reference models" in report and "| RMIA offline | 1 |" in report
     entry = summary["synthetic_mi/simplenet/eps_inf/target_pooled/lira_online/auroc_minus_control"]
     assert entry["ci_over"] == "subjects+seeds" and entry["p_holm"] is not None and entry["n_clusters"] == 4

@@ -318,6 +318,21 @@ def reference_table(summary: pd.DataFrame, epsilons) -> list[str]:
     return lines
 
 
+def unresolved_sentence(summary: pd.DataFrame) -> str:
+    """Which of the FPRs asked for (1 %, 0.1 %) the pool cannot resolve, and the one it reports instead."""
+    fprs = summary.loc[(summary["metric"] == "tpr_at_resolvable_fpr") & summary["fpr"].notna(), "fpr"]
+    if fprs.empty:
+        return ""
+    lowest = float(fprs.min())
+    missing = [f for f in (0.01, LOWEST_FPR) if f < lowest - 1e-12]
+    if not missing:
+        return ""
+    needs = " and ".join(f"{100 * f:g} % needs {needed_nonmembers(f):,}" for f in missing)
+    return (f"TPR at {' and '.join(f'{100 * f:g} %' for f in missing)} FPR: not resolvable here (≥ {MIN_BEYOND} "
+            f"independent non-members beyond the threshold: {needs}); the lowest FPR the pool resolves is "
+            f"{100 * lowest:g} %, reported instead.")
+
+
 def strongest_sentence(summary: pd.DataFrame, epsilons) -> str:
     """Which attack is strongest at low FPR, per ε, from the pooled TPR at the lowest FPR the pool resolves (the
     same FPR for every attack: one pool of non-members): the top attack and the runner-up with their intervals,
@@ -372,7 +387,7 @@ def report_md(summary: pd.DataFrame, meta: dict, cum) -> str:
                   "subject's trials). Pooled over the targets, intervals over target models × "
                   f"{meta['bootstrap_unit']}; attack − control is tested (Holm) on all references only, the rows on "
                   "k references carry their interval. All values in %."), "", *REFERENCE_HEAD, *reference_lines, "",
-                  strongest_sentence(summary, meta["epsilons"]), ""]
+                  unresolved_sentence(summary), "", strongest_sentence(summary, meta["epsilons"]), ""]
     lines += ["## Shadow-as-target", "",
               (f"Each of the {meta['n_shadows']} shadows in turn is the target of LiRA fitted on the other "
               f"{meta['n_shadows'] - group} (the {group} shadows of its balanced group left out together, so every "
@@ -485,7 +500,8 @@ def study_b_lines(uri: str, experiment: str) -> list[str]:
                    "the preprocessing-only control (the federation trained without the client's fold, through the "
                    "client's own member-fitted CSP), tested with Holm on all references only. ε is per local step, "
                    "not a cumulative guarantee. All values in %."), "", *REFERENCE_HEAD,
-                  *reference_table(part, epsilons), "", strongest_sentence(part, epsilons), "",
+                  *reference_table(part, epsilons), "", unresolved_sentence(part), "",
+                  strongest_sentence(part, epsilons), "",
                   "*From MLflow runs " + ", ".join(f"`{r.run_name}` (`runs:/{r.run_id}`)" for r in runs.itertuples())
                   + "; every cell with its per-seed rows in `reports/federated_lira.md`.*", ""]
     return lines
