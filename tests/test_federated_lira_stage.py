@@ -18,15 +18,17 @@ import pytest
 import yaml
 
 from eegprivacy.attacks.metrics import auroc
+from eegprivacy.attacks.reference import REFERENCE_ATTACKS
 from eegprivacy.cli import main
 from eegprivacy.params import ParamsError
+from eegprivacy.reporting.lira import study_b_lines
 from eegprivacy.studies.federated.lira import federations
-from eegprivacy.studies.federated.lira.config import DIFF_METRIC, METRICS, POOLED_METRICS
+from eegprivacy.studies.federated.lira.config import DIFF_METRIC, METRICS, POOLED_METRICS, FederatedLiRAConfig
 from eegprivacy.studies.federated.lira.design import loo_feasible, loo_group_size, shadow_in_count, shadow_membership
 from eegprivacy.studies.federated.lira.federations import control_models
 from eegprivacy.studies.federated.lira.pooled import pooled_rows
 from eegprivacy.studies.federated.lira.scoring import resolvable_fpr
-from eegprivacy.studies.federated.lira.targets import shadow_loo
+from eegprivacy.studies.federated.lira.targets import attack_key, reference_counts, shadow_loo
 from eegprivacy.tracking import tracking_uri
 
 TRAIN = {"federated_mia": {
@@ -149,9 +151,14 @@ def test_federated_lira_stage_end_to_end(tmp_path):
     assert rows["synthetic"].all() and set(rows["epsilon"]) == {math.inf, 1.0}
     scored = rows[rows["metric"].isin(METRICS)]
     per_seed = scored[scored["scope"] == "target_seed"]
-    assert set(zip(per_seed["attack"], per_seed["attacker"].fillna(""))) == {
-        ("lira_online", ""), ("lira_offline", ""), ("lira_online_untrained_control", ""),
-        ("lira_online_control", ""), ("lira_offline_control", ""), ("rla", "lr"), ("rla", "rf"), ("rla", "mlp")}
+    # Every registry attack on all 4 shadows and on the k = 1, 2 it can run on (LiRA online needs 4), each with its
+    # preprocessing-only control; the untrained model and the RLAs beside.
+    config = FederatedLiRAConfig.from_mapping(LIRA["federated_lira"])
+    attacks = {attack_key(name, k) for name in REFERENCE_ATTACKS for k in reference_counts(config, name)}
+    assert "lira_online_k2" not in attacks and {"rmia_offline_k1", "lira_offline_k2", "loss"} <= attacks
+    keys = ({(a, "") for a in attacks} | {(a + "_control", "") for a in attacks}
+            | {("lira_online_untrained_control", ""), ("rla", "lr"), ("rla", "rf"), ("rla", "mlp")})
+    assert set(zip(per_seed["attack"], per_seed["attacker"].fillna(""))) == keys
     assert set(per_seed["seed"]) == {0, 1} and scored["chance"].notna().all()
     auc = scored[scored["metric"] == "auroc"]["value"]
     assert auc.between(0, 1).all()
@@ -164,7 +171,7 @@ def test_federated_lira_stage_end_to_end(tmp_path):
     # 4 shadows leave one pair (one IN, one OUT value per trial) once a pair is the target: no shadow-as-target.
     assert set(rows["scope"].dropna()) == {"target_seed", "target_pooled"}
     pooled = rows[(rows["scope"] == "target_pooled") & rows["metric"].isin(POOLED_METRICS)]
-    assert (pooled["n_nonmembers"] == 32).all() and len(pooled) == 2 * 8 * len(POOLED_METRICS)
+    assert (pooled["n_nonmembers"] == 32).all() and len(pooled) == 2 * len(keys) * len(POOLED_METRICS)
     # Each target on its own split: more distinct non-members than one target's 16, and the TPR only at the FPR
     # they resolve (named), never at 0.1 %.
     n_independent = pooled["n_independent_nonmembers"].iloc[0]
@@ -178,14 +185,18 @@ def test_federated_lira_stage_end_to_end(tmp_path):
     assert unresolvable["note"].str.startswith("not resolvable").all()
     assert set(pooled["ci_over"]) == {"subjects+seeds"} and (pooled["n_clusters"] == 4).all()
     assert set(pooled.loc[pooled["metric"] == "auroc", "ci_method"]) == {"two_way_bootstrap"}
-    # The preprocessing-only control: per ε, LiRA online and offline minus their control, paired, with the
-    # subjects+seeds interval, a two-sided p-value and Holm over the 4 cells; the controls are never tested.
-    diff = rows[rows["metric"] == DIFF_METRIC]
-    assert len(diff) == 4 and set(diff["attack"]) == {"lira_online", "lira_offline"}
+    # The preprocessing-only control: per ε, every attack minus its control, paired, with the subjects+seeds
+    # interval; on all references a two-sided p-value and Holm over 2 ε x the registry's attacks, on k references
+    # an interval only; the controls are never tested.
+    every = rows[rows["metric"] == DIFF_METRIC]
+    assert set(every["attack"]) == attacks and every.loc[every["attack"].str.contains("_k"), "p_value"].isna().all()
+    diff = every[every["p_value"].notna()]
+    cells = 2 * len(REFERENCE_ATTACKS)
+    assert len(diff) == cells and set(diff["attack"]) == set(REFERENCE_ATTACKS)
     assert set(diff["scope"]) == {"target_pooled"} and set(diff["ci_over"]) == {"subjects+seeds"}
     assert (diff["n_clusters"] == 4).all() and set(diff["ci_method"]) == {"paired_two_way_bootstrap"}
     assert diff["p_value"].between(0, 1).all() and (diff["p_holm"] >= diff["p_value"]).all()
-    assert diff["family"].str.contains("Holm over 4 cells").all()
+    assert diff["family"].str.contains(f"Holm over {cells} cells").all()
     auc_pooled = pooled[pooled["metric"] == "auroc"].set_index(["epsilon", "attack"])["value"]
     for r in diff.to_dict("records"):
         attack, control = auc_pooled[(r["epsilon"], r["attack"])], auc_pooled[(r["epsilon"], r["attack"] + "_control")]
@@ -207,8 +218,9 @@ def test_federated_lira_stage_end_to_end(tmp_path):
     assert "SYNTHETIC synthetic_mi" in report and "64 members and 16 non-members" in report
     assert "| chance |" in report and f"{int(n_independent)} independent non-members" in report
     assert "Shadows: 4 federations" in report
-    assert "## LiRA − preprocessing-only control" in report and "of LiRA online's AUROC excess over 0.5" in report
-    assert "Holm over 4 cells" in report and "untrained model (shown, not tested)" in report
+    assert "## Attack − preprocessing-only control" in report and "of LiRA online's AUROC excess over 0.5" in report
+    assert f"Holm over {cells} cells" in report and "untrained model (shown, not tested)" in report
+    assert "## Attacks by number of reference models" in report and "| RMIA offline | 1 |" in report
     entry = summary["synthetic_mi/simplenet/eps_inf/target_pooled/lira_online/auroc_minus_control"]
     assert entry["ci_over"] == "subjects+seeds" and entry["p_holm"] is not None and entry["n_clusters"] == 4
     assert "p_holm" not in summary["synthetic_mi/simplenet/eps_inf/target_pooled/lira_online_control/auroc"]
@@ -226,6 +238,11 @@ def test_federated_lira_stage_end_to_end(tmp_path):
             assert key in tags, key
         assert tags["synthetic"] == "true" and tags["stage"] == "federated_lira"
     assert any(k.startswith("target_pooled/") for p in parents for k in p.data.metrics)
+    # Study B's report section reads the same numbers back from MLflow.
+    section = "\n".join(study_b_lines(tracking_uri(), "study-b-federated-mia"))
+    assert "## The strongest attacks at low FPR: RMIA, LiRA and the loss threshold" in section
+    value = auc_pooled[(1.0, "rmia_offline_k1")]
+    assert f"| 1 | RMIA offline | 1 | {100 * value:.1f} [" in section and "Strongest at low FPR" in section
     logged = [k for p in parents for k in p.data.metrics if k.startswith("target_pooled/")]
     assert not any(k.endswith(("tpr_at_fpr_0.001", "tpr_at_zero_fpr")) for k in logged)  # no number if unresolvable
     assert any(k.endswith("tpr_at_resolvable_fpr") for k in logged) == bool(np.isfinite(supported))

@@ -10,6 +10,9 @@ OUTPUT_DIR, never in the dataset outside ``derivatives/``; the private work fold
 output a person reads (one line per problem, an overall progress line, the verdict's lead and a summary sentence at
 the end), bad input ending as one line and a non-zero exit with nothing left behind, and Ctrl-C or SIGTERM ending
 the MLflow runs KILLED.
+
+One idea over about 680 lines: the command line of one BIDS App, that is its arguments, console output, output
+folders and signal handling; no number is computed here.
 """
 
 from __future__ import annotations

@@ -34,6 +34,9 @@ Bad input (table in README.md, "Bad inputs"): an empty, corrupted or unreadable 
 header says is read as far as it goes and flagged ``truncated``; a patient with no report text reads as label 0 and
 is flagged ``no_report``. Each recovery is reported by one :class:`DataQualityWarning` per folder that names
 ``metadata.csv`` rows, never patient ids.
+
+One idea over about 690 lines: one folder format, with its CSV schema, the recording readers it accepts and the
+channel-name normalisation that turns them into one montage.
 """
 
 from __future__ import annotations

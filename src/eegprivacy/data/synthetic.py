@@ -21,6 +21,9 @@ Everything is deterministic per (seed, subject, recording): structure, fingerpri
 ``np.random.default_rng([seed, cohort_salt, stream, subject, recording])``, and the signal is only generated
 when a recording is loaded. The version is ``"synthetic-" + sha256(config)`` where the config holds the seed,
 every knob and a generator version (bump ``GENERATOR_VERSION`` when the signal model changes).
+
+One idea over about 780 lines: one signal model and its cohort variants. Every cohort uses the same fingerprint and
+background generators and differs only in its extras, so splitting it would split one model.
 """
 
 from __future__ import annotations

@@ -23,6 +23,10 @@ shared machine, and bit-identical results between runs) and restores the previou
 
 The federated layer checks that partitions are 2-D, so trials may arrive flattened: rows are reshaped to
 `input_shape` here ((n_components,) for SimpleNet on log-variances, (n_components, n_times) for EEGNet).
+
+One idea over about 650 lines: one implementation of the task contract for a PyTorch model. Training, evaluation,
+the DP step and the BatchNorm state depend on one another (the weights' order, what travels and what stays local),
+so they change together.
 """
 
 from __future__ import annotations

@@ -17,6 +17,10 @@ stack (pure NumPy/PyTorch on one thread, no summation whose order depends on the
 the relative tolerance within which they are stable across machines (floating-point sums whose order differs
 between BLAS builds: the Welch PSD features, and what is computed from them). ``scripts/compare_metrics.py``
 compares two runs with these tolerances.
+
+One idea over about 600 lines: the stage list is the one declaration of the pipeline, long because the pipeline has
+some thirty stages; what is derived from it (parsers, code hashes, the dvc.yaml check) reads that list and nothing
+else, so it stays beside it.
 """
 
 from __future__ import annotations

@@ -2,6 +2,9 @@
 
 Nothing here computes a statistic: every number drawn or printed is a value of the summary rows that
 :func:`eegprivacy.studies.cohort_audit.run_audit` logged to MLflow (``rows``) or of ``summary.json`` (``summary``).
+
+One idea over about 700 lines: the cohort audit's report, drawn from its summary rows alone; its figures and HTML
+sections follow the verdict's layout.
 """
 
 from __future__ import annotations

@@ -5,6 +5,9 @@ JSON. Nothing here computes a number; every function reads the summary rows of t
 A cohort's design (its task, how identity is linked, what pretrains the encoders) comes from ``meta["cohort"]``
 (:func:`cohort_design`); an audit from before cohorts (no ``meta["cohort"]``) is eegmat's design and keeps its
 file names (``embedding_audit_<figure>.png``), a cohort's files carry its name (``embedding_audit_<cohort>_*``).
+
+One idea over about 700 lines: the outputs of one cohort's summary table; the figures, the markdown and the JSON
+read the same rows and the same cohort design.
 """
 
 from __future__ import annotations

@@ -3,6 +3,7 @@ and curves :mod:`eegprivacy.studies.federated.lira` computed."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import matplotlib
@@ -16,25 +17,54 @@ from eegprivacy.reporting.calibration import tests_lines
 from eegprivacy.atomic import atomic_path
 from eegprivacy.pipeline.keys import epsilon_key
 from eegprivacy.reporting.format import estimate
+from eegprivacy.attacks.reference import REFERENCE_ATTACKS
 from eegprivacy.studies.federated.lira.config import (
     ALPHA,
+    CONTROL_SUFFIX,
     CONTROLLED,
     DIFF_METRIC,
     LOWEST_FPR,
     LOWEST_TPR,
     MIN_BEYOND,
     NOTE,
+    UNTRAINED,
 )
 from eegprivacy.studies.federated.lira.pooled import DIFF_COLUMNS
 from eegprivacy.studies.federated.lira.scoring import needed_nonmembers, resolvable_fpr
+from eegprivacy.studies.federated.lira.targets import references_of
 
-LABELS = {("lira_online", ""): "LiRA online", ("lira_offline", ""): "LiRA offline", ("rla", "lr"): "RLA LR",
-          ("rla", "rf"): "RLA RF", ("rla", "mlp"): "RLA MLP",
-          ("lira_online_control", ""): "LiRA online, preprocessing-only control",
-          ("lira_offline_control", ""): "LiRA offline, preprocessing-only control",
-          ("lira_online_untrained_control", ""): "LiRA online, untrained model (shown, not tested)"}
-CONTROL_HEAD = ["| ε per step | attack | LiRA − control (AUROC points) | p (two-sided) | p (Holm) | "
-                f"Holm < {ALPHA:g} | LiRA AUROC | control AUROC | untrained AUROC | control's share of the excess | "
+RLA_LABELS = {("rla", "lr"): "RLA LR", ("rla", "rf"): "RLA RF", ("rla", "mlp"): "RLA MLP"}
+
+
+def label(attack: str, attacker: str = "") -> str:
+    """A row's name in the tables: the registry's text for a reference attack (with its k references and control),
+    the RLA's attacker, the untrained model."""
+    if (attack, attacker) in RLA_LABELS:
+        return RLA_LABELS[(attack, attacker)]
+    if attack == UNTRAINED:
+        return "LiRA online, untrained model (shown, not tested)"
+    base = attack.removesuffix(CONTROL_SUFFIX)
+    k = references_of(base)
+    name = base.rpartition("_k")[0] if k is not None else base
+    text = REFERENCE_ATTACKS[name].text if name in REFERENCE_ATTACKS else attack
+    text += f", {k} reference{'s' if k > 1 else ''}" if k is not None else ""
+    return text + (", preprocessing-only control" if attack.endswith(CONTROL_SUFFIX) else "")
+
+
+def row_order(key: tuple) -> tuple:
+    """Tables list the reference attacks in registry order (all references, then k = 1, 2, 4 …), then the RLAs,
+    controls after their attack, the untrained model last."""
+    attack, attacker = key
+    base = attack.removesuffix(CONTROL_SUFFIX)
+    k = references_of(base)
+    name = base.rpartition("_k")[0] if k is not None else base
+    rank = list(REFERENCE_ATTACKS).index(name) if name in REFERENCE_ATTACKS else len(REFERENCE_ATTACKS) + (
+        1 if attack == UNTRAINED else 0)
+    return (attack.endswith(CONTROL_SUFFIX), rank, k is not None, k or 0, attacker)
+
+
+CONTROL_HEAD = ["| ε per step | attack | attack − control (AUROC points) | p (two-sided) | p (Holm) | "
+                f"Holm < {ALPHA:g} | attack AUROC | control AUROC | untrained AUROC | control's share of the excess | "
                 "subject clusters | CI over |",
                 "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
 TABLE_HEAD = [("| ε per step | ε per round | Σε nominal | Σε certified | attack | AUROC | TPR@1 %FPR | "
@@ -46,7 +76,8 @@ CHANCE_ROW = f"| | | | | chance | 50.0 | 1.0 | 50.0 | {100 * LOWEST_FPR:g} | = F
 
 def _roc_panel(ax, curves: dict, scope: str, name: str, eps_label) -> None:
     """One scope's curves on log-log axes with the chance diagonal (or a note that the scope did not run)."""
-    colours = {k: f"C{i}" for i, k in enumerate(LABELS)}
+    keys = sorted({(a, b) for (_, _, a, b) in curves}, key=row_order)
+    colours = {k: f"C{i % 10}" for i, k in enumerate(keys)}
     styles = ["-", "--", ":", "-."]
     eps_list = sorted({e for (s, e, _, _) in curves if s == scope}, key=lambda e: -float(e))
     lowest = 1.0
@@ -57,7 +88,7 @@ def _roc_panel(ax, curves: dict, scope: str, name: str, eps_label) -> None:
         lowest = min(lowest, fpr[keep].min()) if keep.any() else lowest
         ax.plot(fpr[keep], tpr[keep], color=colours.get((attack, attacker), "k"),
                 ls=styles[eps_list.index(eps) % len(styles)], lw=1.3,
-                label=f"{LABELS.get((attack, attacker), attack)}, {eps_label(eps)}")
+                label=f"{label(attack, attacker)}, {eps_label(eps)}")
     ax.set_title(name, fontsize=10)
     if lowest >= 1.0:
         ax.text(0.5, 0.5, "not run (too few shadows to leave a balanced group out)", ha="center",
@@ -180,8 +211,10 @@ def _scope_rows(summary: pd.DataFrame, meta: dict, cum, per_scope: str, pooled_s
     per = summary[summary["scope"] == per_scope]
     pooled = summary[summary["scope"] == pooled_scope]
     lines = []
+    keys = sorted({(a, b) for a, b in zip(per["attack"], per["attacker"]) if references_of(a) is None},
+                  key=row_order)  # the attacks on all references here; on k references: reference_table
     for eps in meta["epsilons"]:
-        for key, label in LABELS.items():
+        for key in keys:
             a = _summary_row(per, eps, key, "auroc")
             if a is None:
                 continue
@@ -200,7 +233,7 @@ def _scope_rows(summary: pd.DataFrame, meta: dict, cum, per_scope: str, pooled_s
             where = (meta["dataset"], meta["model"], eps)
             sums = " | ".join([cum.text(*where, "nominal", "epsilon_per_round"),
                                *(cum.text(*where, c) for c in ("nominal", "certified"))])
-            lines.append(f"| {epsilon_key(eps)} | {sums} | {label} | " + " | ".join(cells) + " |")
+            lines.append(f"| {epsilon_key(eps)} | {sums} | {label(*key)} | " + " | ".join(cells) + " |")
     return lines
 
 
@@ -217,8 +250,9 @@ def _control_rows(summary: pd.DataFrame, meta: dict) -> tuple[list[str], list[st
     AUROC excess over 0.5 the control reaches."""
     pooled = summary[(summary["scope"] == "target_pooled") & (summary["metric"] == DIFF_METRIC)]
     lines, sentences = [], []
+    attacks = sorted(set(pooled["attack"]), key=lambda a: (a not in CONTROLLED, row_order((a, ""))))
     for eps in meta["epsilons"]:
-        for attack in CONTROLLED:
+        for attack in attacks:
             r = _summary_row(pooled, eps, (attack, ""), DIFF_METRIC)
             if r is None:
                 continue
@@ -230,18 +264,96 @@ def _control_rows(summary: pd.DataFrame, meta: dict) -> tuple[list[str], list[st
                      *(estimate(r.get(c), pct=True) for c in ("attack_auroc", "control_auroc", "untrained_auroc")),
                      _share_text(r.get("control_share")),
                      f"{int(clusters)}" if clusters is not None and np.isfinite(clusters) else "–", str(r["ci_over"])]
-            label = LABELS[(attack, "")]
-            lines.append(f"| {epsilon_key(eps)} | {label} | " + " | ".join(cells) + " |")
+            name = label(attack)
+            lines.append(f"| {epsilon_key(eps)} | {name} | " + " | ".join(cells) + " |")
+            if attack not in CONTROLLED:  # the reference-count rows: interval only, no sentence
+                continue
             share = r.get("control_share")
             if share is not None and np.isfinite(float(share)):
                 sentences.append(
                     f"At ε = {epsilon_key(eps)}, the preprocessing-only control reaches {100 * float(share):.0f} % "
-                    f"of {label}'s AUROC excess over 0.5 ((control − 0.5) / (attack − 0.5) = "
+                    f"of {name}'s AUROC excess over 0.5 ((control − 0.5) / (attack − 0.5) = "
                     f"({100 * float(r['control_auroc']):.1f} − 50) / ({100 * float(r['attack_auroc']):.1f} − 50)).")
             else:
-                sentences.append(f"At ε = {epsilon_key(eps)}, {label} has no AUROC excess over 0.5 "
+                sentences.append(f"At ε = {epsilon_key(eps)}, {name} has no AUROC excess over 0.5 "
                                  f"({estimate(r.get('attack_auroc'), pct=True)} %): no share to state.")
     return lines, sentences
+
+
+def _pooled(summary: pd.DataFrame, eps: float, attack: str, metric: str):
+    hit = summary[(summary["scope"] == "target_pooled") & (summary["epsilon"] == eps)
+                  & (summary["attack"] == attack) & (summary["attacker"] == "") & (summary["metric"] == metric)]
+    return hit.iloc[0] if len(hit) else None
+
+
+def reference_attacks(summary: pd.DataFrame) -> list[str]:
+    """The reference attacks' row names in the summary (every k and all references), in :func:`row_order`."""
+    pooled = summary[(summary["scope"] == "target_pooled") & (summary["attacker"] == "")]
+    names = {a for a in pooled["attack"] if not a.endswith(CONTROL_SUFFIX) and a != UNTRAINED}
+    return sorted(names, key=lambda a: row_order((a, "")))
+
+
+REFERENCE_HEAD = ["| ε per step | attack | reference models | AUROC (pooled) | TPR (pooled) | at FPR | "
+                  "attack − control (AUROC points) | p (Holm) |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+
+
+def reference_table(summary: pd.DataFrame, epsilons) -> list[str]:
+    """The attacks by number of reference models: pooled AUROC and TPR at the lowest resolvable FPR, each with its
+    subject × target-model interval, and attack − control (tested only on all references)."""
+    lines = []
+    for eps in epsilons:
+        for attack in reference_attacks(summary):
+            a = _pooled(summary, eps, attack, "auroc")
+            if a is None:
+                continue
+            t = _pooled(summary, eps, attack, "tpr_at_resolvable_fpr")
+            d = _pooled(summary, eps, attack, DIFF_METRIC)
+            k = references_of(attack)
+            fpr = f"{100 * float(t['fpr']):g} %" if t is not None and _resolved(t) else "–"
+            diff = estimate(d["value"], d["ci_low"], d["ci_high"], pct=True) if d is not None else "–"
+            p = _p_text(d.get("p_holm")) if d is not None else "–"
+            name = label(attack).rsplit(", ", 1)[0] if k is not None else label(attack)
+            lines.append(f"| {epsilon_key(eps)} | {name} | {k if k is not None else 'all'} | {_cell(a)} | "
+                         f"{_cell(t)} | {fpr} | {diff} | {p} |")
+    return lines
+
+
+def unresolved_sentence(summary: pd.DataFrame) -> str:
+    """Which of the FPRs asked for (1 %, 0.1 %) the pool cannot resolve, and the one it reports instead."""
+    fprs = summary.loc[(summary["metric"] == "tpr_at_resolvable_fpr") & summary["fpr"].notna(), "fpr"]
+    if fprs.empty:
+        return ""
+    lowest = float(fprs.min())
+    missing = [f for f in (0.01, LOWEST_FPR) if f < lowest - 1e-12]
+    if not missing:
+        return ""
+    needs = " and ".join(f"{100 * f:g} % needs {needed_nonmembers(f):,}" for f in missing)
+    return (f"TPR at {' and '.join(f'{100 * f:g} %' for f in missing)} FPR: not resolvable here (≥ {MIN_BEYOND} "
+            f"independent non-members beyond the threshold: {needs}); the lowest FPR the pool resolves is "
+            f"{100 * lowest:g} %, reported instead.")
+
+
+def strongest_sentence(summary: pd.DataFrame, epsilons) -> str:
+    """Which attack is strongest at low FPR, per ε, from the pooled TPR at the lowest FPR the pool resolves (the
+    same FPR for every attack: one pool of non-members): the top attack and the runner-up with their intervals,
+    and whether the intervals separate them."""
+    parts = []
+    for eps in epsilons:
+        cells = [(attack, _pooled(summary, eps, attack, "tpr_at_resolvable_fpr")) for attack in
+                 reference_attacks(summary)]
+        cells = sorted([(a, r) for a, r in cells if r is not None and _resolved(r) and np.isfinite(r["value"])],
+                       key=lambda c: -float(c[1]["value"]))
+        if len(cells) < 2:
+            continue
+        (top, r1), (second, r2) = cells[:2]
+        apart = float(r1["ci_low"]) > float(r2["ci_high"])
+        parts.append(f"at ε = {epsilon_key(eps)} per step, {label(top)} ({_cell(r1)} % TPR at "
+                     f"{100 * float(r1['fpr']):g} % FPR, ahead of {label(second)} {_cell(r2)} %; "
+                     + ("its interval lies above the runner-up's)" if apart else
+                        "the intervals overlap, so the order is not established)"))
+    if not parts:
+        return "No TPR at a low FPR is resolvable here, so no attack can be called strongest at low FPR."
+    return "Strongest at low FPR (the highest pooled TPR at the lowest resolvable FPR): " + "; ".join(parts) + "."
 
 
 def report_md(summary: pd.DataFrame, meta: dict, cum) -> str:
@@ -254,9 +366,10 @@ def report_md(summary: pd.DataFrame, meta: dict, cum) -> str:
     if control_lines:
         family = summary.loc[summary["metric"] == DIFF_METRIC, "family"].dropna()
         family = next((f for f in family if isinstance(f, str) and f), "no cell tested (no bootstrap)")
-        lines += ["## LiRA − preprocessing-only control", "",
-                  ("The claim is the paired difference: the pooled AUROC of LiRA on the trained target minus that of "
-                  "LiRA on the preprocessing-only control (the fold model that never saw the client, through the "
+        lines += ["## Attack − preprocessing-only control", "",
+                  ("The claim is the paired difference: the pooled AUROC of an attack on the trained target minus that "
+                  "of the same attack on the preprocessing-only control (the fold model that never saw the client, "
+                  "through the "
                   f"client's own CSP), pooled over the {meta['target_seeds']} targets. Interval: 95 % percentile "
                   f"two-way bootstrap, the same resamples of target models and {meta['bootstrap_unit']} (n − 1 of "
                   "each n) for attack and control (`paired_two_way_bootstrap`); p: two-sided bootstrap p-value of "
@@ -265,6 +378,16 @@ def report_md(summary: pd.DataFrame, meta: dict, cum) -> str:
                   "not hypotheses of the family (no p-value). The untrained model's AUROC is shown, not tested: its "
                   "near-constant outputs cannot show a preprocessing leak. Control's share of the excess: (control − "
                   "0.5) / (attack − 0.5). All AUROCs in %."), "", *CONTROL_HEAD, *control_lines, "", *sentences, ""]
+    reference_lines = reference_table(summary, meta["epsilons"])
+    if reference_lines:
+        lines += ["## Attacks by number of reference models", "",
+                  ("Each reference attack on the first k shadows as reference models (offline: each trial's first k "
+                  "OUT shadows) and on all of them; the loss threshold reads none. RMIA's population points z are "
+                  "the target's non-members of the other subjects (a trial is never compared with its own "
+                  "subject's trials). Pooled over the targets, intervals over target models × "
+                  f"{meta['bootstrap_unit']}; attack − control is tested (Holm) on all references only, the rows on "
+                  "k references carry their interval. All values in %."), "", *REFERENCE_HEAD, *reference_lines, "",
+                  unresolved_sentence(summary), "", strongest_sentence(summary, meta["epsilons"]), ""]
     lines += ["## Shadow-as-target", "",
               (f"Each of the {meta['n_shadows']} shadows in turn is the target of LiRA fitted on the other "
               f"{meta['n_shadows'] - group} (the {group} shadows of its balanced group left out together, so every "
@@ -310,3 +433,75 @@ def headline(summary: pd.DataFrame, meta: dict) -> dict:
         if not out[key]["resolvable"]:  # an unresolvable cell carries no number, only what it needs and has
             out[key].update(mean=None, ci_low=None, ci_high=None)
     return out
+
+
+_LOGGED = re.compile(r"^target_pooled/(?P<attack>[a-z0-9_]+?)/(?P<metric>auroc_minus_control|auroc|"
+                     r"tpr_at_resolvable_fpr)(?:_(?P<part>ci_low|ci_high|fpr|p_value|p_holm|control_share))?$")
+
+
+def parent_runs(uri: str, experiment: str) -> pd.DataFrame:
+    """The newest finished ``federated_lira`` parent run per run name (one per dataset, model and ε)."""
+    import mlflow
+
+    previous = mlflow.get_tracking_uri()
+    mlflow.set_tracking_uri(uri)
+    try:
+        runs = mlflow.search_runs(experiment_names=[experiment],
+                                  filter_string="tags.stage = 'federated_lira' and attributes.status = 'FINISHED'")
+    finally:
+        mlflow.set_tracking_uri(previous)
+    if runs.empty:
+        return runs
+    if "tags.mlflow.parentRunId" in runs:
+        runs = runs[runs["tags.mlflow.parentRunId"].isna()]
+    runs = runs.sort_values("start_time", ascending=False)
+    return runs.drop_duplicates("tags.mlflow.runName").reset_index(drop=True)
+
+
+def logged_summary(runs: pd.DataFrame) -> pd.DataFrame:
+    """The reference attacks' pooled rows as the parent runs logged them (value, interval, FPR, Holm p), in the
+    summary's columns, so :func:`reference_table` prints MLflow's numbers."""
+    cells: dict = {}
+    for run in runs.to_dict("records"):
+        eps = float(run["tags.epsilon"])
+        for column, value in run.items():
+            hit = _LOGGED.match(column.removeprefix("metrics.")) if column.startswith("metrics.") else None
+            if hit is None or pd.isna(value):
+                continue
+            base = hit["attack"].removesuffix(CONTROL_SUFFIX)
+            if references_of(base) is None and base not in REFERENCE_ATTACKS:
+                continue
+            key = (run["tags.dataset"], run["tags.model"], eps, hit["attack"], hit["metric"])
+            cells.setdefault(key, {"resolvable": True, "note": "", "run_id": run["run_id"],
+                                   "run_name": run["tags.mlflow.runName"]})[hit["part"] or "value"] = float(value)
+    rows = [{"dataset": d, "model": m, "epsilon": e, "scope": "target_pooled", "attack": a, "attacker": "",
+             "metric": metric, **{c: np.nan for c in ("ci_low", "ci_high", "fpr", "p_holm")}, **v}
+            for (d, m, e, a, metric), v in cells.items()]
+    return pd.DataFrame(rows)
+
+
+def study_b_lines(uri: str, experiment: str) -> list[str]:
+    """Study B's section on the strongest attacks (RMIA, LiRA, loss; every number from the ``federated_lira``
+    parent runs); nothing where the store holds no run with them."""
+    summary = logged_summary(parent_runs(uri, experiment))
+    if summary.empty:
+        return []
+    lines = []
+    for (dataset, model), part in summary.groupby(["dataset", "model"], sort=True):
+        epsilons = sorted(set(part["epsilon"]), key=lambda e: -e)
+        runs = part.drop_duplicates("run_id").sort_values("run_name")
+        lines += [f"## The strongest attacks at low FPR: RMIA, LiRA and the loss threshold ({dataset}, {model})", "",
+                  ("Stage `federated_lira`: target federations as `federated_mia`'s (each target on its own 80/20 "
+                   "member split), shadow federations through the same code as reference models. Each attack on "
+                   "the first k shadows as references (offline: each trial's first k OUT shadows) and on all; "
+                   "RMIA's population points z are the target's non-members of the other subjects. TPR at the "
+                   "lowest FPR the pooled non-members resolve (≥ 10 independent non-members beyond the threshold). "
+                   "Intervals: 95 % bootstrap over target models × subjects. Attack − control: the same attack on "
+                   "the preprocessing-only control (the federation trained without the client's fold, through the "
+                   "client's own member-fitted CSP), tested with Holm on all references only. ε is per local step, "
+                   "not a cumulative guarantee. All values in %."), "", *REFERENCE_HEAD,
+                  *reference_table(part, epsilons), "", unresolved_sentence(part), "",
+                  strongest_sentence(part, epsilons), "",
+                  "*From MLflow runs " + ", ".join(f"`{r.run_name}` (`runs:/{r.run_id}`)" for r in runs.itertuples())
+                  + "; every cell with its per-seed rows in `reports/federated_lira.md`.*", ""]
+    return lines

@@ -695,7 +695,7 @@ def write_report(study: str, out_dir: str | Path, uri: str | None = None) -> tup
         with atomic_path(png) as tmp:
             fig.savefig(tmp, dpi=120)
     lead = (end_to_end_lead(study, rows, uri, out_dir) + control_lead(study, uri, out_dir) + claims_lead(study, runs)
-            + calibration_lead(study, uri))
+            + lira_lead(study, uri) + calibration_lead(study, uri))
     text = render(study, rows, uri, None if rows.empty else png.name, lead, privacy_statement(study, runs))
     report = write_text_atomic(out_dir / f"study-{study}.md", text)
     return report, not rows.empty
@@ -793,6 +793,14 @@ def calibration_lead(study: str, uri: str) -> list[str]:
         lines += [f"Printed here and not measured ({NOT_MEASURED_MARK}; each row of `calibration.md` says why):", "",
                   *unmeasured, ""]
     return lines
+
+
+def lira_lead(study: str, uri: str) -> list[str]:
+    """Study B's strongest attacks at low FPR (RMIA, LiRA, loss by number of reference models,
+    :func:`eegprivacy.reporting.lira.study_b_lines`) from the ``federated_lira`` parent runs."""
+    from eegprivacy.reporting.lira import study_b_lines
+
+    return study_b_lines(uri, EXPERIMENTS[study]) if study == "b" else []
 
 
 def control_lead(study: str, uri: str, out_dir: Path) -> list[str]:

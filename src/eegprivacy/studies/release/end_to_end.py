@@ -57,6 +57,9 @@ Beside every difference (issue 47), :func:`difference_diagnostics`:
   detected");
   ``power_noise_free``: the power for the largest effect the design could show, its noise-free AUROC minus the
   matched null's.
+
+One idea over about 650 lines: the sweep over the end-to-end designs, whose plan, cell and summary share the
+designs' table and the public/private split; the designs' mechanisms themselves live in :mod:`eegprivacy.privacy`.
 """
 
 from __future__ import annotations

@@ -9,10 +9,11 @@ from dataclasses import dataclass
 
 from eegprivacy.attacks.lira import VARIANCES
 from eegprivacy.attacks.membership import ATTACKERS
+from eegprivacy.attacks.reference import REFERENCE_ATTACKS
 from eegprivacy.params import Config, ParamsError, param
 from eegprivacy.studies.federated import mia
 from eegprivacy.studies.federated.lira.design import loo_feasible, shadow_in_count
-from eegprivacy.validation import EPSILONS_OR_INF, FRACTION_OPEN, Constraint, count, options, subset_of
+from eegprivacy.validation import EPSILONS_OR_INF, FRACTION_OPEN, Constraint, count, counts, options, subset_of
 
 
 STAGE = "federated_lira"
@@ -28,9 +29,10 @@ BOOTSTRAP_UNITS = ("subjects", "trials")
 TRAINING_KNOBS = ("clip_norm", "test_size", "split_seed", "csp_components", "clients_per_round", "num_rounds",
                   "local_epochs", "learning_rate", "batch_size")  # read from federated_mia: shadows = targets
 ATTACK_KNOBS = ("n_shadows", "shadow_seed", "target_seeds", "rf_estimators", "attack_folds", "lira_variance",
-                "bootstrap", "bootstrap_unit", "shadow_in_fraction", "control_folds")  # the rows' knobs (not workers)
+                "bootstrap", "bootstrap_unit", "shadow_in_fraction", "control_folds",
+                "reference_counts")  # the rows' knobs (not workers)
 NOTE = mia.NOTE
-CONTROLLED = ("lira_online", "lira_offline")  # the attacks with a preprocessing-only control, tested against it
+CONTROLLED = tuple(REFERENCE_ATTACKS)  # at all references: tested against their preprocessing-only control (Holm)
 CONTROL_SUFFIX = "_control"  # lira_online -> lira_online_control
 UNTRAINED = "lira_online_untrained_control"  # shown beside, never tested (near-constant outputs)
 DIFF_METRIC = "auroc_minus_control"  # pooled AUROC of the attack minus that of its control, paired
@@ -75,6 +77,9 @@ class FederatedLiRAConfig(Config):
     control_folds: int = param(count(2, "folds"), default=4,
                                doc="client folds of the preprocessing-only control: per target, one federation "
                                    "trained without each fold scores that fold's clients")
+    reference_counts: list = param(counts(1, "reference models"), default=(1, 2, 4),
+                                   doc="besides all shadows, each reference attack also on its first k references "
+                                       "(offline: each trial's first k OUT ones), where the attack needs no more")
 
     def check(self, source, prefix: str) -> None:
         """The balanced shadow design must leave every trial two IN and two OUT shadows (LiRA's Gaussian fits),

@@ -254,17 +254,18 @@ def control_share(attack_auroc: float, control_auroc: float) -> float:
 
 def control_difference_rows(per_model: dict, n_boot: int, seed: int, scope: str = "target_pooled", n_jobs: int = 1,
                             clusters=None, subjects=None) -> list[dict]:
-    """One :data:`DIFF_METRIC` row per attack of :data:`CONTROLLED` whose control (``<attack>_control``) is in
-    ``per_model`` ({(attack, attacker): [(member, scores) per model]}): attack − control of the AUROC pooled over
-    models, with the paired two-way bootstrap's interval and two-sided p-value (:func:`paired_difference`), the
-    attack's, the control's and (online) the untrained model's pooled AUROC beside, and ``control_share``. Holm
-    is applied over a table's cells afterwards (:func:`holm_control_cells`)."""
+    """One :data:`DIFF_METRIC` row per attack whose control (``<attack>_control``) is in ``per_model`` ({(attack,
+    attacker): [(member, scores) per model]}): attack − control of the AUROC pooled over models, with the paired
+    two-way bootstrap's interval and two-sided p-value (:func:`paired_difference`), the attack's, the control's and
+    (online) the untrained model's pooled AUROC beside, and ``control_share``. Only the attacks of
+    :data:`CONTROLLED` (every reference attack on all references) are tested: the others (on k references) keep
+    their interval and carry no p-value, so no Holm family holds them. Holm is applied over a table's cells
+    afterwards (:func:`holm_control_cells`)."""
     rows = []
     ci_over = ("trials" if clusters is None else "subjects") + "+seeds"
     untrained = per_model.get((UNTRAINED, ""))
-    for attack in CONTROLLED:
-        if (attack, "") not in per_model or (attack + CONTROL_SUFFIX, "") not in per_model:
-            continue
+    attacks = [a for a, b in per_model if b == "" and (a + CONTROL_SUFFIX, "") in per_model]
+    for attack in sorted(attacks, key=lambda a: (a not in CONTROLLED, a)):
         members, scores = _stack(per_model[(attack, "")])
         control_members, control_scores = _stack(per_model[(attack + CONTROL_SUFFIX, "")])
         if not np.array_equal(members, control_members):
@@ -281,7 +282,8 @@ def control_difference_rows(per_model: dict, n_boot: int, seed: int, scope: str 
                      "n_nonmembers": float((members == 0).sum()), "n_independent_nonmembers": float(n_independent),
                      "n_models": len(per_model[(attack, "")]),
                      "n_clusters": _n_clusters(members.shape[1], clusters, subjects),
-                     "p_value": diff["p_value"], "p_mc_error": diff["p_mc_error"],
+                     "p_value": diff["p_value"] if attack in CONTROLLED else np.nan,
+                     "p_mc_error": diff["p_mc_error"] if attack in CONTROLLED else np.nan,
                      "n_resamples": float(diff["n_resamples"]), "attack_auroc": a, "control_auroc": c,
                      "untrained_auroc": u, "control_share": control_share(a, c)})
     return rows
@@ -302,7 +304,7 @@ def holm_control_cells(tidy: pd.DataFrame, alpha: float = ALPHA) -> pd.DataFrame
     if cells.any():
         tidy.loc[cells, "p_holm"] = holm(tidy.loc[cells, "p_value"].to_numpy(dtype=float))
         tidy.loc[cells, "significant"] = tidy.loc[cells, "p_holm"] < alpha
-        tidy.loc[cells, "family"] = f"LiRA − preprocessing-only control, Holm over {int(cells.sum())} cells"
+        tidy.loc[cells, "family"] = f"attack − preprocessing-only control, Holm over {int(cells.sum())} cells"
     return tidy
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from eegprivacy.attacks.reference import REFERENCE_ATTACKS
 from eegprivacy.pipeline.keys import config_key, epsilon_key
 from eegprivacy.pipeline.sweep import SweepRunner, expand_grid, run_prefetched
 from eegprivacy.studies.federated import mia
@@ -31,7 +32,14 @@ from eegprivacy.studies.federated.lira.design import loo_feasible, loo_group_siz
 from eegprivacy.studies.federated.lira.federations import shadow_phis
 from eegprivacy.studies.federated.lira.pooled import control_difference_rows, holm_control_cells, pooled_rows
 from eegprivacy.studies.federated.lira.scoring import independent_nonmembers, score_rows
-from eegprivacy.studies.federated.lira.targets import MEMBER_KEY, TargetContext, shadow_loo, target_cell, target_member
+from eegprivacy.studies.federated.lira.targets import (
+    MEMBER_KEY,
+    TargetContext,
+    references_of,
+    shadow_loo,
+    target_cell,
+    target_member,
+)
 from eegprivacy.tracking import required_tags
 
 
@@ -72,7 +80,8 @@ class LiRAStudy:
         self.masks = shadow_membership(self.trials.y, subjects.to_numpy(), config.n_shadows, config.shadow_seed,
                                        config.shadow_in_fraction)
         self.knobs = {k: getattr(training, k) for k in TRAINING_KNOBS}
-        self.attack_knobs = {k: getattr(config, k) for k in ATTACK_KNOBS}
+        self.attack_knobs = {k: ",".join(map(str, v)) if isinstance(v, (list, tuple)) else v  # rows hold scalars
+                             for k, v in ((k, getattr(config, k)) for k in ATTACK_KNOBS)}
         self.root = cells_dir / STAGE / dataset / config.model
         self.scores_dir = self.root / "scores"
         self.shadow_key = config_key({
@@ -93,7 +102,7 @@ class LiRAStudy:
     def _tags(self, seed, eps: float, mechanism: str) -> dict:
         return required_tags(study="b", stage=STAGE, dataset=self.dataset, dataset_version=self.version,
                              synthetic=self.synthetic, seed=seed, dvc_stage=STAGE, model=self.config.model,
-                             epsilon=epsilon_key(eps), mechanism=mechanism, attack="lira,rla",
+                             epsilon=epsilon_key(eps), mechanism=mechanism, attack=",".join([*REFERENCE_ATTACKS, "rla"]),
                              split="per_subject_80_20_per_target")
 
     def plans(self) -> list[Plan]:
@@ -122,7 +131,7 @@ class LiRAStudy:
         """The target cells of every ε in ``workers`` processes, like the shadows (each is a function of its seed
         alone)."""
         context = TargetContext(self.config, self.training, self.trials, self.output, self.phis, self.masks,
-                                self.scores_dir)
+                                self.scores_dir, self.subject_codes)
         return run_prefetched([(p.runner, p.cells) for p in plans], functools.partial(target_cell, ctx=context),
                               n_jobs=self.config.workers)
 
@@ -162,7 +171,8 @@ class LiRAStudy:
         extra = pd.DataFrame(rows + rows_l)
         extra["epsilon"], extra["mechanism"], extra["model"] = plan.epsilon, plan.mechanism, config.model
         for (attack, attacker), c in roc_t.items():
-            if attack != UNTRAINED and not attack.endswith(CONTROL_SUFFIX):  # the figure: the attacks
+            if attack != UNTRAINED and not attack.endswith(CONTROL_SUFFIX) and not references_of(attack):
+                # the figure: the attacks on all references
                 self.curves[("target_pooled", key, attack, attacker)] = c
         for (attack, attacker), c in roc_l.items():
             self.curves[("shadow_loo", key, attack, attacker)] = c
@@ -174,6 +184,9 @@ class LiRAStudy:
             metrics[name] = r["value"]
             if r["metric"] == "tpr_at_resolvable_fpr":
                 metrics[f"{name}_fpr"] = r["fpr"]
+            for column in ("ci_low", "ci_high"):  # every pooled number with its interval (the study B report)
+                if r["metric"] != DIFF_METRIC and np.isfinite(r.get(column, np.nan)):
+                    metrics[f"{name}_{column}"] = r[column]
             if r["metric"] == DIFF_METRIC:
                 for column in ("ci_low", "ci_high", "p_value", "control_share"):
                     if np.isfinite(r[column]):

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from eegprivacy.attacks.lira import LiRA, logit_confidence
+from eegprivacy.attacks.reference import REFERENCE_ATTACKS, fit_attack, score_attack
 from eegprivacy.attacks.membership import RecordLevelAttack, record_features
 from eegprivacy.pipeline.keys import config_key, epsilon_key
 from eegprivacy.studies.federated import mia
@@ -50,6 +51,7 @@ class TargetContext:
     phis: dict
     masks: np.ndarray
     scores_dir: Path
+    groups: np.ndarray  # each trial's subject as a code: RMIA's population excludes the trial's own subject
 
 
 def _rla_scores(config: FederatedLiRAConfig, logits, y, member, seed: int) -> dict:
@@ -65,6 +67,40 @@ def _rla_scores(config: FederatedLiRAConfig, logits, y, member, seed: int) -> di
         rla = RecordLevelAttack(attacker=attacker, n_estimators=config.rf_estimators,
                                 random_state=derive_seed(seed, 17))
         scores[("rla", attacker)] = rla.cross_fitted_scores(features, member.astype(int), config.attack_folds)
+    return scores
+
+
+def attack_key(name: str, k: int | None) -> str:
+    """The rows' name of a reference attack on k references: ``rmia_offline`` (all), ``rmia_offline_k2``."""
+    return name if k is None else f"{name}_k{int(k)}"
+
+
+def references_of(key: str) -> int | None:
+    """k of an :func:`attack_key` (``rmia_offline_k2`` → 2; None for all references or another row)."""
+    base, _, k = key.removesuffix(CONTROL_SUFFIX).rpartition("_k")
+    return int(k) if base in REFERENCE_ATTACKS and k.isdigit() else None
+
+
+def reference_counts(config: FederatedLiRAConfig, name: str) -> list[int | None]:
+    """The reference counts attack ``name`` runs at: every ``reference_counts`` k it needs no more than and that is
+    below the shadows', then all (None); an attack that reads no reference, all only."""
+    need = REFERENCE_ATTACKS[name].min_references
+    if need == 0:
+        return [None]
+    return [int(k) for k in config.reference_counts if need <= int(k) < int(config.n_shadows)] + [None]
+
+
+def reference_scores(config: FederatedLiRAConfig, phi_shadow, masks, phi, phi_control, member, groups) -> dict:
+    """Every registry attack (:data:`~eegprivacy.attacks.reference.REFERENCE_ATTACKS`) at every reference count,
+    on the target and its preprocessing-only control alike (one fit on the shadows scores both); RMIA's population
+    points are the target's non-members of other subjects."""
+    scores, options = {}, {"lira_variance": config.lira_variance}
+    for name in REFERENCE_ATTACKS:
+        for k in reference_counts(config, name):
+            fitted = fit_attack(name, phi_shadow, masks, k, options)
+            key = attack_key(name, k)
+            scores[(key, "")] = score_attack(name, fitted, phi, ~member, groups)
+            scores[(key + CONTROL_SUFFIX, "")] = score_attack(name, fitted, phi_control, ~member, groups)
     return scores
 
 
@@ -87,11 +123,7 @@ def target_cell(cell: dict, seed: int, ctx: TargetContext) -> list[dict]:
                                          mia.client_locals(result, len(fed.clients), 0)), y)
     phi_c, logits_c = control_phi(task, fed, order, y, config.model, eps, seed, ctx.training, config.control_folds)
     shadows, masks, variance = ctx.phis, ctx.masks, config.lira_variance
-    scores = {}
-    for mode in ("online", "offline"):  # one fit on the shadows scores the target and its control alike
-        lira = LiRA(mode, variance).fit(shadows[epsilon_key(eps)], masks)
-        scores[(f"lira_{mode}", "")] = lira.score_samples(phi)
-        scores[(f"lira_{mode}{CONTROL_SUFFIX}", "")] = lira.score_samples(phi_c)
+    scores = reference_scores(config, shadows[epsilon_key(eps)], masks, phi, phi_c, member, ctx.groups)
     scores[(UNTRAINED, "")] = LiRA("online", variance).fit(shadows["untrained"], masks).score_samples(phi0)
     scores.update(_rla_scores(config, logits, y, member, seed))
     rows = score_rows(member, scores, scope="target_seed")

@@ -1,0 +1,104 @@
+"""The membership attacks that read reference (shadow) models, as one registry (:data:`REFERENCE_ATTACKS`): the
+``federated_lira`` stage runs every entry, its params check names against it and its report labels rows from it.
+A new attack of this kind is one estimator and one entry here.
+
+Every entry reads the same two things: the logit confidence φ of each trial's true label under each reference model
+(with a mask of which references trained on which trial) and under the attacked model. An entry states how its
+estimator is built, what it reads of φ (LiRA φ itself, RMIA the probability p_y = sigmoid(φ), exact because
+φ = log p_y − log(1 − p_y)), whether it reads OUT references only (offline), how many references it needs at the
+least, and whether it compares a trial with population points (RMIA's z: the target's non-members of other
+subjects, passed as ``population`` and ``groups``).
+
+k reference models (:func:`select_references`): online, the first k references as drawn (each trial IN or OUT in
+them as it happens); offline, each trial's own first k OUT references, so that k counts models the attack can use
+for that trial. ``k = None`` means all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+from scipy.special import expit
+
+from eegprivacy.attacks.lira import LiRA
+from eegprivacy.attacks.loss import LossThreshold
+from eegprivacy.attacks.rmia import RMIA
+
+__all__ = ["REFERENCE_ATTACKS", "ReferenceAttack", "fit_attack", "score_attack", "select_references"]
+
+
+def _phi(phi: np.ndarray) -> np.ndarray:
+    return phi
+
+
+def _proba(phi: np.ndarray) -> np.ndarray:
+    """p_y = sigmoid(φ), floored at the smallest positive float so that RMIA's logs stay finite."""
+    return np.maximum(expit(phi), np.finfo(np.float64).tiny)
+
+
+@dataclass(frozen=True)
+class ReferenceAttack:
+    """One registry entry: ``name`` in rows and params, ``text`` in reports. ``make(options)`` returns the unfitted estimator (``options``: the stage's attack knobs,
+    e.g. ``lira_variance``); its ``fit(signal_reference, in_mask)`` and ``score_samples(signal_target[, population,
+    groups])`` read ``signal(φ)``."""
+
+    name: str
+    text: str
+    make: Callable[[Mapping], object]
+    signal: Callable[[np.ndarray], np.ndarray] = field(default=_phi)
+    offline: bool = False
+    min_references: int = 1
+    population: bool = False
+
+
+REFERENCE_ATTACKS: dict[str, ReferenceAttack] = {a.name: a for a in (
+    ReferenceAttack("loss", "loss threshold", lambda o: LossThreshold(), min_references=0),
+    ReferenceAttack("lira_online", "LiRA online",
+                    lambda o: LiRA("online", o.get("lira_variance", "global")), min_references=4),
+    ReferenceAttack("lira_offline", "LiRA offline",
+                    lambda o: LiRA("offline", o.get("lira_variance", "global")), offline=True, min_references=2),
+    ReferenceAttack("rmia_online", "RMIA online",
+                    lambda o: RMIA("online"), signal=_proba, population=True),
+    ReferenceAttack("rmia_offline", "RMIA offline",
+                    lambda o: RMIA("offline", offline_a=1.0), signal=_proba, offline=True, population=True),
+)}
+
+
+def select_references(in_mask, k: int | None, offline: bool) -> tuple[slice | np.ndarray, np.ndarray]:
+    """Which references an attack reads at k: (rows of φ to keep, their in-mask as the estimator should see it).
+
+    Online: the first k rows, masks as drawn. Offline: every row, but only each trial's first k OUT references
+    stay OUT; the rest are marked IN, which an offline estimator never reads. A trial with fewer than k OUT
+    references keeps all it has."""
+    mask = np.asarray(in_mask).astype(bool)
+    if k is None or k >= mask.shape[0]:
+        return slice(None), mask
+    if int(k) < 1:
+        raise ValueError(f"k must be a whole number ≥ 1 or None (all), got {k!r}")
+    if not offline:
+        return slice(0, int(k)), mask[: int(k)]
+    out = ~mask
+    keep = out & (np.cumsum(out, axis=0) <= int(k))
+    return slice(None), ~keep
+
+
+def fit_attack(name: str, phi_reference, in_mask, k: int | None = None, options: Mapping | None = None):
+    """The registry's attack ``name`` fitted on k reference models (:func:`select_references`)."""
+    if name not in REFERENCE_ATTACKS:
+        raise ValueError(f"unknown reference attack {name!r}; use one of {tuple(REFERENCE_ATTACKS)}")
+    entry = REFERENCE_ATTACKS[name]
+    rows, mask = select_references(in_mask, k, entry.offline)
+    phi = np.asarray(phi_reference, dtype=np.float64)[rows]
+    return entry.make(options or {}).fit(entry.signal(phi), mask)
+
+
+def score_attack(name: str, fitted, phi_target, population=None, groups=None) -> np.ndarray:
+    """Membership scores of ``fitted`` (from :func:`fit_attack`) on the attacked model's φ; ``population`` and
+    ``groups`` reach only the attacks that compare with population points."""
+    entry = REFERENCE_ATTACKS[name]
+    signal = entry.signal(np.asarray(phi_target, dtype=np.float64))
+    if entry.population:
+        return fitted.score_samples(signal, population, groups)
+    return fitted.score_samples(signal)
