@@ -28,7 +28,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / PACKAGE
 # from its own layer or a lower one. Each name is a top-level module or package of eegprivacy; "__init__" is the
 # package's own __init__.py. Three names the spec does not draw sit where what they import puts them:
 # - "__init__" only holds __version__ and imports nothing, so anything may import it;
-# - "defaults" ships the packaged params files (standard library only), read by studies.cohort_audit;
+# - "defaults" ships the packaged params files (standard library only), read by studies.cohort.loading;
 # - "reproduce_progress" prints `make reproduce`'s progress line (standard library only), used by cli and
 #   pipeline.progress.
 # experiments/ and benchmarks/ sit on top, outside the package: they may import any of it and are not read here.

@@ -21,13 +21,9 @@ from _cohort_audit_data import TREE_KEY, MiniMSU, NoiseCohort
 
 from eegprivacy.evaluation.cluster_bootstrap import bootstrap_indices, combine_seeds
 from eegprivacy.reporting import cohort as cohort_report
-from eegprivacy.studies.cohort_audit import (
-    AuditConfig,
-    CohortError,
-    canonical_order,
-    load_cohort,
-    run_audit,
-)
+from eegprivacy.studies.cohort.config import AuditConfig
+from eegprivacy.studies.cohort.loading import CohortError, canonical_order, load_cohort
+from eegprivacy.studies.cohort_audit import run_audit
 
 # Small on purpose (the defaults are dp_utility's: 10 noise seeds, 40 permutations, 10,000 resamples): two noise
 # seeds still test the AUROC horizon; one nested seed leaves the balanced-accuracy horizon "not tested".
@@ -450,13 +446,14 @@ def test_horizon_rows_are_study_a_summarise_rows_for_the_same_cells(audit):
     """One claim, one test: the audit's utility rows (horizons, release − null with its p-values, every arm) are
     the rows study A's ``utility.summarise`` gives for dp_utility's own plan of the same table (the same cells,
     found by their cache keys among the audit's kept predictions), number for number."""
-    from eegprivacy.studies import cohort_audit
+    from eegprivacy.studies.cohort.config import study_a_configs
+    from eegprivacy.studies.cohort.sweeps import patient_table
     from eegprivacy.studies.release import utility
 
     first = audit["first_rows"]
     cohort = load_cohort(MiniMSU(), CONFIG, cache_dir=audit["tmp"] / "cache", progress=False)
-    release_config, utility_config = cohort_audit.study_a_configs(CONFIG, cohort.dataset)
-    plan = utility.utility_plan(cohort_audit.patient_table(cohort), release_config, utility_config, "label",
+    release_config, utility_config = study_a_configs(CONFIG, cohort.dataset)
+    plan = utility.utility_plan(patient_table(cohort), release_config, utility_config, "label",
                                 cells_dir=audit["tmp"] / "unused", progress=False)
     expected = utility.summarise(plan, audit["tmp"] / "cache" / "cells", cohort.y, n_resamples=CONFIG.bootstrap,
                                  confidence=CONFIG.confidence, epsilons=list(CONFIG.epsilons))
@@ -525,7 +522,7 @@ def test_bootstrap_keeps_both_classes_and_combines_seeds():
 
 def test_reidentification_links_first_session_to_second():
     """Subjects with two sessions: the first session's vector is released, the second is the attacker's."""
-    from eegprivacy.studies.cohort_audit import _reidentification_tables
+    from eegprivacy.studies.cohort.loading import _reidentification_tables
 
     rng = np.random.default_rng(0)
     rows, meta = [], []

@@ -20,7 +20,8 @@ import pytest
 from _cohort_audit_data import TREE_KEY, MiniMSU, NoiseCohort
 
 from eegprivacy.reporting import cohort as report
-from eegprivacy.studies.cohort_audit import AuditConfig, run_audit
+from eegprivacy.studies.cohort.config import AuditConfig
+from eegprivacy.studies.cohort_audit import run_audit
 from eegprivacy.studies.release.utility import eps_covers_note
 
 REPO = Path(__file__).resolve().parents[1]
@@ -43,8 +44,8 @@ def _entry(value, low=None, high=None, **extra):
 def make_summary(*, horizons=None, synthetic=False, reid=True, label_names=None, per_class=(15, 22)) -> dict:
     """Two mechanisms over ε = 0.5, 4, 20 on 37 patients with 91 features, numbers chosen so that each one the
     verdict prints can be told apart; the verdict's lead points are study A's own rule
-    (:func:`eegprivacy.studies.cohort_audit.headline`)."""
-    from eegprivacy.studies.cohort_audit import headline
+    (:func:`eegprivacy.studies.cohort.verdict.headline`)."""
+    from eegprivacy.studies.cohort.verdict import headline
 
     eps = (0.5, 4.0, 20.0)
     mechanisms = ("gaussian_analytic", "laplace_formal")
@@ -182,7 +183,7 @@ def test_verdict_numbers_come_from_the_summary():
         by_eps = other["utility"][mechanism]
         other["utility"][mechanism] = {"0.25": by_eps["0.5"], "3": copy.deepcopy(by_eps["4"]), "30": by_eps["20"]}
     other["utility"]["gaussian_analytic"]["3"]["release_auroc"].update(value=0.733, ci_low=0.655, ci_high=0.801)
-    from eegprivacy.studies.cohort_audit import headline
+    from eegprivacy.studies.cohort.verdict import headline
 
     other["headline"] = headline(other)
     text = " ".join(report.verdict_text(other))

@@ -80,7 +80,7 @@ def _mapping(items: list[str] | None, flag: str) -> dict:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from eegprivacy.studies.cohort_audit import AuditConfig
+    from eegprivacy.studies.cohort.config import AuditConfig
 
     d = AuditConfig()
     parser.usage = USAGE
@@ -273,7 +273,7 @@ def _positionals(args) -> tuple[str | None, Path, str]:
 
 
 def _config(args):
-    from eegprivacy.studies.cohort_audit import AuditConfig
+    from eegprivacy.studies.cohort.config import AuditConfig
 
     return AuditConfig(mechanisms=tuple(args.mechanisms), epsilons=tuple(args.epsilons),
                        noise_seeds=args.noise_seeds, baseline_seeds=args.baseline_seeds,
@@ -560,7 +560,7 @@ def participant_level(args, bids_dir: str, output_dir: Path, config) -> int:
     from eegprivacy.atomic import atomic_paths
     from eegprivacy.errors import InputDataError
     from eegprivacy.signal.table import dataset_window_features
-    from eegprivacy.studies.cohort_audit import feature_settings
+    from eegprivacy.studies.cohort.loading import feature_settings
 
     everyone = _bids_dataset(args, bids_dir)
     table = everyone.participants()  # every selected label checked before any signal is read
@@ -605,7 +605,8 @@ def group_level(args, bids_dir: str | None, output_dir: Path, work: Path, config
     from eegprivacy.data import get_dataset
     from eegprivacy.reporting import cohort as cohort_report
     from eegprivacy.reporting.cohort import lead_text
-    from eegprivacy.studies.cohort_audit import LEFT_OUT_FILE, run_audit
+    from eegprivacy.studies.cohort.loading import LEFT_OUT_FILE
+    from eegprivacy.studies.cohort_audit import run_audit
     from eegprivacy.tracking.runs import tracking_uri
 
     if bids_dir is not None:

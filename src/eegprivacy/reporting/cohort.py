@@ -200,8 +200,8 @@ _WHY = {"horizon": "the smallest ε that keeps utility", "largest": "the largest
 
 
 def _lead(summary: dict, point: dict) -> str:
-    """One lead sentence: at the point's ε (study A's :func:`~eegprivacy.studies.cohort_audit.headline`), what a
-    classifier still finds in the release beside its matched null, and how many patients an attacker
+    """One lead sentence: at the point's ε (study A's :func:`~eegprivacy.studies.cohort.verdict.headline`), what
+    a classifier still finds in the release beside its matched null, and how many patients an attacker
     re-identifies against chance (or, where that cannot be tested, why), with the membership AUROC."""
     confidence = float(summary["config"]["confidence"])
     unit = "patient" if summary["eps_unit"] == "subject" else summary["eps_unit"]
@@ -267,7 +267,7 @@ def _caution(summary: dict) -> str | None:
 def verdict_text(summary: dict) -> list[str]:
     """The report's verdict for a data steward or clinician, the leak in the headline: first one sentence per
     mechanism, at the ε a steward would pick (its utility horizon, else the largest ε tried: ``summary["headline"]``,
-    :func:`eegprivacy.studies.cohort_audit.headline`), holding both what a classifier still finds in the release
+    :func:`eegprivacy.studies.cohort.verdict.headline`), holding both what a classifier still finds in the release
     (AUROC beside its matched null, and the test's decision) and how many patients an attacker re-identifies
     against chance; a caution where a class is small; then what was released (the labels by the names given), at
     which ε per patient, what ε covers and, plainly, what it does NOT, and whether any mechanism keeps utility with

@@ -18,15 +18,15 @@ project's code, not a copy:
 * ``study_a.end_to_end_mde`` — the same summary at one lead-table cell with the minimum detectable effect its
   formula gives on the model's data planted: the power there should be the stated 80 % (a check of the normal
   approximation the MDE column uses, at the bootstrap SD the data give);
-* ``audit_cohort.verdict`` — ``audit-cohort``'s chain (:func:`~eegprivacy.studies.cohort_audit.summarise`, which
-  calls study A's summary through :func:`~eegprivacy.studies.cohort_audit.utility_summary`, then
-  :func:`~eegprivacy.studies.cohort_audit.summary_document` and :func:`~eegprivacy.studies.cohort_audit.headline`)
+* ``audit_cohort.verdict`` — ``audit-cohort``'s chain (:func:`~eegprivacy.studies.cohort.summary.summarise`, which
+  calls study A's summary through :func:`~eegprivacy.studies.cohort.summary.utility_summary`, then
+  :func:`~eegprivacy.studies.cohort.verdict.summary_document` and :func:`~eegprivacy.studies.cohort.verdict.headline`)
   on the audit's own grid: the "keeps utility" decision of the verdict's first sentence, and the release AUROC
   interval it prints at the chosen ε (chosen *by* the test: a post-selection interval);
 * ``audit_cohort.reidentification`` and ``audit_cohort.membership`` — the re-identification top-1 (Wilson over the K
   subjects) and membership AUROC (t over noise seeds) intervals of the same sentence, through the audit's own
-  attack cells (:func:`~eegprivacy.studies.cohort_audit.reidentification_cell`,
-  :func:`~eegprivacy.studies.cohort_audit.membership_cell`) and :func:`~eegprivacy.studies.cohort_audit.summarise`,
+  attack cells (:func:`~eegprivacy.studies.cohort.cells.reidentification_cell`,
+  :func:`~eegprivacy.studies.cohort.cells.membership_cell`) and :func:`~eegprivacy.studies.cohort.summary.summarise`,
   which computes them (``summary_document`` copies the row and ``headline`` picks it at the verdict's ε, which
   these cases fix to one ε; the document costs 50–100 ms a data set and changes no number).
 
@@ -624,7 +624,7 @@ def mde_trial(seed: int, effect: float, size: str) -> Trial:
 # audit-cohort: the verdict's first sentence
 # ---------------------------------------------------------------------------------------------------------------
 def _audit_cohort(X: np.ndarray, y: np.ndarray, reid: tuple | None = None):
-    from eegprivacy.studies.cohort_audit import Cohort
+    from eegprivacy.studies.cohort.loading import Cohort
 
     n1 = int(np.sum(y))
     summary = {"n_patients": int(len(y)), "n_label_1": n1, "n_label_0": int(len(y) - n1),
@@ -638,9 +638,10 @@ def _audit_cohort(X: np.ndarray, y: np.ndarray, reid: tuple | None = None):
 
 
 def _audit_rows(cohort, config, utility_cells: list, attack_frames: dict, folder: Path):
-    """The audit's summary rows (:func:`eegprivacy.studies.cohort_audit.summarise`, as ``run_audit`` calls it) of
+    """The audit's summary rows (:func:`eegprivacy.studies.cohort.summary.summarise`, as ``run_audit`` calls it) of
     the utility cells kept in ``folder`` and the attack cells' tidy rows."""
-    from eegprivacy.studies.cohort_audit import Sweep, summarise
+    from eegprivacy.studies.cohort.summary import summarise
+    from eegprivacy.studies.cohort.sweeps import Sweep
 
     sweeps = [Sweep("utility", None, utility_cells, "utility")]
     frames = [None]
@@ -652,7 +653,7 @@ def _audit_rows(cohort, config, utility_cells: list, attack_frames: dict, folder
 
 def _audit_chain(cohort, config, utility_cells: list, attack_frames: dict, folder: Path) -> dict:
     """summarise -> summary_document (whose ``headline`` is the verdict's lead), as ``run_audit`` calls them."""
-    from eegprivacy.studies.cohort_audit import summary_document
+    from eegprivacy.studies.cohort.verdict import summary_document
 
     return summary_document(cohort, config, _audit_rows(cohort, config, utility_cells, attack_frames, folder))
 
@@ -660,7 +661,7 @@ def _audit_chain(cohort, config, utility_cells: list, attack_frames: dict, folde
 def _audit_shape(size: str, family: bool = True):
     """(audit config, study A shape, dims): the audit's own defaults (mechanisms, ε grid, seeds, nested seeds) on
     a cohort shaped like study A's (the audit runs on a user's cohort; MSU is the cohort the project audits)."""
-    from eegprivacy.studies.cohort_audit import AuditConfig
+    from eegprivacy.studies.cohort.config import AuditConfig
 
     config = AuditConfig()
     shape = dp_utility_shape()
@@ -748,9 +749,10 @@ def _attack_trial(seed: int, effect: float, size: str, kind: str):
 
     import pandas as pd
 
-    from eegprivacy.studies import cohort_audit as audit
+    from eegprivacy.studies.cohort import cells as audit
+    from eegprivacy.studies.cohort.config import AuditConfig
 
-    epsilon = (max(audit.AuditConfig().epsilons) if kind == "reidentification" else MEMBERSHIP_NULL_EPSILON)
+    epsilon = (max(AuditConfig().epsilons) if kind == "reidentification" else MEMBERSHIP_NULL_EPSILON)
     config, shape, dims = _attack_config(size, epsilon)
     mechanism = config.mechanisms[0]
     rng = np.random.default_rng(seed)
@@ -799,9 +801,10 @@ def reidentification_truth(size: str, share: float) -> float:
     """The expected top-1 accuracy of the audit's re-identification cell at ``size`` and ``share`` (module
     docstring): 1/K under the null (the attacker's half independent of the released one), else the mean over
     :data:`REID_TRUTH_REPLICATES` independent cohorts, one noise seed each."""
-    from eegprivacy.studies import cohort_audit as audit
+    from eegprivacy.studies.cohort import cells as audit
+    from eegprivacy.studies.cohort.config import AuditConfig
 
-    config, _, dims = _attack_config(size, max(audit.AuditConfig().epsilons))
+    config, _, dims = _attack_config(size, max(AuditConfig().epsilons))
     if share == 0:
         return 1.0 / dims.n
     d = _n_features(size)
