@@ -104,6 +104,19 @@ def _cluster_codes(clusters, n_trials: int) -> np.ndarray:
     return codes.ravel()
 
 
+def _over_resamples(function, n_models: int, cluster_of, n_boot: int, seed: int, n_jobs: int, *arrays,
+                    **options) -> list:
+    """``function(*arrays, cluster_of, chunk, **options)`` over the two-way resamples (:func:`two_way_resamples`,
+    drawn here in order) in ``n_jobs`` chunks, one result per chunk in order: ``n_jobs`` moves no interval."""
+    resamples = two_way_resamples(n_models, int(cluster_of.max()) + 1, n_boot, seed)
+    chunks = [[resamples[i] for i in part] for part in np.array_split(np.arange(n_boot), max(1, n_jobs))]
+    if n_jobs > 1:
+        from joblib import Parallel, delayed
+
+        return Parallel(n_jobs=n_jobs)(delayed(function)(*arrays, cluster_of, c, **options) for c in chunks)
+    return [function(*arrays, cluster_of, c, **options) for c in chunks]
+
+
 def cluster_bootstrap(members, scores, clusters, fprs: dict, n_boot: int, seed: int, n_jobs: int = 1,
                       with_auroc: bool = True) -> dict[str, tuple[float, float]]:
     """Percentile 95 % intervals from a two-way bootstrap: each resample draws n − 1 of the n models with
@@ -130,15 +143,8 @@ def cluster_bootstrap(members, scores, clusters, fprs: dict, n_boot: int, seed: 
     cluster_of = _cluster_codes(clusters, n_trials)
     if n_boot < 1 or n_models * (cluster_of.max() + 1) < 2:
         return out
-    resamples = two_way_resamples(n_models, int(cluster_of.max()) + 1, n_boot, seed)
-    chunks = [[resamples[i] for i in part] for part in np.array_split(np.arange(n_boot), max(1, n_jobs))]
-    if n_jobs > 1:
-        from joblib import Parallel, delayed
-
-        parts = Parallel(n_jobs=n_jobs)(delayed(_resampled_metrics)(members, scores, cluster_of, c, fprs,
-                                                                    with_auroc) for c in chunks)
-    else:
-        parts = [_resampled_metrics(members, scores, cluster_of, c, fprs, with_auroc) for c in chunks]
+    parts = _over_resamples(_resampled_metrics, n_models, cluster_of, n_boot, seed, n_jobs, members, scores,
+                            fprs=fprs, with_auroc=with_auroc)
     draws = [d for part in parts for d in part]
     for metric in names:
         values = np.array([d[metric] for d in draws], dtype=float)
@@ -225,15 +231,8 @@ def paired_difference(members, attack, control_scores, clusters, n_boot: int, se
     cluster_of = _cluster_codes(clusters, n_trials)
     if n_boot < 1 or n_models * (cluster_of.max() + 1) < 2:
         return out
-    resamples = two_way_resamples(n_models, int(cluster_of.max()) + 1, n_boot, seed)
-    chunks = [[resamples[i] for i in part] for part in np.array_split(np.arange(n_boot), max(1, n_jobs))]
-    if n_jobs > 1:
-        from joblib import Parallel, delayed
-
-        parts = Parallel(n_jobs=n_jobs)(delayed(_resampled_differences)(members, attack, control_scores,
-                                                                         cluster_of, c) for c in chunks)
-    else:
-        parts = [_resampled_differences(members, attack, control_scores, cluster_of, c) for c in chunks]
+    parts = _over_resamples(_resampled_differences, n_models, cluster_of, n_boot, seed, n_jobs, members, attack,
+                            control_scores)
     draws = np.concatenate(parts)
     draws = draws[np.isfinite(draws)]
     if draws.size < n_boot / 2:
