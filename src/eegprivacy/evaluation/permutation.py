@@ -477,12 +477,8 @@ def paired_identity_test(correct_a, correct_b, query_subjects, n_permutations: i
         Hit (1 / True) or miss (0 / False) of each encoder on every query (``BPIDResult.correct``).
     query_subjects : array-like of shape (n_queries,)
         True subject of every query.
-    n_permutations : int, default 9999
-        Monte Carlo draws when the sign patterns are not enumerated.
-    n_bootstrap : int, default 1000
-        Subject-bootstrap resamples of ``difference_ci``.
-    random_state : int, RandomState or None, default 0
-        Seed of the bootstrap (drawn first, so the interval does not depend on ``n_permutations``) and the draws.
+    n_permutations, n_bootstrap, random_state
+        As in :func:`paired_membership_test`.
 
     Returns
     -------
