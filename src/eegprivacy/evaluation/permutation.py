@@ -397,10 +397,8 @@ def identity_permutation_test(guess, query_subjects, candidates, n_permutations:
         True subject of every query.
     candidates : array-like of shape (K,)
         The reference subjects (distinct), including those without queries.
-    n_permutations : int, default 9999
-        Monte Carlo draws when the permutations are not enumerated.
-    random_state : int, RandomState or None, default 0
-        Seed of the draws.
+    n_permutations, random_state
+        Monte Carlo draws when the candidate relabellings are not enumerated, and their seed (default 9999, 0).
 
     Returns
     -------
