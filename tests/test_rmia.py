@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from eegprivacy.attacks.metrics import auroc, tpr_at_fpr
-from eegprivacy.attacks.reference import REFERENCE_ATTACKS, fit_attack, score_attack, select_references
+from eegprivacy.attacks.reference import REFERENCE_ATTACKS, feasible, fit_attack, score_attack, select_references
 from eegprivacy.attacks.rmia import RMIA
 
 
@@ -86,15 +86,22 @@ def test_rmia_rejects_bad_settings(bad):
         RMIA(**bad).fit(np.full((2, 3), 0.5), np.zeros((2, 3), dtype=bool))
 
 
-def test_k_references_online_are_the_first_k_and_offline_each_trials_first_k_out():
-    in_mask = np.array([[1, 0, 1], [0, 0, 1], [0, 1, 0], [1, 0, 0]], dtype=bool)
-    rows, mask = select_references(in_mask, 2, offline=False)
-    np.testing.assert_array_equal(mask, in_mask[:2])
-    rows, mask = select_references(in_mask, 1, offline=True)
-    assert rows == slice(None)
-    np.testing.assert_array_equal(~mask, [[0, 1, 0], [1, 0, 0], [0, 0, 1], [0, 0, 0]])
-    _, everything = select_references(in_mask, None, offline=True)
-    np.testing.assert_array_equal(everything, in_mask)
+def test_k_references_are_each_trials_own_in_and_out_shadows():
+    """Online: ⌊k/2⌋ IN and ⌈k/2⌉ OUT shadows of each trial; offline: its first k OUT ones; None: all as drawn."""
+    in_mask = np.array([[1, 0, 1], [1, 0, 1], [0, 1, 0], [1, 1, 0], [0, 1, 1]], dtype=bool)
+    phi = np.arange(15.0).reshape(5, 3)  # phi[j, t] = 3j + t: the shadow j of every slot can be read back
+    picked, mask = select_references(phi, in_mask, 2, offline=False)
+    np.testing.assert_array_equal(picked, [[0, 7, 2], [6, 1, 8]])  # IN: shadows 0, 2, 0; OUT: 2, 0, 2
+    np.testing.assert_array_equal(mask, [[True] * 3, [False] * 3])
+    picked, mask = select_references(phi, in_mask, 2, offline=True)
+    np.testing.assert_array_equal(picked, [[6, 1, 8], [12, 4, 11]])  # OUT: shadows 2 and 4, 0 and 1, 2 and 3
+    assert not mask.any()
+    assert feasible(in_mask, 2, offline=True) and not feasible(in_mask, 3, offline=True)
+    with pytest.raises(ValueError, match="too few"):
+        select_references(phi, in_mask, 3, offline=True)
+    everything, same = select_references(phi, in_mask, None, offline=True)
+    np.testing.assert_array_equal(everything, phi)
+    np.testing.assert_array_equal(same, in_mask)
 
 
 def test_every_registry_attack_fits_and_scores_and_sits_at_chance_without_signal():

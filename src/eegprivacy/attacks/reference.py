@@ -9,9 +9,9 @@ estimator is built, what it reads of φ (LiRA φ itself, RMIA the probability p_
 least, and whether it compares a trial with population points (RMIA's z: the target's non-members of other
 subjects, passed as ``population`` and ``groups``).
 
-k reference models (:func:`select_references`): online, the first k references as drawn (each trial IN or OUT in
-them as it happens); offline, each trial's own first k OUT references, so that k counts models the attack can use
-for that trial. ``k = None`` means all.
+k reference models (:func:`select_references`): online, each trial's first ⌊k/2⌋ IN and ⌈k/2⌉ OUT references;
+offline, each trial's own first k OUT references, so that k counts models the attack can use for that trial.
+``k = None`` means all, as drawn.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from eegprivacy.attacks.lira import LiRA
 from eegprivacy.attacks.loss import LossThreshold
 from eegprivacy.attacks.rmia import RMIA
 
-__all__ = ["REFERENCE_ATTACKS", "ReferenceAttack", "fit_attack", "score_attack", "select_references"]
+__all__ = ["REFERENCE_ATTACKS", "ReferenceAttack", "feasible", "fit_attack", "score_attack", "select_references"]
 
 
 def _phi(phi: np.ndarray) -> np.ndarray:
@@ -60,28 +60,52 @@ REFERENCE_ATTACKS: dict[str, ReferenceAttack] = {a.name: a for a in (
     ReferenceAttack("lira_offline", "LiRA offline",
                     lambda o: LiRA("offline", o.get("lira_variance", "global")), offline=True, min_references=2),
     ReferenceAttack("rmia_online", "RMIA online",
-                    lambda o: RMIA("online"), signal=_proba, population=True),
+                    lambda o: RMIA("online"), signal=_proba, min_references=2, population=True),
     ReferenceAttack("rmia_offline", "RMIA offline",
                     lambda o: RMIA("offline", offline_a=1.0), signal=_proba, offline=True, population=True),
 )}
 
 
-def select_references(in_mask, k: int | None, offline: bool) -> tuple[slice | np.ndarray, np.ndarray]:
-    """Which references an attack reads at k: (rows of φ to keep, their in-mask as the estimator should see it).
+def _per_trial(phi: np.ndarray, take: np.ndarray, count: int) -> np.ndarray:
+    """(count, n_trials): each trial's φ under the first ``count`` references that ``take`` marks for it."""
+    order = np.argsort(~take, axis=0, kind="stable")[:count]  # marked references first, in reference order
+    return np.take_along_axis(phi, order, axis=0)
 
-    Online: the first k rows, masks as drawn. Offline: every row, but only each trial's first k OUT references
-    stay OUT; the rest are marked IN, which an offline estimator never reads. A trial with fewer than k OUT
-    references keeps all it has."""
+
+def feasible(in_mask, k: int | None, offline: bool) -> bool:
+    """Whether every trial has the references :func:`select_references` takes at k."""
     mask = np.asarray(in_mask).astype(bool)
-    if k is None or k >= mask.shape[0]:
-        return slice(None), mask
+    if k is None:
+        return True
+    n_in, n_out = int(mask.sum(0).min()), int((~mask).sum(0).min())
+    k = int(k)
+    return k <= n_out if offline else (k // 2 <= n_in and k - k // 2 <= n_out)
+
+
+def select_references(phi_reference, in_mask, k: int | None, offline: bool) -> tuple[np.ndarray, np.ndarray]:
+    """The φ and in-mask an attack reads at k references per trial, as (k, n_trials) arrays.
+
+    Online: each trial's first ⌊k/2⌋ IN and first ⌈k/2⌉ OUT references (in reference order), so that, as in the
+    papers' online setting, half the references trained on the trial whatever share of them did overall (a balanced
+    shadow design groups its shadows in blocks, so "the first k shadows" can hold no OUT model for a trial). Offline:
+    each trial's first k OUT references. ``k = None``: every reference as drawn. Raises where a trial has fewer
+    (:func:`feasible`). Rows of the result are slots, not models: the estimators read each trial's column alone
+    (LiRA pools its variance over trials, which any slot order keeps)."""
+    phi = np.asarray(phi_reference, dtype=np.float64)
+    mask = np.asarray(in_mask).astype(bool)
+    if k is None:
+        return phi, mask
     if int(k) < 1:
         raise ValueError(f"k must be a whole number ≥ 1 or None (all), got {k!r}")
-    if not offline:
-        return slice(0, int(k)), mask[: int(k)]
-    out = ~mask
-    keep = out & (np.cumsum(out, axis=0) <= int(k))
-    return slice(None), ~keep
+    if not feasible(mask, k, offline):
+        raise ValueError(f"a trial has too few {'OUT' if offline else 'IN or OUT'} references for k = {k}")
+    k = int(k)
+    if offline:
+        return _per_trial(phi, ~mask, k), np.zeros((k, mask.shape[1]), dtype=bool)
+    n_in = k // 2
+    parts = [_per_trial(phi, mask, n_in), _per_trial(phi, ~mask, k - n_in)]
+    flags = np.r_[np.ones(n_in, dtype=bool), np.zeros(k - n_in, dtype=bool)]
+    return np.vstack(parts), np.repeat(flags[:, None], mask.shape[1], axis=1)
 
 
 def fit_attack(name: str, phi_reference, in_mask, k: int | None = None, options: Mapping | None = None):
@@ -89,8 +113,7 @@ def fit_attack(name: str, phi_reference, in_mask, k: int | None = None, options:
     if name not in REFERENCE_ATTACKS:
         raise ValueError(f"unknown reference attack {name!r}; use one of {tuple(REFERENCE_ATTACKS)}")
     entry = REFERENCE_ATTACKS[name]
-    rows, mask = select_references(in_mask, k, entry.offline)
-    phi = np.asarray(phi_reference, dtype=np.float64)[rows]
+    phi, mask = select_references(phi_reference, in_mask, k, entry.offline)
     return entry.make(options or {}).fit(entry.signal(phi), mask)
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from eegprivacy.attacks.lira import LiRA, logit_confidence
-from eegprivacy.attacks.reference import REFERENCE_ATTACKS, fit_attack, score_attack
+from eegprivacy.attacks.reference import REFERENCE_ATTACKS, feasible, fit_attack, score_attack
 from eegprivacy.attacks.membership import RecordLevelAttack, record_features
 from eegprivacy.pipeline.keys import config_key, epsilon_key
 from eegprivacy.studies.federated import mia
@@ -81,13 +81,15 @@ def references_of(key: str) -> int | None:
     return int(k) if base in REFERENCE_ATTACKS and k.isdigit() else None
 
 
-def reference_counts(config: FederatedLiRAConfig, name: str) -> list[int | None]:
-    """The reference counts attack ``name`` runs at: every ``reference_counts`` k it needs no more than and that is
-    below the shadows', then all (None); an attack that reads no reference, all only."""
-    need = REFERENCE_ATTACKS[name].min_references
-    if need == 0:
+def reference_counts(config: FederatedLiRAConfig, name: str, masks) -> list[int | None]:
+    """The reference counts attack ``name`` runs at: every ``reference_counts`` k that is at least what it needs,
+    below the shadows' number and that every trial's IN/OUT shadows can fill (:func:`~eegprivacy.attacks.reference.
+    feasible`), then all (None); an attack that reads no reference, all only."""
+    entry = REFERENCE_ATTACKS[name]
+    if entry.min_references == 0:
         return [None]
-    return [int(k) for k in config.reference_counts if need <= int(k) < int(config.n_shadows)] + [None]
+    return [int(k) for k in config.reference_counts if entry.min_references <= int(k) < int(config.n_shadows)
+            and feasible(masks, int(k), entry.offline)] + [None]
 
 
 def reference_scores(config: FederatedLiRAConfig, phi_shadow, masks, phi, phi_control, member, groups) -> dict:
@@ -96,7 +98,7 @@ def reference_scores(config: FederatedLiRAConfig, phi_shadow, masks, phi, phi_co
     points are the target's non-members of other subjects."""
     scores, options = {}, {"lira_variance": config.lira_variance}
     for name in REFERENCE_ATTACKS:
-        for k in reference_counts(config, name):
+        for k in reference_counts(config, name, masks):
             fitted = fit_attack(name, phi_shadow, masks, k, options)
             key = attack_key(name, k)
             scores[(key, "")] = score_attack(name, fitted, phi, ~member, groups)
