@@ -177,6 +177,11 @@ STUDY_B = ("eegmmidb", "eegmat", "synthetic_mi")  # federated_mia's cohorts: eeg
 STUDY_A = ("synthetic_clinical", "eegmat", "msu_schizophrenia")
 SCALING_DATASETS = ("synthetic_clinical", "eegmat", "msu_schizophrenia")  # dp_scaling runs per dataset on these
 END_TO_END_DATASETS = ("msu_schizophrenia",)  # dp_end_to_end's cohorts (params: dp_end_to_end.datasets)
+# What the end-to-end stages read of study A's other params (the cohort, the clip norm, δ, the interval's level, the
+# public/private split): dp_end_to_end adds the bootstrap, dp_sample_size the end-to-end section itself.
+END_TO_END_READS = ("params/dp_release.yaml:dp_release.datasets", "params/dp_release.yaml:dp_release.clip_norm",
+                    "params/dp_release.yaml:dp_release.delta", "params/dp_release.yaml:dp_utility.confidence",
+                    "params/dp_scaling.yaml:dp_scaling.public_fraction", "params/dp_scaling.yaml:dp_scaling.split_seed")
 
 
 STAGES: tuple[Stage, ...] = (
@@ -305,11 +310,7 @@ STAGES: tuple[Stage, ...] = (
           config="eegprivacy.studies.release.config:DPEndToEndConfig", code=RELEASE, support=MACHINERY,
           inputs=("data/features/{item}.parquet", "data/versions/{item}.json"),
           outs=("metrics/dp_end_to_end_{item}.csv", "metrics/dp_end_to_end_summary_{item}.csv"),
-          reads=("params/dp_release.yaml:dp_release.datasets", "params/dp_release.yaml:dp_release.clip_norm",
-                 "params/dp_release.yaml:dp_release.delta", "params/dp_release.yaml:dp_utility.bootstrap",
-                 "params/dp_release.yaml:dp_utility.confidence", "params/dp_scaling.yaml:dp_scaling.public_fraction",
-                 "params/dp_scaling.yaml:dp_scaling.split_seed"),
-          items=END_TO_END_DATASETS,
+          reads=(*END_TO_END_READS, "params/dp_release.yaml:dp_utility.bootstrap"), items=END_TO_END_DATASETS,
           flags=("dataset", "progress", "cells", "out", "features_dir"), tolerance=1e-9),
     Stage("dp_sample_size", "Study A (SYNTHETIC): the end-to-end designs on synthetic private cohorts of 56 to 896 "
           "patients calibrated to the real one: the ε horizon against n and the patients a private release needs.",
@@ -319,11 +320,7 @@ STAGES: tuple[Stage, ...] = (
           inputs=("data/features/{item}.parquet", "data/versions/{item}.json",
                   "metrics/dp_end_to_end_summary_{item}.csv"),
           outs=("metrics/dp_sample_size_{item}.csv", "metrics/dp_sample_size_summary_{item}.csv"),
-          reads=("params/dp_end_to_end.yaml:dp_end_to_end", "params/dp_release.yaml:dp_release.datasets",
-                 "params/dp_release.yaml:dp_release.clip_norm", "params/dp_release.yaml:dp_release.delta",
-                 "params/dp_release.yaml:dp_utility.confidence", "params/dp_scaling.yaml:dp_scaling.public_fraction",
-                 "params/dp_scaling.yaml:dp_scaling.split_seed"),
-          items=END_TO_END_DATASETS,
+          reads=("params/dp_end_to_end.yaml:dp_end_to_end", *END_TO_END_READS), items=END_TO_END_DATASETS,
           flags=("dataset", "progress", "cells", "out", "features_dir"), tolerance=1e-9),
     # ---- Study B: federated membership inference ------------------------------------------------------------
     Stage("federated_mia", "Study B: per-subject FedAvg (per-client CSP, SimpleNet/EEGNet) with per-step Laplace "

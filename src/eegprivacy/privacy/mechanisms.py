@@ -229,12 +229,18 @@ class _LaplaceNoise:
 
 
 @dataclass(frozen=True)
-class GaussianAnalytic(_GaussianNoise, Mechanism):
-    """Analytic Gaussian mechanism; σ comes from diffprivlib so the paper's Table 3 is reproduced exactly."""
+class _DeltaGaussian(_GaussianNoise, Mechanism):
+    """The (ε, δ) Gaussian mechanisms' shared field: δ, which their calibration reads."""
 
     delta: float = DEFAULT_DELTA
-    name: ClassVar[str] = "gaussian_analytic"
     uses_delta: ClassVar[bool] = True
+
+
+@dataclass(frozen=True)
+class GaussianAnalytic(_DeltaGaussian):
+    """Analytic Gaussian mechanism; σ comes from diffprivlib so the paper's Table 3 is reproduced exactly."""
+
+    name: ClassVar[str] = "gaussian_analytic"
 
     def calibrate(self, clip_norm: float, dim: int) -> Calibration:
         delta2, _ = _sensitivities(clip_norm, dim)
@@ -245,12 +251,10 @@ class GaussianAnalytic(_GaussianNoise, Mechanism):
 
 
 @dataclass(frozen=True)
-class GaussianClassic(_GaussianNoise, Mechanism):
+class GaussianClassic(_DeltaGaussian):
     """Classic Gaussian bound, kept for comparison: looser than analytic and only proven for ε < 1."""
 
-    delta: float = DEFAULT_DELTA
     name: ClassVar[str] = "gaussian_classic"
-    uses_delta: ClassVar[bool] = True
 
     def calibrate(self, clip_norm: float, dim: int) -> Calibration:
         delta2, _ = _sensitivities(clip_norm, dim)

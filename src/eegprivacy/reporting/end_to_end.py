@@ -16,6 +16,8 @@ import re
 import numpy as np
 import pandas as pd
 
+from eegprivacy.tracking.runs import finished_stage_runs
+
 STAGE = "dp_end_to_end"
 _KEY = re.compile(r"metrics\.(?P<arm>[a-z_]+)/(?P<mechanism>[a-z_]+)/k_(?P<k>\d+)/eps_(?P<eps>[0-9.e+]+|inf)/"
                   r"(?P<metric>auroc|auroc_kfold)$")
@@ -30,15 +32,7 @@ LABELS = {"paper_public_scaling": "paper's mechanism, public scaling (all d feat
 def summary_runs(uri: str, experiment: str, stage: str = STAGE) -> pd.DataFrame:
     """The newest finished ``<stage>-<dataset>-summary`` run per dataset (``dp_end_to_end`` by default; the
     sample-size section reads ``dp_sample_size``'s the same way)."""
-    import mlflow
-
-    previous = mlflow.get_tracking_uri()
-    mlflow.set_tracking_uri(uri)
-    try:
-        runs = mlflow.search_runs(experiment_names=[experiment],
-                                  filter_string=f"tags.stage = '{stage}' and attributes.status = 'FINISHED'")
-    finally:
-        mlflow.set_tracking_uri(previous)
+    runs = finished_stage_runs(uri, experiment, stage)
     if runs.empty:
         return runs
     runs = runs[runs["tags.mlflow.runName"].astype(str).str.endswith("-summary")]

@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from eegprivacy.reporting.calibration import tests_lines
+from eegprivacy.tracking.runs import finished_stage_runs
 
 ALPHA = 0.05
 ATTACK_NAMES = {"loss": "loss threshold", "rla_lr": "RLA (lr)", "fla_lr": "FLA (lr)", "gla_lr": "GLA sound (lr)",
@@ -340,15 +341,7 @@ def draw(summary: pd.DataFrame, fig) -> None:
 
 def summary_runs(uri: str, experiment: str) -> pd.DataFrame:
     """The newest finished ``federated_control-<dataset>-summary`` run."""
-    import mlflow
-
-    previous = mlflow.get_tracking_uri()
-    mlflow.set_tracking_uri(uri)
-    try:
-        runs = mlflow.search_runs(experiment_names=[experiment],
-                                  filter_string="tags.stage = 'federated_control' and attributes.status = 'FINISHED'")
-    finally:
-        mlflow.set_tracking_uri(previous)
+    runs = finished_stage_runs(uri, experiment, "federated_control")
     if runs.empty:
         return runs
     runs = runs[runs["tags.mlflow.runName"].astype(str).str.endswith("-summary")]

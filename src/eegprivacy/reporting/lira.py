@@ -32,6 +32,7 @@ from eegprivacy.studies.federated.lira.config import (
 from eegprivacy.studies.federated.lira.pooled import DIFF_COLUMNS
 from eegprivacy.studies.federated.lira.scoring import needed_nonmembers, resolvable_fpr
 from eegprivacy.studies.federated.lira.targets import references_of
+from eegprivacy.tracking.runs import finished_stage_runs
 
 RLA_LABELS = {("rla", "lr"): "RLA LR", ("rla", "rf"): "RLA RF", ("rla", "mlp"): "RLA MLP"}
 
@@ -441,15 +442,7 @@ _LOGGED = re.compile(r"^target_pooled/(?P<attack>[a-z0-9_]+?)/(?P<metric>auroc_m
 
 def parent_runs(uri: str, experiment: str) -> pd.DataFrame:
     """The newest finished ``federated_lira`` parent run per run name (one per dataset, model and ε)."""
-    import mlflow
-
-    previous = mlflow.get_tracking_uri()
-    mlflow.set_tracking_uri(uri)
-    try:
-        runs = mlflow.search_runs(experiment_names=[experiment],
-                                  filter_string="tags.stage = 'federated_lira' and attributes.status = 'FINISHED'")
-    finally:
-        mlflow.set_tracking_uri(previous)
+    runs = finished_stage_runs(uri, experiment, "federated_lira")
     if runs.empty:
         return runs
     if "tags.mlflow.parentRunId" in runs:

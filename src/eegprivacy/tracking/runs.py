@@ -679,6 +679,24 @@ def log_artifact(path: str | Path, artifact_path: str | None = None) -> None:
     mlflow.log_artifact(str(path), artifact_path=artifact_path)
 
 
+def search_runs(uri: str, experiment: str, filter_string: str):
+    """``mlflow.search_runs`` of one experiment in the store at ``uri`` (a DataFrame), leaving the process's
+    tracking URI as it was."""
+    import mlflow
+
+    previous = mlflow.get_tracking_uri()
+    mlflow.set_tracking_uri(uri)
+    try:
+        return mlflow.search_runs(experiment_names=[experiment], filter_string=filter_string)
+    finally:
+        mlflow.set_tracking_uri(previous)
+
+
+def finished_stage_runs(uri: str, experiment: str, stage: str):
+    """Every finished run of ``stage`` in one experiment (:func:`search_runs`)."""
+    return search_runs(uri, experiment, f"tags.stage = '{stage}' and attributes.status = 'FINISHED'")
+
+
 def dvc_stages_with_runs(uri: str | None = None) -> set[str]:
     """Every ``dvc_stage`` tag value among the store's finished runs (all experiments): which DVC stages have
     left runs there. An empty set when the store has none (or does not exist yet)."""
