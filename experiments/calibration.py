@@ -8,6 +8,7 @@ import json
 import time
 
 from eegprivacy.atomic import atomic_paths
+from eegprivacy.pipeline.stage_script import add_output_flags
 from eegprivacy.reporting.calibration import flagged, markdown, write_figure
 from eegprivacy.studies.calibration.run import log_to_mlflow, measure, table
 
@@ -16,10 +17,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--size", choices=("cohort", "tiny"), default="cohort",
                         help="data sets shaped like the cohort the report uses (default), or a few subjects (a "
                              "seconds-long check)")
-    parser.add_argument("--out", default="metrics/calibration.csv", help="one row per test")
-    parser.add_argument("--summary", default="metrics/calibration.json", help="counts and flagged tests")
-    parser.add_argument("--report", default="reports/calibration.md", help="the table the reports cite")
-    parser.add_argument("--figure", default="reports/figures/calibration.png")
+    add_output_flags(parser, "calibration", out="one row per test", summary="counts and flagged tests",
+                     report="the table the reports cite", figure=None)
     parser.add_argument("--no-progress", action="store_true", help="no progress bar per case")
 
 

@@ -8,30 +8,21 @@ from pathlib import Path
 import pandas as pd
 
 from eegprivacy.pipeline.profile import cohorts
+from eegprivacy.pipeline.stage_script import interval_text, log_dataset_run
 from eegprivacy.reporting.figures import save_figure
 from eegprivacy.reporting.format import write_json
 from eegprivacy.reporting.release import balanced_accuracy_plot_rows, release_figures
 from eegprivacy.studies.release.aggregate import dataset_summary, headline_metrics, load_rows, load_summary
 from eegprivacy.studies.release.config import DPReleaseConfig
-from eegprivacy.tracking import log_artifact, log_metrics, required_tags, start_run
 
 
 def add_arguments(parser) -> None:
     parser.add_argument("--metrics-dir", default="metrics",
-                        help="where results go; the per-seed CSVs are read from its dp_release/ and dp_utility/ folders")
+                        help="where results go; the per-seed CSVs are read from its dp_release/ and dp_utility/ "
+                             "folders")
     parser.add_argument("--figures-dir", default="reports/figures/dp_aggregate",
                         help="the per-cohort figures' folder (one file set per cohort of the profile)")
     parser.add_argument("--plots-dir", default="plots")
-
-
-def log_dataset_run(dataset: str, summary: dict, figures: list[Path], params: dict, epsilon: float) -> None:
-    """One MLflow run per dataset: the headline numbers as metrics, the figures as artifacts."""
-    tags = required_tags(study="a", stage="dp_aggregate", dataset=dataset, dataset_version=summary["dataset_version"],
-                         synthetic=summary["synthetic"], seed=None, dvc_stage="dp_aggregate")
-    with start_run(study="a", tags=tags, run_name=f"dp_aggregate-{dataset}", params=params):
-        log_metrics(headline_metrics(summary, epsilon))
-        for path in figures:
-            log_artifact(path, "figures")
 
 
 def run(args) -> int:
@@ -49,17 +40,18 @@ def run(args) -> int:
         plot_frames.append(balanced_accuracy_plot_rows(agg))
         figures = [save_figure(fig, figures_dir / name, dpi=110) for name, fig in
                    release_figures(agg, utility, dataset, summary[dataset]["synthetic"], figure_epsilon).items()]
-        log_dataset_run(dataset, summary[dataset], figures, params, figure_epsilon)
+        # One MLflow run per dataset: the headline numbers as metrics, the figures as artifacts.
+        log_dataset_run("a", "dp_aggregate", dataset, summary[dataset]["dataset_version"],
+                        summary[dataset]["synthetic"], params=params,
+                        metrics=headline_metrics(summary[dataset], figure_epsilon), artifacts=figures, folder="figures")
 
     pd.concat(aggregated, ignore_index=True).to_csv(metrics_dir / "dp_release.csv", index=False)
     write_json(metrics_dir / "dp_release.json", summary)
     plots_dir.mkdir(parents=True, exist_ok=True)
     pd.concat(plot_frames, ignore_index=True).to_csv(plots_dir / "dp_balanced_accuracy.csv", index=False)
     for dataset, values in summary.items():
-        base = values["baseline"]["auroc"] or {}
-        control = values["negative_control_permuted_labels"]["auroc"] or {}
-        print(f"{dataset}: baseline LOSO AUROC {base.get('value')} [{base.get('ci_low')}, {base.get('ci_high')}]; "
-              f"label-permuted control {control.get('value')} [{control.get('ci_low')}, {control.get('ci_high')}]; "
+        print(f"{dataset}: baseline LOSO AUROC {interval_text(values['baseline']['auroc'])}; label-permuted control "
+              f"{interval_text(values['negative_control_permuted_labels']['auroc'])}; "
               f"utility horizons {values['utility_horizons']} "
               f"(ε covers {values.get('utility_horizons_test', {}).get('eps_covers_note', 'not stated')})")
     return 0

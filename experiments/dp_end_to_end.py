@@ -8,31 +8,24 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from eegprivacy.pipeline.stage_script import add_params_flags, dataset_entry, read_section, read_sections
 from eegprivacy.studies.release.config import DPReleaseConfig, DPScalingConfig, DPUtilityConfig
 from eegprivacy.studies.release.end_to_end import end_to_end_sweeps, log_summary, predictions_dir, summarise
 from eegprivacy.studies.release.table import load_patient_table, write_rows
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--release-params", default="params/dp_release.yaml",
-                        help="study A params file: each dataset's patient label and condition, clip_norm and delta "
-                             "(dp_release), the bootstrap size and confidence (dp_utility)")
-    parser.add_argument("--scaling-params", default="params/dp_scaling.yaml",
-                        help="the public/private split (dp_scaling.public_fraction, split_seed), shared with "
+    add_params_flags(parser, release="study A params file: each dataset's patient label and condition, clip_norm and "
+                                     "delta (dp_release), the bootstrap size and confidence (dp_utility)",
+                     scaling="the public/private split (dp_scaling.public_fraction, split_seed), shared with "
                              "dp-scaling so both stages hold out the same public patients")
 
 
 def run(args) -> int:
-    config = args.config
-    release = DPReleaseConfig.load(args.release_params, "dp_release")
-    utility = DPUtilityConfig.load(args.release_params, "dp_utility")
-    scaling = DPScalingConfig.load(args.scaling_params, "dp_scaling")
-    if args.dataset not in config.datasets:
-        raise KeyError(f"{args.dataset!r} is not in dp_end_to_end.datasets {config.datasets}")
-    if args.dataset not in release.datasets:
-        raise KeyError(f"{args.release_params}: {args.dataset!r} is not in dp_release.datasets "
-                       f"{sorted(release.datasets)}; its patient label and condition are read there")
-    spec = release.datasets[args.dataset]
+    config, scaling = args.config, read_section(args.scaling_params, DPScalingConfig)
+    release, utility = read_sections(args.release_params, DPReleaseConfig, DPUtilityConfig)
+    spec = dataset_entry(args, release.datasets, "dp_release.datasets", source=args.release_params,
+                         why="its patient label and condition are read there")
     full = load_patient_table(args.dataset, spec.label, features_dir=args.features_dir, condition=spec.condition)
     plan, frames, cohorts = end_to_end_sweeps(full, config, release, spec.label,
                                               public_fraction=scaling.public_fraction, split_seed=scaling.split_seed,

@@ -12,44 +12,28 @@ from pathlib import Path
 import pandas as pd
 
 from eegprivacy.data.feature_generator import FeatureTableGenerator
-from eegprivacy.studies.release.config import (
-    DPEndToEndConfig,
-    DPReleaseConfig,
-    DPScalingConfig,
-    DPUtilityConfig,
-)
+from eegprivacy.pipeline.stage_script import add_params_flags, read_section, read_sections, require_listed
+from eegprivacy.studies.release.config import DPEndToEndConfig, DPReleaseConfig, DPScalingConfig, DPUtilityConfig
 from eegprivacy.studies.release.end_to_end import end_to_end_cohorts
-from eegprivacy.studies.release.sample_size import (
-    calibrate_effect_scale,
-    generator_check,
-    log_summary,
-    run_plan,
-    sample_size_cell,
-    sample_size_plan,
-    summarise,
-)
+from eegprivacy.studies.release.sample_size import calibrate_effect_scale, generator_check, log_summary, run_plan
+from eegprivacy.studies.release.sample_size import sample_size_cell, sample_size_plan, summarise
 from eegprivacy.studies.release.table import load_patient_table, write_rows
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--release-params", default="params/dp_release.yaml",
-                        help="each dataset's patient label (dp_release), clip_norm and delta, the confidence "
-                             "(dp_utility)")
-    parser.add_argument("--scaling-params", default="params/dp_scaling.yaml",
-                        help="the public/private split (dp_scaling.public_fraction, split_seed), as dp_end_to_end's")
-    parser.add_argument("--designs-params", default="params/dp_end_to_end.yaml",
-                        help="the designs' k, noise, ε split, k-fold count and power (dp_end_to_end), so both "
-                             "stages release alike")
+    add_params_flags(parser, release="each dataset's patient label (dp_release), clip_norm and delta, the confidence "
+                                     "(dp_utility)",
+                     scaling="the public/private split (dp_scaling.public_fraction, split_seed), as dp_end_to_end's",
+                     designs="the designs' k, noise, ε split, k-fold count and power (dp_end_to_end), so both stages "
+                             "release alike")
 
 
 def run(args) -> int:
     config = args.config
-    designs = DPEndToEndConfig.load(args.designs_params, "dp_end_to_end")
-    release = DPReleaseConfig.load(args.release_params, "dp_release")
-    utility = DPUtilityConfig.load(args.release_params, "dp_utility")
-    scaling = DPScalingConfig.load(args.scaling_params, "dp_scaling")
-    if args.dataset not in config.datasets:
-        raise KeyError(f"{args.dataset!r} is not in dp_sample_size.datasets {config.datasets}")
+    designs = read_section(args.designs_params, DPEndToEndConfig)
+    scaling = read_section(args.scaling_params, DPScalingConfig)
+    release, utility = read_sections(args.release_params, DPReleaseConfig, DPUtilityConfig)
+    require_listed(args.dataset, config.datasets, "dp_sample_size.datasets")
     anchor_path = Path(f"metrics/dp_end_to_end_summary_{args.dataset}.csv")
     if not anchor_path.exists():
         raise FileNotFoundError(f"{anchor_path} is missing: run `dvc repro dp_end_to_end@{args.dataset}` first (its "

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from eegprivacy.pipeline.stage_script import add_params_flags, dataset_entry, read_sections
 from eegprivacy.studies.release.config import DPReleaseConfig, DPUtilityConfig
 from eegprivacy.studies.release.scaling import predictions_dir, scaling_sweeps
 from eegprivacy.studies.release.scaling_summary import summarise
@@ -14,23 +15,18 @@ from eegprivacy.studies.release.table import load_patient_table, write_rows
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--release-params", default="params/dp_release.yaml",
-                        help="study A params file: each dataset's patient label and condition, clip_norm, delta and "
-                             "common_random_numbers (dp_release), the bootstrap size and confidence (dp_utility)")
+    add_params_flags(parser, release="study A params file: each dataset's patient label and condition, clip_norm, "
+                                     "delta and common_random_numbers (dp_release), the bootstrap size and "
+                                     "confidence (dp_utility)")
 
 
 def run(args) -> int:
     config = args.config
     # Label, clipping norm, δ and the noise streams are study A's, read where dp-release reads them, and the
     # intervals are dp-utility's (resamples, confidence), so the stages cannot drift apart.
-    release = DPReleaseConfig.load(args.release_params, "dp_release")
-    utility = DPUtilityConfig.load(args.release_params, "dp_utility")
-    if args.dataset not in config.datasets:
-        raise KeyError(f"{args.dataset!r} is not in dp_scaling.datasets {config.datasets}")
-    if args.dataset not in release.datasets:
-        raise KeyError(f"{args.release_params}: {args.dataset!r} is not in dp_release.datasets "
-                       f"{sorted(release.datasets)}; its patient label and condition are read there")
-    spec = release.datasets[args.dataset]
+    release, utility = read_sections(args.release_params, DPReleaseConfig, DPUtilityConfig)
+    spec = dataset_entry(args, release.datasets, "dp_release.datasets", source=args.release_params,
+                         why="its patient label and condition are read there")
     full = load_patient_table(args.dataset, spec.label, features_dir=args.features_dir, condition=spec.condition)
     plan, frames, cohorts = scaling_sweeps(full, config, release, spec.label, cells_dir=args.cells,
                                            progress=not args.no_progress)

@@ -7,11 +7,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from eegprivacy.pipeline.profile import cohorts
+from eegprivacy.pipeline.stage_script import interval_text, log_dataset_run
 from eegprivacy.reporting.figures import save_figure
 from eegprivacy.reporting.format import write_json
 from eegprivacy.reporting.release_figures import scaling_vs_epsilon
 from eegprivacy.studies.release.scaling_summary import dataset_summary, headline_metrics, load_summaries, plot_rows
-from eegprivacy.tracking import log_artifact, log_metrics, required_tags, start_run
 
 
 def add_arguments(parser) -> None:
@@ -35,16 +35,12 @@ def run(args) -> int:
     figure = save_figure(scaling_vs_epsilon(rows, datasets), figures_dir / "dp_scaling.png", dpi=110)
 
     for dataset, values in summary.items():
-        tags = required_tags(study="a", stage="dp_scaling_aggregate", dataset=dataset,
-                             dataset_version=values["dataset_version"], synthetic=values["synthetic"], seed=None,
-                             dvc_stage="dp_scaling_aggregate")
-        with start_run(study="a", tags=tags, run_name=f"dp_scaling_aggregate-{dataset}",
-                       params={"dp_scaling": config.to_dict()}):
-            log_metrics(headline_metrics(values))
-            log_artifact(figure, "figures")
-        base = values["baseline_no_dp_private_cohort"]["auroc"] or {}
-        print(f"{dataset}: no-DP LOSO AUROC on the private cohort {base.get('value')} "
-              f"[{base.get('ci_low')}, {base.get('ci_high')}] (chance 0.5); utility horizons (AUROC): "
+        log_dataset_run("a", "dp_scaling_aggregate", dataset, values["dataset_version"], values["synthetic"],
+                        params={"dp_scaling": config.to_dict()}, metrics=headline_metrics(values),
+                        artifacts=[figure], folder="figures")
+        print(f"{dataset}: no-DP LOSO AUROC on the private cohort "
+              f"{interval_text(values['baseline_no_dp_private_cohort']['auroc'])} (chance 0.5); "
+              "utility horizons (AUROC): "
               f"{ {m: {s: h.get('auroc') for s, h in by.items()} for m, by in values['utility_horizons'].items()} } "
               f"-> {metrics_dir / 'dp_scaling.json'}")
     return 0

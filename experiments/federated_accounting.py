@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 from eegprivacy.atomic import atomic_paths
+from eegprivacy.pipeline.stage_script import add_output_flags
 from eegprivacy.reporting.federated_accounting import closing_note_lines, markdown, summary_json, write_figure
 from eegprivacy.studies.federated.accounting import account, headline_and_curves, log_to_mlflow, selected_datasets
 from eegprivacy.studies.federated.config import FederatedMIAConfig
@@ -15,12 +16,9 @@ from eegprivacy.studies.federated.config import FederatedMIAConfig
 def add_arguments(parser) -> None:
     parser.add_argument("--grid", default="params/federated_mia.yaml", help="study B grid (federated_mia)")
     parser.add_argument("--datasets", nargs="*", help="subset of the grid's datasets (default: all)")
-    parser.add_argument("--out", default="metrics/federated_accounting.csv", help="tidy rows")
-    parser.add_argument("--summary", default="metrics/federated_accounting.json", help="headline numbers")
-    parser.add_argument("--curves", default="plots/federated_accounting_curves.csv",
-                        help="cumulative ε after every round (plot data)")
-    parser.add_argument("--report", default="reports/federated_accounting.md", help="markdown tables")
-    parser.add_argument("--figure", default="reports/figures/federated_accounting.png")
+    add_output_flags(parser, "federated_accounting", out="tidy rows", summary="headline numbers",
+                     curves=("plots/federated_accounting_curves.csv", "cumulative ε after every round (plot data)"),
+                     report="markdown tables", figure=None)
 
 
 def run(args) -> int:

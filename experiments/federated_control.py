@@ -10,38 +10,28 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 
 from eegprivacy.atomic import atomic_path, write_text_atomic
 from eegprivacy.pipeline.profile import profile_name
-from eegprivacy.pipeline.sweep import PrefetchedCells, SweepRunner, expand_grid
+from eegprivacy.pipeline.stage_script import (add_jobs_flag, add_output_flags, add_params_flags, cell_base,
+                                              dataset_section, drop_cells_without_arrays, log_run, output_paths,
+                                              stage_tags, sweep_runner, workers_help, write_csv)
+from eegprivacy.pipeline.sweep import expand_grid, iter_prefetched
 from eegprivacy.reporting.federated_control import draw, metrics_of, report_md
 from eegprivacy.studies.federated.config import FederatedMIAConfig
-from eegprivacy.studies.federated.control import (
-    TRAINING_KNOBS,
-    cell_rows,
-    certified_epsilons,
-    preprocessing_options,
-    summarise,
-)
-from eegprivacy.studies.federated.mia import NOTE, load_trials, mechanism
-from eegprivacy.tracking import log_metrics, required_tags, start_run
-from eegprivacy.tracking.runs import log_artifact
+from eegprivacy.studies.federated.control import TRAINING_KNOBS, cell_rows, certified_epsilons, preprocessing_options
+from eegprivacy.studies.federated.control import summarise
+from eegprivacy.studies.federated.mia import NOTE, mechanism, versioned_trials
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--training-params", default="params/federated_mia.yaml",
-                        help="federated_mia's params: the dataset's spec and every training knob")
-    parser.add_argument("--out", default="metrics/federated_control.csv", help="the subjects+seeds summary")
-    parser.add_argument("--report", default="reports/federated_control.md", help="markdown table")
-    parser.add_argument("--figure", default="reports/figures/federated_control.png", help="attack − control figure")
-    parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1),
-                        help="worker processes computing cells ahead (default: min(2, CPUs)); the numbers do not "
-                             "depend on it")
+    add_params_flags(parser, training="federated_mia's params: the dataset's spec and every training knob")
+    add_output_flags(parser, "federated_control", out="the subjects+seeds summary", report="markdown table",
+                     figure="attack − control figure")
+    add_jobs_flag(parser, workers_help())
 
 
 def cell_cost(config: dict, seed: int) -> float:
@@ -53,21 +43,15 @@ def cell_cost(config: dict, seed: int) -> float:
 
 def run(args) -> int:
     config, stage = args.config, args.stage.name
-    training = FederatedMIAConfig.load(args.training_params, "federated_mia").for_dataset(config.dataset,
-                                                                                          args.training_params)
-    spec = training.dataset_spec(config.dataset, args.training_params)
-    dataset, trials = load_trials(config.dataset, spec)
-    version, synthetic = dataset.version(), bool(trials.synthetic)
+    training, spec = dataset_section(FederatedMIAConfig, args.training_params, config.dataset)
+    trials, version, synthetic = versioned_trials(config.dataset, spec)
     knobs = {key: getattr(training, key) for key in TRAINING_KNOBS}
     own = {key: getattr(config, key) for key in ("control_folds", "calibration_fraction", "dp_csp_epsilon",
                                                  "dp_csp_delta", "attack_folds")}
     own["attackers"] = ",".join(config.attackers)
-    base = {"dataset_version": version, "code_hash": args.stage.code_hash(), "paradigm": spec.paradigm_text(),
-            **knobs, **own}
-
-    def tags_of(seed, **extra):
-        return required_tags(study="b", stage=stage, dataset=config.dataset, dataset_version=version,
-                             synthetic=synthetic, seed=seed, dvc_stage=stage, split="per_subject_60_20_20", **extra)
+    base = cell_base(args, version, paradigm=spec.paradigm_text(), **knobs, **own)
+    tags_of = stage_tags(study="b", stage=stage, dataset=config.dataset, dataset_version=version, synthetic=synthetic,
+                         dvc_stage=stage, split="per_subject_60_20_20")
 
     plan = []
     for model in config.models:
@@ -81,29 +65,22 @@ def run(args) -> int:
                 tags = functools.partial(tags_of, model=model, epsilon=f"{eps:g}", mechanism=mechanism(eps),
                                          preprocessing=prep)
                 name = f"{stage}-{config.dataset}-{model}-{prep}-eps{eps:g}"
-                runner = SweepRunner(name=name, study="b", dataset=config.dataset,
-                                     out_dir=Path(args.cells) / stage / config.dataset / name,
-                                     parent_tags=tags(None), tags_fn=lambda cell, t=tags: t(cell.seed),
-                                     params={"federated_control": {**knobs, **own, "seeds": protocol["seeds"],
-                                                                   "num_rounds": protocol["num_rounds"],
-                                                                   "local_epochs": protocol["local_epochs"],
-                                                                   "model": model,
-                                                                   "preprocessing": prep, "epsilon": eps,
-                                                                   "epsilon_scope": NOTE},
-                                             "synthetic": synthetic},
-                                     progress=not args.no_progress)
+                runner = sweep_runner(args, name, Path(stage, config.dataset, name), study="b", dataset=config.dataset,
+                                      tags=tags,
+                                      params={"federated_control": {**knobs, **own, "seeds": protocol["seeds"],
+                                                                    "num_rounds": protocol["num_rounds"],
+                                                                    "local_epochs": protocol["local_epochs"],
+                                                                    "model": model,
+                                                                    "preprocessing": prep, "epsilon": eps,
+                                                                    "epsilon_scope": NOTE},
+                                              "synthetic": synthetic})
                 plan.append((model, prep, eps, runner, cells))
     arrays_dir = Path(args.cells) / stage / config.dataset / "arrays"
-    for *_, runner, cells in plan:  # rows cached without their arrays: compute those cells again
-        for cell in cells:
-            if runner.cell_path(cell).exists() and not (arrays_dir / f"{cell.key}.npz").exists():
-                runner.cell_path(cell).unlink()
-    jobs = [(cell.config, cell.seed) for *_, runner, cells in plan for cell in runner.pending(cells)]
-    compute = PrefetchedCells(functools.partial(cell_rows, trials=trials, training=training, config=config,
-                                                arrays_dir=arrays_dir), jobs, n_jobs=args.jobs, cost=cell_cost)
+    sweeps = [(runner, cells) for *_, runner, cells in plan]
+    drop_cells_without_arrays(sweeps, arrays_dir)
+    compute = functools.partial(cell_rows, trials=trials, training=training, config=config, arrays_dir=arrays_dir)
     done = []
-    for model, prep, eps, runner, cells in plan:
-        runner.run(cells, compute)
+    for runner, cells, _ in iter_prefetched(sweeps, compute, n_jobs=args.jobs, cost=cell_cost):
         for cell in cells:
             with np.load(arrays_dir / f"{cell.key}.npz") as data:
                 done.append((cell.config, cell.seed, {k: data[k] for k in data.files}))
@@ -120,11 +97,8 @@ def run(args) -> int:
             "dp_csp_epsilon": config.dp_csp_epsilon, "dp_csp_delta": config.dp_csp_delta,
             "test_size": training.test_size, "clients_per_round": training.clients_per_round,
             "bootstrap": config.bootstrap, "attackers": list(config.attackers)}
-    out, md, fig_path = Path(args.out), Path(args.report), Path(args.figure)
-    for path in (out, md, fig_path):
-        path.parent.mkdir(parents=True, exist_ok=True)
-    with atomic_path(out) as tmp:
-        summary.to_csv(tmp, index=False)
+    out, md, fig_path = output_paths(args.out, args.report, args.figure)
+    write_csv(summary, out)
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(11, 4.5))
@@ -134,13 +108,11 @@ def run(args) -> int:
     write_text_atomic(md, report_md(summary, meta))
     tags = tags_of(None, model=",".join(config.models), epsilon=",".join(f"{float(e):g}" for e in config.epsilons),
                    mechanism="laplace_gradient", preprocessing=",".join(config.preprocessing))
-    with start_run(study="b", tags=tags, run_name=f"{stage}-{config.dataset}-summary",
-                   params={"federated_control": {**knobs, **own, "bootstrap": config.bootstrap,
-                                                 "per_model": json.dumps(protocols), "profile": meta["profile"]},
-                           "synthetic": synthetic}):
-        log_metrics(metrics_of(summary))
-        for path in (out, md, fig_path):
-            log_artifact(path, "report")
+    log_run("b", tags, f"{stage}-{config.dataset}-summary",
+            params={"federated_control": {**knobs, **own, "bootstrap": config.bootstrap,
+                                          "per_model": json.dumps(protocols), "profile": meta["profile"]},
+                    "synthetic": synthetic},
+            metrics=metrics_of(summary), artifacts=(out, md, fig_path), folder="report")
     significant = summary[summary["arm"].eq("attack_minus_control")]
     print(f"{config.dataset}: {len(summary)} summary rows -> {out}; {int(significant['significant'].sum())} of "
           f"{len(significant)} attack − control cells significant (Holm per model); {md}; {fig_path}")

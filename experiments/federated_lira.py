@@ -6,14 +6,15 @@ the pooled numbers, the differences, their p-values and Holm p-values go to each
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 
 import pandas as pd
 
-from eegprivacy.atomic import atomic_path, write_text_atomic
+from eegprivacy.atomic import write_text_atomic
 from eegprivacy.pipeline.keys import epsilon_key
+from eegprivacy.pipeline.stage_script import (add_output_flags, add_params_flags, dataset_section, output_paths,
+                                              write_csv, write_json_file)
 from eegprivacy.reporting.lira import cumulative_label, headline, report_md, roc_figure
 from eegprivacy.studies.federated.config import FederatedMIAConfig
 from eegprivacy.studies.federated.cumulative import Cumulative
@@ -24,12 +25,9 @@ from eegprivacy.tracking.runs import log_to_named_run
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--training-params", default="params/federated_mia.yaml",
-                        help="the target's training knobs and dataset specs (shadows must match them)")
-    parser.add_argument("--out", default="metrics/federated_lira.csv", help="tidy rows")
-    parser.add_argument("--json", default="metrics/federated_lira.json", help="headline summary")
-    parser.add_argument("--report", default="reports/federated_lira.md", help="markdown tables")
-    parser.add_argument("--figure", default="reports/figures/federated_lira_roc.png", help="log-log ROC")
+    add_params_flags(parser, training="the target's training knobs and dataset specs (shadows must match them)")
+    add_output_flags(parser, "federated_lira", out="tidy rows", json="headline summary", report="markdown tables",
+                     figure=("reports/figures/federated_lira_roc.png", "log-log ROC"))
     parser.add_argument("--cells", default="data/sweeps", help="resumable cache (shadows and target cells)")
     parser.add_argument("--accounting", default="metrics/federated_accounting.csv",
                         help="federated-accounting's rows: cumulative ε beside every per-step ε")
@@ -38,9 +36,7 @@ def add_arguments(parser) -> None:
 def run(args) -> int:
     start = time.perf_counter()
     config = args.config
-    training = FederatedMIAConfig.load(args.training_params, "federated_mia").for_dataset(args.dataset,
-                                                                                          args.training_params)
-    spec = training.dataset_spec(args.dataset, args.training_params)
+    training, spec = dataset_section(FederatedMIAConfig, args.training_params, args.dataset)
     study = LiRAStudy(config, training, args.dataset, spec, Path(args.cells), args.stage.code_hash(),
                       progress=not args.no_progress)
     label = "SYNTHETIC " if study.synthetic else ""
@@ -70,17 +66,14 @@ def write_outputs(args, tidy: pd.DataFrame, summary: pd.DataFrame, meta: dict, s
                   start: float) -> None:
     """The tidy CSV, the ROC figure, the markdown report and the headline JSON; the pooled numbers and the files
     go to each ε's MLflow parent run."""
-    out, js, md, fig = Path(args.out), Path(args.json), Path(args.report), Path(args.figure)
-    for path in (out, js, md, fig):
-        path.parent.mkdir(parents=True, exist_ok=True)
-    with atomic_path(out) as tmp:
-        tidy.to_csv(tmp, index=False)
+    out, js, md, fig = output_paths(args.out, args.json, args.report, args.figure)
+    write_csv(tidy, out)
     cum = Cumulative(args.accounting)
     label = "SYNTHETIC " if meta["synthetic"] else ""
     roc_figure(study.curves, fig, f"{label}{args.dataset}, {meta['model']}: membership ROC (log-log), ε per local "
                "step", eps_label=cumulative_label(cum, args.dataset, meta["model"]))
     write_text_atomic(md, report_md(summary, meta, cum))
     meta["wall_time_s"] = round(time.perf_counter() - start, 1)
-    write_text_atomic(js, json.dumps(headline(summary, meta), indent=2, sort_keys=True) + "\n")
+    write_json_file(js, headline(summary, meta), sort_keys=True)
     for name, metrics in study.parent_metrics.items():
         log_to_named_run("b", name, metrics, [out, js, md, fig])

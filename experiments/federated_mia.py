@@ -6,7 +6,6 @@ arrays (client update vectors, per-trial gradient norms) to ``data/federated_mia
 from __future__ import annotations
 
 import functools
-import os
 import shutil
 from pathlib import Path
 
@@ -14,23 +13,16 @@ import pandas as pd
 
 from eegprivacy.atomic import atomic_path
 from eegprivacy.pipeline.keys import epsilon_key
-from eegprivacy.pipeline.sweep import PrefetchedCells, SweepRunner, expand_grid
-from eegprivacy.studies.federated.mia import (
-    NOTE,
-    cell_knobs,
-    cell_rows,
-    load_trials,
-    mechanism,
-)
-from eegprivacy.tracking import required_tags
+from eegprivacy.pipeline.stage_script import (PURE_CELLS, add_jobs_flag, cell_base, drop_cells_without_arrays,
+                                              stage_tags, sweep_runner, workers_help, write_csv)
+from eegprivacy.pipeline.sweep import expand_grid, iter_prefetched
+from eegprivacy.studies.federated.mia import NOTE, cell_knobs, cell_rows, mechanism, versioned_trials
 
 
 def add_arguments(parser) -> None:
     parser.add_argument("--arrays", help="folder for every cell's raw per-round arrays: client update vectors and "
                                          "per-trial gradient norms (default data/federated_mia/<dataset>)")
-    parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1),
-                        help="worker processes computing cells ahead (default: min(2, CPUs)); the numbers do not "
-                             "depend on it: each cell is a pure function of its config and seed")
+    add_jobs_flag(parser, workers_help(detail=PURE_CELLS))
 
 
 def sweep_plan(args, config, base: dict, knobs: dict, synthetic: bool, tags_of) -> list[tuple]:
@@ -43,23 +35,12 @@ def sweep_plan(args, config, base: dict, knobs: dict, synthetic: bool, tags_of) 
             cells = expand_grid({"model": [model], "epsilon": [eps], "mechanism": [mechanism(eps)]},
                                 seeds=range(config.seeds), base=base)
             tags = functools.partial(tags_of, model=model, epsilon=epsilon_key(eps), mechanism=mechanism(eps))
-            runner = SweepRunner(name=f"{stage}-{args.dataset}-{model}-eps{eps:g}", study="b",
-                                 dataset=args.dataset,
-                                 out_dir=Path(args.cells) / stage / args.dataset / f"{model}-eps{eps:g}",
-                                 parent_tags=tags(None), tags_fn=lambda cell, t=tags: t(cell.seed),
-                                 params={"federated_mia": {**knobs, "model": model, "epsilon": eps,
-                                                           "epsilon_scope": NOTE}, "synthetic": synthetic},
-                                 progress=not args.no_progress)
+            runner = sweep_runner(args, f"{stage}-{args.dataset}-{model}-eps{eps:g}",
+                                  Path(stage, args.dataset, f"{model}-eps{eps:g}"), study="b", dataset=args.dataset,
+                                  tags=tags, params={"federated_mia": {**knobs, "model": model, "epsilon": eps,
+                                                                       "epsilon_scope": NOTE}, "synthetic": synthetic})
             plan.append((model, eps, runner, cells))
     return plan
-
-
-def drop_cells_without_arrays(plan: list[tuple], arrays_dir: Path) -> None:
-    """Rows cached without their arrays (an older cache): compute those cells again."""
-    for _, _, runner, cells in plan:
-        for cell in cells:
-            if runner.cell_path(cell).exists() and not (arrays_dir / f"{cell.key}.npz").exists():
-                runner.cell_path(cell).unlink()
 
 
 def export_arrays(plan: list[tuple], arrays_dir: Path, export: Path) -> None:
@@ -74,37 +55,26 @@ def export_arrays(plan: list[tuple], arrays_dir: Path, export: Path) -> None:
 def run(args) -> int:
     config, stage = args.config.for_dataset(args.dataset, args.params), args.stage.name
     spec = config.dataset_spec(args.dataset, args.params)
-    dataset, trials = load_trials(args.dataset, spec)
-    version, synthetic = dataset.version(), bool(trials.synthetic)
+    trials, version, synthetic = versioned_trials(args.dataset, spec)
     knobs = cell_knobs(config)
-    base = {"dataset_version": version, "code_hash": args.stage.code_hash(), "attackers": ",".join(config.attackers),
-            "paradigm": spec.paradigm_text(), **knobs}
-
-    def tags_of(seed, **extra):
-        return required_tags(study="b", stage=stage, dataset=args.dataset, dataset_version=version,
-                             synthetic=synthetic, seed=seed, dvc_stage=f"{stage}@{args.dataset}",
-                             split="per_subject_80_20", **extra)
-
+    base = cell_base(args, version, attackers=",".join(config.attackers), paradigm=spec.paradigm_text(), **knobs)
+    tags_of = stage_tags(study="b", stage=stage, dataset=args.dataset, dataset_version=version, synthetic=synthetic,
+                         dvc_stage=f"{stage}@{args.dataset}", split="per_subject_80_20")
     plan = sweep_plan(args, config, base, knobs, synthetic, tags_of)
     arrays_dir = Path(args.cells) / stage / args.dataset / "arrays"
-    drop_cells_without_arrays(plan, arrays_dir)
-    jobs = [(cell.config, cell.seed) for _, _, runner, cells in plan for cell in runner.pending(cells)]
-    compute = PrefetchedCells(functools.partial(cell_rows, trials=trials, config=config, arrays_dir=arrays_dir),
-                              jobs, n_jobs=args.jobs)
+    sweeps = [(runner, cells) for _, _, runner, cells in plan]
+    drop_cells_without_arrays(sweeps, arrays_dir)
+    compute = functools.partial(cell_rows, trials=trials, config=config, arrays_dir=arrays_dir)
     label = "SYNTHETIC " if synthetic else ""
     frames = []
-    for model, eps, runner, cells in plan:
-        frame = runner.run(cells, compute)
+    for (model, eps, _, _), (_, _, frame) in zip(plan, iter_prefetched(sweeps, compute, n_jobs=args.jobs)):
         frame["synthetic"] = synthetic
         frames.append(frame)
         print(f"{label}{args.dataset}: {model} eps={eps:g} done")
     tidy = pd.concat(frames, ignore_index=True)
     export = Path(args.arrays or f"data/federated_mia/{args.dataset}")
     export_arrays(plan, arrays_dir, export)
-    out = Path(args.out or f"metrics/federated_mia/federated_mia_{args.dataset}.csv")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with atomic_path(out) as tmp:
-        tidy.to_csv(tmp, index=False)
+    out = write_csv(tidy, args.out or f"metrics/federated_mia/federated_mia_{args.dataset}.csv")
     print(f"{label}{args.dataset}: {len(tidy)} rows -> {out}; per-round update vectors and gradient norms -> "
           f"{export}/ ({NOTE})")
     return 0

@@ -6,70 +6,55 @@ to ``metrics/federated_transfer.json``, ``reports/federated_transfer.md`` and a 
 from __future__ import annotations
 
 import functools
-import json
-import os
 from pathlib import Path
 
 import pandas as pd
 
-from eegprivacy.atomic import atomic_path, write_text_atomic
-from eegprivacy.pipeline.sweep import PrefetchedCells, SweepRunner, expand_grid
+from eegprivacy.atomic import write_text_atomic
+from eegprivacy.pipeline.stage_script import (add_jobs_flag, add_output_flags, add_params_flags, cell_base,
+                                              dataset_section, output_paths, stage_tags, sweep_runner, workers_help,
+                                              write_csv, write_json_file)
+from eegprivacy.pipeline.sweep import expand_grid, iter_prefetched
 from eegprivacy.reporting.federated_transfer import headline, parent_metrics, report_md, transfer_figure
 from eegprivacy.studies.federated.config import FederatedMIAConfig
-from eegprivacy.studies.federated.mia import NOTE, load_trials, mechanism
+from eegprivacy.studies.federated.mia import NOTE, mechanism, versioned_trials
 from eegprivacy.studies.federated.transfer import TRAINING_KNOBS, held_out_rows, summarise
-from eegprivacy.tracking import required_tags
 from eegprivacy.tracking.runs import log_to_named_run
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--training-params", default="params/federated_mia.yaml",
-                        help="federated_mia's params: the dataset's spec and every training knob of a fold")
-    parser.add_argument("--out", default="metrics/federated_transfer.csv", help="per-subject tidy rows")
-    parser.add_argument("--json", default="metrics/federated_transfer.json", help="the subjects+seeds summary")
-    parser.add_argument("--report", default="reports/federated_transfer.md", help="markdown table")
-    parser.add_argument("--figure", default="reports/figures/federated_transfer.png", help="per-subject figure")
-    parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1),
-                        help="worker processes computing seeds ahead (default: min(2, CPUs)); the numbers do not "
-                             "depend on it")
+    add_params_flags(parser, training="federated_mia's params: the dataset's spec and every training knob of a fold")
+    add_output_flags(parser, "federated_transfer", out="per-subject tidy rows", json="the subjects+seeds summary",
+                     report="markdown table", figure="per-subject figure")
+    add_jobs_flag(parser, workers_help("seeds"))
 
 
 def run(args) -> int:
     config, stage = args.config, args.stage.name
-    training = FederatedMIAConfig.load(args.training_params, "federated_mia").for_dataset(config.dataset,
-                                                                                          args.training_params)
-    spec = training.dataset_spec(config.dataset, args.training_params)
-    dataset, trials = load_trials(config.dataset, spec)
-    version, synthetic = dataset.version(), bool(trials.synthetic)
+    training, spec = dataset_section(FederatedMIAConfig, args.training_params, config.dataset)
+    trials, version, synthetic = versioned_trials(config.dataset, spec)
     knobs = {key: getattr(training, key) for key in TRAINING_KNOBS}
-    base = {"dataset_version": version, "code_hash": args.stage.code_hash(), "paradigm": spec.paradigm_text(),
-            **knobs}
-
-    def tags_of(seed, **extra):
-        return required_tags(study="b", stage=stage, dataset=config.dataset, dataset_version=version,
-                             synthetic=synthetic, seed=seed, dvc_stage=stage, split="leave_one_subject_out",
-                             **extra)
+    base = cell_base(args, version, paradigm=spec.paradigm_text(), **knobs)
+    tags_of = stage_tags(study="b", stage=stage, dataset=config.dataset, dataset_version=version, synthetic=synthetic,
+                         dvc_stage=stage, split="leave_one_subject_out")
 
     plan = []
     for model in config.models:
         for eps in [float(e) for e in config.epsilons]:
             cells = expand_grid({"model": [model], "epsilon": [eps], "mechanism": [mechanism(eps)]},
                                 seeds=range(config.seeds), base=base)
-            tags = functools.partial(tags_of, model=model, epsilon=f"{eps:g}", mechanism=mechanism(eps))
-            runner = SweepRunner(name=f"{stage}-{config.dataset}-{model}-eps{eps:g}", study="b",
-                                 dataset=config.dataset,
-                                 out_dir=Path(args.cells) / stage / config.dataset / f"{model}-eps{eps:g}",
-                                 parent_tags=tags(None), tags_fn=lambda cell, t=tags: t(cell.seed),
-                                 params={"federated_transfer": {**knobs, "model": model, "epsilon": eps,
-                                                                "epsilon_scope": NOTE}, "synthetic": synthetic},
-                                 progress=not args.no_progress)
+            runner = sweep_runner(args, f"{stage}-{config.dataset}-{model}-eps{eps:g}",
+                                  Path(stage, config.dataset, f"{model}-eps{eps:g}"), study="b",
+                                  dataset=config.dataset,
+                                  tags=functools.partial(tags_of, model=model, epsilon=f"{eps:g}",
+                                                         mechanism=mechanism(eps)),
+                                  params={"federated_transfer": {**knobs, "model": model, "epsilon": eps,
+                                                                 "epsilon_scope": NOTE}, "synthetic": synthetic})
             plan.append((model, eps, runner, cells))
-    jobs = [(cell.config, cell.seed) for _, _, runner, cells in plan for cell in runner.pending(cells)]
-    compute = PrefetchedCells(functools.partial(held_out_rows, trials=trials, config=training), jobs,
-                              n_jobs=args.jobs)
     frames = []
-    for _, _, runner, cells in plan:
-        frame = runner.run(cells, compute)
+    for runner, _, frame in iter_prefetched([(runner, cells) for _, _, runner, cells in plan],
+                                         functools.partial(held_out_rows, trials=trials, config=training),
+                                         n_jobs=args.jobs):
         frame["synthetic"] = synthetic
         frames.append(frame)
         print(f"{config.dataset}: {runner.name} done")
@@ -79,15 +64,11 @@ def run(args) -> int:
             "n_subjects": int(tidy["subject_index"].nunique()), "seeds": config.seeds,
             "num_rounds": training.num_rounds, "local_epochs": training.local_epochs,
             "clients_per_round": training.clients_per_round, "epsilon_scope": NOTE}
-    out, js, md, fig = (Path(p) for p in (args.out, args.json, args.report, args.figure))
-    for path in (out, js, md, fig):
-        path.parent.mkdir(parents=True, exist_ok=True)
-    with atomic_path(out) as tmp:
-        tidy.to_csv(tmp, index=False)
+    out, js, md, fig = output_paths(args.out, args.json, args.report, args.figure)
+    write_csv(tidy, out)
     transfer_figure(tidy, summary, meta, fig)
     write_text_atomic(md, report_md(summary, meta))
-    payload = headline(summary, meta)
-    write_text_atomic(js, json.dumps(payload, indent=2, sort_keys=True) + "\n")
+    write_json_file(js, headline(summary, meta), sort_keys=True)
     for model, eps, runner, _ in plan:
         log_to_named_run("b", runner.name, parent_metrics(summary, model, eps), [out, js, md, fig])
     print(f"{config.dataset}: {len(tidy)} rows -> {out}; {md}; {fig}")

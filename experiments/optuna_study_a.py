@@ -40,13 +40,7 @@ from eegprivacy.tracking import log_metrics, start_run
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--storage", help="SQLAlchemy URL of the study database (default: params' storage); give "
-                                          "every worker the same URL to share one study")
-    parser.add_argument("--study-name", help="study name (default: derived from the config, so a changed config "
-                                             "starts a new study instead of mixing incomparable trials)")
-    parser.add_argument("--metrics", default="metrics/optuna_study_a.json", help="Pareto front JSON")
-    parser.add_argument("--trials-csv", default="metrics/optuna_study_a_trials.csv", help="tidy table of all trials")
-    parser.add_argument("--figure", default="reports/figures/optuna_pareto_study_a.png", help="Pareto figure")
+    search.add_search_flags(parser, "study_a")
 
 
 def run(args) -> int:

@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
+from _federated_params import tiny_federated_mia
 
 from eegprivacy.attacks.metrics import auroc
 from eegprivacy.attacks.reference import REFERENCE_ATTACKS
@@ -31,14 +32,7 @@ from eegprivacy.studies.federated.lira.scoring import resolvable_fpr
 from eegprivacy.studies.federated.lira.targets import attack_key, reference_counts, shadow_loo
 from eegprivacy.tracking import tracking_uri
 
-TRAIN = {"federated_mia": {
-    "datasets": {"synthetic_mi": {"paradigm": "left_right_imagery", "epoch_s": 2.0, "resample": 64.0,
-                                  "dataset": {"n_subjects": 4, "n_sessions": 1, "n_runs": 1,
-                                              "n_trials_per_class": 10, "seed": 0}}},
-    "models": ["simplenet"], "epsilons": [math.inf], "clip_norm": 1.0, "seeds": 1, "test_size": 0.2,
-    "split_seed": 0, "csp_components": 4, "clients_per_round": 8, "num_rounds": 2, "local_epochs": 1,
-    "learning_rate": 0.001, "batch_size": 32, "attackers": ["lr"], "rf_estimators": 20,
-    "attack_test_size": 0.5, "cla_components": 16}}
+TRAIN = {"federated_mia": tiny_federated_mia(rf_estimators=20)}
 LIRA = {"federated_lira": {"model": "simplenet", "epsilons": [math.inf, 1.0], "n_shadows": 4, "shadow_seed": 1000,
                            "target_seeds": 2, "lira_variance": "global", "attackers": ["lr", "rf", "mlp"],
                            "attack_folds": 2, "rf_estimators": 10, "bootstrap": 20, "workers": 1}}

@@ -11,18 +11,13 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
+from _federated_params import tiny_federated_mia
 
 from eegprivacy.studies.federated import gla_sound as gs
 from eegprivacy.studies.federated import mia
 from eegprivacy.studies.federated.config import FederatedMIAConfig
 
-TINY = {"datasets": {"synthetic_mi": {"paradigm": "left_right_imagery", "epoch_s": 2.0, "resample": 64.0,
-                                     "dataset": {"n_subjects": 4, "n_sessions": 1, "n_runs": 1,
-                                                 "n_trials_per_class": 10, "seed": 0}}},
-        "models": ["simplenet"], "epsilons": [math.inf], "clip_norm": 1.0, "seeds": 1, "test_size": 0.2,
-        "split_seed": 0, "csp_components": 4, "clients_per_round": 8, "num_rounds": 2, "local_epochs": 1,
-        "learning_rate": 0.001, "batch_size": 32, "attackers": ["lr"], "rf_estimators": 10,
-        "attack_test_size": 0.5, "cla_components": 16}
+TINY = tiny_federated_mia()
 
 
 def _rounds(rng, n_rounds: int, n_clients: int, dim: int = 12, effect: float = 1.5) -> list[gs.SoundRound]:

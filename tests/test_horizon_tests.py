@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _summaries import summary_row
 
 from eegprivacy.evaluation import fixed_sequence_horizon, p_value_mc_error
 from eegprivacy.evaluation.cluster_bootstrap import bootstrap_indices
@@ -125,16 +126,6 @@ def _summary(folder, cells, epsilons=(1.0, 5.0, 20.0, 50.0), n_resamples=2000):
     return summarise([(None, cells)], folder, Y, n_resamples=n_resamples, confidence=0.95, epsilons=list(epsilons))
 
 
-def _row(summary, arm, metric="auroc", mechanism=None, epsilon=None):
-    part = summary[(summary.arm == arm) & (summary.metric == metric)]
-    if mechanism is not None:
-        part = part[part.mechanism == mechanism]
-    if epsilon is not None:
-        part = part[np.isclose(part.epsilon, epsilon)]
-    assert len(part) == 1, (arm, metric, mechanism, epsilon, len(part))
-    return part.iloc[0]
-
-
 def test_summary_horizon_is_a_fixed_sequence_at_alpha_over_m(tmp_path):
     """Two mechanisms: each sequence runs at 0.05 / 2; gaussian keeps utility at 50 and 20, not at 5 (so not at 1
     either, however strong its 1 is: the sequence stopped), laplace only at 50."""
@@ -146,18 +137,18 @@ def test_summary_horizon_is_a_fixed_sequence_at_alpha_over_m(tmp_path):
     assert diffs.correction.str.startswith(HORIZON_CORRECTION).all() and diffs.correction.str.contains("m = 2").all()
     kept = {(r.mechanism, r.epsilon) for r in diffs.itertuples() if r.keeps_utility}
     assert kept == {("gaussian_analytic", 50.0), ("gaussian_analytic", 20.0), ("laplace_formal", 50.0)}
-    assert _row(summary, "release_minus_null", mechanism="gaussian_analytic", epsilon=1.0).p_value < 0.025
+    assert summary_row(summary, "release_minus_null", mechanism="gaussian_analytic", epsilon=1.0).p_value < 0.025
     # keeps_utility is p_adjusted < α, and p_adjusted only grows as ε falls
     assert (diffs.keeps_utility.astype(bool) == (diffs.p_adjusted < 0.05)).all()
     for _, mine in diffs.groupby("mechanism"):
         assert np.all(np.diff(mine.sort_values("epsilon", ascending=False).p_adjusted.to_numpy()) >= 0)
-    assert _row(summary, "horizon", "auroc_horizon_epsilon", "gaussian_analytic").value == 20.0
-    assert _row(summary, "horizon", "auroc_horizon_epsilon", "laplace_formal").value == 50.0
+    assert summary_row(summary, "horizon", "auroc_horizon_epsilon", "gaussian_analytic").value == 20.0
+    assert summary_row(summary, "horizon", "auroc_horizon_epsilon", "laplace_formal").value == 50.0
     # every p-value reports its Monte-Carlo error; far from α/m, no decision can flip
     assert np.allclose(diffs.p_mc_error, [p_value_mc_error(p, 2000) for p in diffs.p_value])
-    strong = _row(summary, "release_minus_null", mechanism="laplace_formal", epsilon=50.0)
+    strong = summary_row(summary, "release_minus_null", mechanism="laplace_formal", epsilon=50.0)
     assert bool(strong.decision_stable) == (abs(strong.p_value - 0.025) > 3 * strong.p_mc_error)
-    horizon = _row(summary, "horizon", "auroc_horizon_epsilon", "laplace_formal")
+    horizon = summary_row(summary, "horizon", "auroc_horizon_epsilon", "laplace_formal")
     assert horizon.eps_covers == "features"
     assert horizon.eps_covers_note == ("features only: the scaling statistics are fitted on the private patients "
                                        "outside ε and the labels travel in the clear")
@@ -170,7 +161,7 @@ def test_summary_without_signal_has_no_horizon(tmp_path):
     horizons = summary[summary.arm == "horizon"]
     assert len(horizons) == 4 and horizons.value.isna().all() and horizons.horizon_tested.astype(bool).all()
     for arm in ("baseline", "clipped", "permuted"):  # chance-level rows, intervals across 0.5
-        row = _row(summary, arm)
+        row = summary_row(summary, arm)
         assert row.ci_low < 0.5 < row.ci_high and abs(row.value - 0.5) < 0.15
 
 
@@ -180,28 +171,28 @@ def test_no_horizon_from_one_nested_seed(tmp_path):
     signal = {("gaussian_analytic", 50.0): 3.0, ("laplace_formal", 50.0): 3.0}
     summary = _summary(tmp_path, _cache(tmp_path, signal, nested_seeds=1))
     for mechanism in ("gaussian_analytic", "laplace_formal"):
-        ba = _row(summary, "horizon", "balanced_accuracy_horizon_epsilon", mechanism)
+        ba = summary_row(summary, "horizon", "balanced_accuracy_horizon_epsilon", mechanism)
         assert math.isnan(ba.value) and not bool(ba.horizon_tested)
         assert "fewer than 2" in ba.note and "nested protocol ran on 1 seed" in ba.note
         diffs = summary[(summary.arm == "release_minus_null") & (summary.metric == "balanced_accuracy")
                         & (summary.mechanism == mechanism)]
         assert not diffs.keeps_utility.astype(bool).any() and diffs.p_adjusted.isna().all()
-        auroc = _row(summary, "horizon", "auroc_horizon_epsilon", mechanism)
+        auroc = summary_row(summary, "horizon", "auroc_horizon_epsilon", mechanism)
         assert auroc.value == 50.0 and bool(auroc.horizon_tested)
 
 
 def test_clipped_arm_and_its_loss_are_in_the_summary(tmp_path):
     summary = _summary(tmp_path, _cache(tmp_path, {"baseline": 3.0, "clipped": 1.0}))
-    clipped = _row(summary, "clipped")
+    clipped = summary_row(summary, "clipped")
     assert clipped.mechanism == "none" and clipped.ci_over == "subjects+seeds" and clipped.n_seeds == 5
-    loss = _row(summary, "baseline_minus_clipped")
+    loss = summary_row(summary, "baseline_minus_clipped")
     assert loss.value > 0 and loss.ci_low <= loss.value <= loss.ci_high
 
 
 def test_permuted_control_counts_and_bootstrap_on_its_own_labels(tmp_path):
     cells = _cache(tmp_path, {}, permutations=40)
     summary = _summary(tmp_path, cells)
-    assert _row(summary, "permuted").n_seeds == 40
+    assert summary_row(summary, "permuted").n_seeds == 40
     permuted = [c for c in cells if c.config["arm"] == "permuted"]
     idx = bootstrap_indices(Y, 500)
     # every resample of every permutation keeps the class counts of the labels it is scored against

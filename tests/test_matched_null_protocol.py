@@ -9,6 +9,7 @@ import math
 
 import numpy as np
 import pytest
+from _summaries import summary_row
 
 from eegprivacy.evaluation.cluster_bootstrap import bootstrap_p_value, bootstrap_p_value_two_sided, holm
 from eegprivacy.pipeline.sweep import Cell
@@ -39,16 +40,6 @@ def _summary(X, y, tmp_path, **kwargs):
     return summarise([(None, cells)], tmp_path, y, n_resamples=400, confidence=0.95, epsilons=EPSILONS)
 
 
-def _row(summary, arm, metric="auroc", mechanism=None, epsilon=None):
-    part = summary[(summary.arm == arm) & (summary.metric == metric)]
-    if mechanism is not None:
-        part = part[part.mechanism == mechanism]
-    if epsilon is not None:
-        part = part[np.isclose(part.epsilon, epsilon)]
-    assert len(part) == 1, (arm, metric, mechanism, epsilon, len(part))
-    return part.iloc[0]
-
-
 def test_zero_signal_release_lands_inside_the_controls_interval(tmp_path):
     """Features independent of the label: the release, its matched null and the non-private table all sit inside
     the permuted-label control's interval, and no difference clears 0 — the protocol invents no utility."""
@@ -56,21 +47,21 @@ def test_zero_signal_release_lands_inside_the_controls_interval(tmp_path):
     X = rng.normal(size=(24, 10))
     y = np.r_[np.ones(10, int), np.zeros(14, int)]
     summary = _summary(X, y, tmp_path, clipped=False)
-    control = _row(summary, "permuted")
+    control = summary_row(summary, "permuted")
     assert control.ci_over == "subjects+seeds"
     assert control.ci_low < 0.5 < control.ci_high
     for arm, eps in (("matched_null", 0.5), ("matched_null", 50.0), ("release", 0.5), ("release", 50.0)):
-        point = _row(summary, arm, epsilon=eps).value
+        point = summary_row(summary, arm, epsilon=eps).value
         assert control.ci_low <= point <= control.ci_high, (arm, eps, point, control.ci_low, control.ci_high)
-    assert control.ci_low <= _row(summary, "baseline").value <= control.ci_high
+    assert control.ci_low <= summary_row(summary, "baseline").value <= control.ci_high
     diffs = summary[summary.arm == "release_minus_null"]
     assert len(diffs) == 2 * len(EPSILONS)  # AUROC and nested balanced accuracy per ε
     assert not diffs.keeps_utility.astype(bool).any()
     auroc_diffs = diffs[diffs.metric == "auroc"]
     assert (auroc_diffs.ci_low < 0).all() and (auroc_diffs.ci_high > 0).all()
-    horizon = _row(summary, "horizon", "auroc_horizon_epsilon")  # no signal, no horizon: tested, and None
+    horizon = summary_row(summary, "horizon", "auroc_horizon_epsilon")  # no signal, no horizon: tested, and None
     assert math.isnan(horizon.value) and bool(horizon.horizon_tested)
-    nested = _row(summary, "horizon", "balanced_accuracy_horizon_epsilon")  # the nested protocol ran on 1 seed
+    nested = summary_row(summary, "horizon", "balanced_accuracy_horizon_epsilon")  # the nested protocol ran on 1 seed
     assert math.isnan(nested.value) and not bool(nested.horizon_tested) and "fewer than 2" in nested.note
 
 
@@ -81,15 +72,15 @@ def test_signal_is_kept_at_large_epsilon_and_lost_at_small(tmp_path):
     y = np.r_[np.ones(12, int), np.zeros(12, int)]
     X = rng.normal(size=(24, 8)) + 2.0 * y[:, None] * np.r_[np.ones(4), np.zeros(4)]
     summary = _summary(X, y, tmp_path, clipped=False, nested_seeds=0)  # AUROC only: the nested fits cost 3x
-    assert _row(summary, "baseline_minus_permuted").ci_low > 0
-    assert _row(summary, "baseline").value > 0.9
-    strong = _row(summary, "release_minus_null", epsilon=50.0)
+    assert summary_row(summary, "baseline_minus_permuted").ci_low > 0
+    assert summary_row(summary, "baseline").value > 0.9
+    strong = summary_row(summary, "release_minus_null", epsilon=50.0)
     assert strong.ci_low > 0 and bool(strong.keeps_utility) and strong.p_adjusted < 0.05
     assert strong.alpha_tested == pytest.approx(0.05)  # one mechanism: α/1
     assert 0 < strong.p_mc_error < 0.01 and strong.p_value < strong.alpha_tested
-    weak = _row(summary, "release_minus_null", epsilon=0.5)
+    weak = summary_row(summary, "release_minus_null", epsilon=0.5)
     assert not bool(weak.keeps_utility) and weak.p_adjusted >= strong.p_adjusted  # monotone from the top
-    horizon = _row(summary, "horizon", "auroc_horizon_epsilon")
+    horizon = summary_row(summary, "horizon", "auroc_horizon_epsilon")
     assert horizon.value == 50.0 and "fixed sequence from the largest ε, α/m per mechanism" in horizon.correction
     assert horizon.eps_covers == "features" and "labels travel in the clear" in horizon.eps_covers_note
     assert "scaling statistics are fitted on the private patients outside ε" in strong.eps_covers_note

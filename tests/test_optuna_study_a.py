@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
+from _optuna_search import assert_resume_adds_only_missing, assert_same_trials
 
 from eegprivacy.cli import main
 from eegprivacy.studies.release import search as study
@@ -126,21 +127,12 @@ def test_search_front_reevaluation_tracking_resume_and_determinism(tmp_path, syn
     assert {"front.json", "trials.csv", "pareto.png"} <= artifacts
 
     # Resume: a larger target adds exactly the missing trials; the first four are not recomputed.
-    args_more = _args(tmp_path, synthetic_features_dir, n_trials=6)
-    assert main(args_more.argv) == 0
-    parents, children, _ = _runs()
-    assert len(parents) == 2 and len(children) == 6
-    resumed = _trials(args_more.trials_csv)
-    pd.testing.assert_frame_equal(resumed.iloc[:4].drop(columns="pareto").reset_index(drop=True),
-                                  trials.drop(columns="pareto").reset_index(drop=True))
-    assert main(args_more.argv) == 0  # target reached: nothing new
-    assert len(_runs()[1]) == 6
+    assert_resume_adds_only_missing(_args(tmp_path, synthetic_features_dir, n_trials=6), trials, _runs, _trials)
 
     # Same seed, fresh storage: the same trials with the same values, and the same re-evaluation.
     again_args = _args(tmp_path, synthetic_features_dir, name="again")
     assert main(again_args.argv) == 0
-    pd.testing.assert_frame_equal(_trials(again_args.trials_csv).drop(columns="pareto").reset_index(drop=True),
-                                  trials.drop(columns="pareto").reset_index(drop=True))
+    assert_same_trials(_trials(again_args.trials_csv), trials)
     pd.testing.assert_frame_equal(_trials(again_args.trials_csv, "reevaluation"), reevaluated)
 
 

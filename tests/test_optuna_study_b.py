@@ -9,7 +9,6 @@ at 1 % FPR."""
 from __future__ import annotations
 
 import json
-import math
 from argparse import Namespace
 from pathlib import Path
 
@@ -18,20 +17,15 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
+from _federated_params import tiny_federated_mia
+from _optuna_search import assert_resume_adds_only_missing, assert_same_trials
 
 from eegprivacy.cli import main
 from eegprivacy.tracking import REQUIRED_TAGS, tracking_uri
 
 REPO = Path(__file__).resolve().parents[1]
 
-TRAIN = {"federated_mia": {
-    "datasets": {"synthetic_mi": {"paradigm": "left_right_imagery", "epoch_s": 2.0, "resample": 64.0,
-                                  "dataset": {"n_subjects": 4, "n_sessions": 1, "n_runs": 1,
-                                              "n_trials_per_class": 30, "seed": 0}}},
-    "models": ["simplenet"], "epsilons": [math.inf], "clip_norm": 1.0, "seeds": 1, "test_size": 0.5,
-    "split_seed": 0, "csp_components": 4, "clients_per_round": 4, "num_rounds": 2, "local_epochs": 1,
-    "learning_rate": 0.001, "batch_size": 32, "attackers": ["lr", "rf"], "rf_estimators": 10,
-    "attack_test_size": 0.5, "cla_components": 16}}
+TRAIN = {"federated_mia": tiny_federated_mia(30, test_size=0.5, clients_per_round=4, attackers=["lr", "rf"])}
 CONFIG = {"dataset": "synthetic_mi", "model": "simplenet", "num_rounds": 2,
           "search_space": {"mechanisms": ["laplace_gradient", "none"], "epsilon": [0.5, 50], "clip_norm": [0.1, 10],
                            "local_epochs": [1, 2]},
@@ -106,21 +100,12 @@ def test_search_front_tracking_resume_and_determinism(tmp_path):
     assert {"front.json", "trials.csv", "pareto.png"} <= artifacts
 
     # Resume: a larger target adds exactly the missing trials; the first four are not recomputed.
-    args_more = _args(tmp_path, n_trials=6)
-    assert main(args_more.argv) == 0
-    parents, children = _runs()
-    assert len(parents) == 2 and len(children) == 6
-    resumed = _trials(args_more.trials_csv)
-    pd.testing.assert_frame_equal(resumed.iloc[:4].drop(columns="pareto").reset_index(drop=True),
-                                  trials.drop(columns="pareto").reset_index(drop=True))
-    assert main(args_more.argv) == 0  # target reached: nothing new
-    assert len(_runs()[1]) == 6
+    assert_resume_adds_only_missing(_args(tmp_path, n_trials=6), trials, _runs, _trials)
 
     # Same seed, fresh storage: the same trials with the same values.
     again = _args(tmp_path, name="again")
     assert main(again.argv) == 0
-    pd.testing.assert_frame_equal(_trials(again.trials_csv).drop(columns="pareto").reset_index(drop=True),
-                                  trials.drop(columns="pareto").reset_index(drop=True))
+    assert_same_trials(_trials(again.trials_csv), trials)
 
 
 def test_shipped_params_load_and_a_bad_range_is_refused(tmp_path):

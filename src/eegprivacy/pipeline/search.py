@@ -284,6 +284,18 @@ def front_summary(study, objectives: Sequence[str], reference: tuple[float, floa
     }
 
 
+def add_search_flags(parser, name: str) -> None:
+    """The flags every search stage ``optuna_<name>`` shares: where its study lives (``--storage``, ``--study-name``)
+    and its outputs, the front JSON, the trials CSV and the figure, named after it (:func:`write_outputs`)."""
+    parser.add_argument("--storage", help="SQLAlchemy URL of the study database (default: params' storage); give "
+                                          "every worker the same URL to share one study")
+    parser.add_argument("--study-name", help="study name (default: derived from the config, so a changed config "
+                                             "starts a new study instead of mixing incomparable trials)")
+    parser.add_argument("--metrics", default=f"metrics/optuna_{name}.json", help="Pareto front JSON")
+    parser.add_argument("--trials-csv", default=f"metrics/optuna_{name}_trials.csv", help="tidy table of all trials")
+    parser.add_argument("--figure", default=f"reports/figures/optuna_pareto_{name}.png", help="Pareto figure")
+
+
 def write_outputs(summary: dict, tidy: pd.DataFrame, metrics_path, csv_path, figure_path, draw: Callable,
                   new_trials: int) -> None:
     """Write the front (JSON), the trials (CSV) and the figure (``draw(tidy, summary, path)``), and put them and

@@ -23,7 +23,7 @@ import logging
 import math
 import os
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -330,10 +330,20 @@ def run_prefetched(plan: Iterable[tuple[SweepRunner, list[Cell]]], cell_fn: Call
     Ray cluster when that is the executor (:class:`PrefetchedCells`), so the cores stay busy across the runners
     while the tables, cell files and MLflow runs are exactly those of running them one by one. ``cell_fn`` serves
     every runner (dispatch on the config); ``cost`` estimates a cell's time, to start the slow ones first."""
+    return [frame for _, _, frame in iter_prefetched(plan, cell_fn, n_jobs=n_jobs, executor=executor, cost=cost)]
+
+
+def iter_prefetched(plan: Iterable[tuple[SweepRunner, list[Cell]]], cell_fn: Callable[[dict, int], list[dict]],
+                    n_jobs: int = 1, executor: Executor | None = None,
+                    cost: CostFn | None = None) -> Iterator[tuple[SweepRunner, list[Cell], pd.DataFrame]]:
+    """:func:`run_prefetched` one runner at a time: each (runner, cells, its table) as soon as the runner is done
+    (the pending cells are listed when the first is asked for), so a stage can report on it or extend it before
+    the next starts."""
     plan = list(plan)
     jobs = [(cell.config, cell.seed) for runner, cells in plan for cell in runner.pending(cells)]
     compute = PrefetchedCells(cell_fn, jobs, n_jobs=n_jobs, executor=executor, cost=cost)
-    return [runner.run(cells, compute) for runner, cells in plan]
+    for runner, cells in plan:
+        yield runner, cells, runner.run(cells, compute)
 
 
 def _child_metrics(rows: pd.DataFrame, grid_keys: list[str]) -> dict[str, float]:

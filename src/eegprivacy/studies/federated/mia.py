@@ -60,6 +60,13 @@ def load_trials(name: str, spec: DatasetSpec):
     return load(name, spec.as_mapping())
 
 
+def versioned_trials(name: str, spec: DatasetSpec):
+    """The trials of dataset ``name`` under ``spec`` (:func:`load_trials`), the dataset's version and whether it is
+    synthetic: what a stage training on them tags its runs and cells with."""
+    dataset, trials = load_trials(name, spec)
+    return trials, dataset.version(), bool(trials.synthetic)
+
+
 def mechanism(epsilon: float) -> str:
     """The DP mechanism of a per-step ε: Laplace gradient noise, or none for ε = ∞ (the no-DP baseline)."""
     return "laplace_gradient" if math.isfinite(epsilon) else "none"
