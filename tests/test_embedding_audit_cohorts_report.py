@@ -19,6 +19,7 @@ import pytest
 from eegprivacy.reporting import embedding_audit as ea
 from eegprivacy.reporting import embedding_audit_cohorts as cohorts_report
 from eegprivacy.reporting import study_reports as report
+from eegprivacy.reporting import study_runs
 from eegprivacy.studies.embedding_audit.summaries import summarise
 
 REPO = Path(__file__).resolve().parents[1]
@@ -348,11 +349,11 @@ def test_study_c_table_has_the_diagnosis_and_one_row_per_cohort():
                  f"{ba}/balanced_accuracy_ci_high": 0.85, f"{ba}/window_balanced_accuracy_mean": 0.7,
                  f"{ba}/control_permuted_mean": 0.51}
     runs = pd.DataFrame([run(1, "eegmat", common), run(2, "msu_schizophrenia", {**common, **diagnosis})])
-    rows = report.tidy_c(report.latest_parents(runs))
+    rows = study_runs.tidy_c(study_runs.latest_parents(runs))
     table = report.headline_table("c", rows).set_index("dataset")
     assert len(table) == 2 and set(table["weights"]) == {"self_pretrained"}
-    cell = table.loc["msu_schizophrenia **SYNTHETIC**", report.DIAGNOSIS]
+    cell = table.loc["msu_schizophrenia **SYNTHETIC**", study_runs.DIAGNOSIS]
     assert cell == "0.750 [0.650, 0.850]"  # the subject-level BA, not the window BA; tested in the Claims section
-    assert table.loc["eegmat **SYNTHETIC**", report.DIAGNOSIS] == "—"
+    assert table.loc["eegmat **SYNTHETIC**", study_runs.DIAGNOSIS] == "—"
     assert table.loc["msu_schizophrenia **SYNTHETIC**", "Diagnosis BA control (permuted)"] == "0.510"
     assert rows["p_holm"].isna().all()  # nothing re-tested from an interval here: the claims decide

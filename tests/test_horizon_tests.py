@@ -248,6 +248,7 @@ def test_study_a_report_prints_the_test_and_what_epsilon_covers_beside_every_hor
     import pandas as pd
 
     from eegprivacy.reporting import study_reports as report
+    from eegprivacy.reporting import study_runs
 
     note = ("features only: the scaling statistics are fitted on the private patients outside ε and the labels "
             "travel in the clear")
@@ -260,7 +261,7 @@ def test_study_a_report_prints_the_test_and_what_epsilon_covers_beside_every_hor
            "tags.utility_horizon/gaussian_analytic/balanced_accuracy": "not tested",
            "tags.utility_horizon_test": "fixed sequence from the largest ε, α/m per mechanism (m = 2, α = 0.05)",
            "tags.eps_covers": "features", "tags.eps_covers_note": note}
-    rows = report.tidy_a(pd.DataFrame([run]))
+    rows = study_runs.tidy_a(pd.DataFrame([run]))
     assert "none, scaled + clipped (no noise)" in set(rows["mechanism"])
     text = report.render("a", rows, "sqlite:///x.db", None)
     assert "(p_adj 0.000)" in text and "p_Holm" not in text.split("## Utility horizons")[0].split("|", 1)[1]

@@ -17,8 +17,10 @@ import pytest
 from matplotlib.figure import Figure
 from scipy import stats
 
-from eegprivacy.evaluation.intervals import mean_ci
+from eegprivacy.evaluation.intervals import interval_p_value, mean_ci
+from eegprivacy.reporting import study_figures
 from eegprivacy.reporting import study_reports as report
+from eegprivacy.reporting import study_runs
 from eegprivacy.studies.federated.report import across_rounds, run_metrics
 
 
@@ -46,7 +48,7 @@ def b_run(index: int, summary: pd.DataFrame) -> dict:
 
 def b_rows(cells: dict) -> pd.DataFrame:
     summary = across_rounds(tidy_b_rows(cells))
-    return report.tidy_b(report.latest_parents(pd.DataFrame([b_run(1, summary)])))
+    return study_runs.tidy_b(study_runs.latest_parents(pd.DataFrame([b_run(1, summary)])))
 
 
 def one_sided_p(values, chance: float = 0.5) -> float:
@@ -118,7 +120,7 @@ def test_figure_shows_every_attacker():
         cells.update({(eps, "rla", "lr", "auroc"): [0.8, 0.85, 0.9], (eps, "rla", "rf", "auroc"): [0.6, 0.65, 0.7],
                       (eps, "", "", "utility_accuracy"): [0.7, 0.72, 0.74]})
     fig = Figure()
-    report.draw_b(b_rows(cells), fig)
+    study_figures.draw_b(b_rows(cells), fig)
     labels = [t.get_text() for ax in fig.axes if ax.get_legend() for t in ax.get_legend().get_texts()]
     assert any("lr" in label for label in labels) and any("rf" in label for label in labels)
     assert not any("strongest" in ax.get_ylabel() for ax in fig.axes)
@@ -131,7 +133,7 @@ def test_interval_p_value_recovers_the_t_test(p_exact):
     for n in (2, 3, 5, 10):
         values = rng.normal(0.55, 0.05, size=n)
         mean, low, high = mean_ci(values)
-        got = report.interval_p_value(mean, low, high, 0.5, n if p_exact else np.nan, t_interval=True)
+        got = interval_p_value(mean, low, high, 0.5, n if p_exact else np.nan, t_interval=True)
         if p_exact:
             assert got == pytest.approx(one_sided_p(values), rel=1e-6)
         else:
@@ -157,7 +159,7 @@ def test_c_says_what_its_intervals_are_over_only_as_logged():
     metrics = {f"{mia}_mean": 0.62, f"{mia}_ci_low": 0.51, f"{mia}_ci_high": 0.73,
                f"{bpid}_mean": 0.3, f"{bpid}_ci_low": -0.05, f"{bpid}_ci_high": 0.65}
     runs = pd.DataFrame([c_run(1, "biot", metrics, ci_over="subjects"), c_run(2, "labram", metrics)])
-    rows = report.tidy_c(report.latest_parents(runs))
+    rows = study_runs.tidy_c(study_runs.latest_parents(runs))
     table = report.headline_table("c", rows).set_index("encoder")
     assert table.loc["biot", "CI over"] == "subjects"
     assert table.loc["labram", "CI over"] == "as logged"
@@ -216,7 +218,7 @@ def test_both_study_b_reports_print_the_same_p_holm_for_the_same_cell():
     assert attacks.loc[attacks["attack"].str.endswith("_control"), "p_holm"].isna().all()
 
     tables = tables_md(summary, {})
-    study_b = report.render("b", report.tidy_b(report.latest_parents(pd.DataFrame([b_run(1, summary)]))),
+    study_b = report.render("b", study_runs.tidy_b(study_runs.latest_parents(pd.DataFrame([b_run(1, summary)]))),
                             "sqlite:///synthetic.db", None)
     b_table = _table_after(study_b, "*Table:")
     compared = 0

@@ -108,7 +108,7 @@ def interval_p_value(mean: float, low: float, high: float, chance: float, n_seed
                      t_interval: bool = False, confidence: float = 0.95) -> float:
     """One-sided p-value of "the score is above ``chance``", recovered from a logged mean and its interval.
 
-    Used by the reports that read MLflow (``reporting/study_reports.py``) and by study C's claims decided from an
+    Used by the reports that read MLflow (``reporting/study_runs.py``) and by study C's claims decided from an
     interval. A parent run logs the mean and a ``confidence`` interval (0.95: the level of every interval the
     sweeps log), not the per-seed values. For a Student-t interval
     over ``n_seeds`` seeds (``t_interval``) the half-width is t(n−1)·SD/√n, so the one-sample t statistic is

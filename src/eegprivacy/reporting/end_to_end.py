@@ -5,7 +5,7 @@ Every number is a metric of a finished ``dp_end_to_end-<dataset>-summary`` run (
 that ε (or, where no ε keeps utility, at the largest ε: how far it gets) the release, its matched null and their
 difference, each with its interval over patients and seeds; beside them the paper's own mechanism as
 ``dp_utility`` ran it (scaling fitted on the private patients, outside ε). Drawing is apart from parsing, on a
-``Figure`` passed in, as in :mod:`eegprivacy.reporting.study_reports`.
+``Figure`` passed in, as in :mod:`eegprivacy.reporting.study_figures`.
 """
 
 from __future__ import annotations
