@@ -17,6 +17,7 @@ from eegprivacy.reporting.calibration import tests_lines
 from eegprivacy.atomic import atomic_path
 from eegprivacy.pipeline.keys import epsilon_key
 from eegprivacy.reporting.format import estimate
+from eegprivacy.reporting.study_runs import latest_parents
 from eegprivacy.attacks.reference import REFERENCE_ATTACKS
 from eegprivacy.studies.federated.lira.config import (
     ALPHA,
@@ -442,13 +443,7 @@ _LOGGED = re.compile(r"^target_pooled/(?P<attack>[a-z0-9_]+?)/(?P<metric>auroc_m
 
 def parent_runs(uri: str, experiment: str) -> pd.DataFrame:
     """The newest finished ``federated_lira`` parent run per run name (one per dataset, model and ε)."""
-    runs = finished_stage_runs(uri, experiment, "federated_lira")
-    if runs.empty:
-        return runs
-    if "tags.mlflow.parentRunId" in runs:
-        runs = runs[runs["tags.mlflow.parentRunId"].isna()]
-    runs = runs.sort_values("start_time", ascending=False)
-    return runs.drop_duplicates("tags.mlflow.runName").reset_index(drop=True)
+    return latest_parents(finished_stage_runs(uri, experiment, "federated_lira"))
 
 
 def logged_summary(runs: pd.DataFrame) -> pd.DataFrame:

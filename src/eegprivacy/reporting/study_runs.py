@@ -20,7 +20,7 @@ import pandas as pd
 
 from eegprivacy.evaluation.cluster_bootstrap import holm
 from eegprivacy.evaluation.intervals import interval_p_value
-from eegprivacy.tracking.runs import EXPERIMENTS, portable_uri, tracking_uri
+from eegprivacy.tracking.runs import EXPERIMENTS, portable_uri, search_runs, tracking_uri
 
 # The stage whose parent runs hold each study's headline aggregates.
 # Study B's are the report stage's per-dataset runs: they log the summary's cells with the p_holm of their family,
@@ -75,15 +75,7 @@ def latest_parents(runs: pd.DataFrame) -> pd.DataFrame:
 
 def parent_runs(study: str, uri: str | None = None) -> pd.DataFrame:
     """``latest_parents`` of the study's headline stage, read with ``mlflow.search_runs`` from ``uri``."""
-    import mlflow
-
-    previous = mlflow.get_tracking_uri()
-    mlflow.set_tracking_uri(uri or tracking_uri())
-    try:
-        runs = mlflow.search_runs(experiment_names=[EXPERIMENTS[study]], filter_string=SEARCH_FILTER[study])
-    finally:
-        mlflow.set_tracking_uri(previous)
-    return latest_parents(runs)
+    return latest_parents(search_runs(uri or tracking_uri(), EXPERIMENTS[study], SEARCH_FILTER[study]))
 
 
 def _tag(run: pd.Series, name: str):
