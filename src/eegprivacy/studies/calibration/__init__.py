@@ -1,4 +1,5 @@
-"""The calibration cases of every test and interval the reports print, one module per study.
+"""The calibration cases of every test and interval the reports print, one module per study registers them (study
+A's trials and null model sit in its own modules beside it: ``study_a_utility``, ``study_a_audit``, ``study_a_model``).
 
 Importing this package registers every case in :data:`eegprivacy.evaluation.calibration.CASES` (the generic
 runner there knows no study; the cases here call the study code the stages run). ``cases()`` returns them in

@@ -97,6 +97,11 @@ REPORT_B = "reports/study-b.md"
 COHORT = "eegmmidb"
 
 
+def _case(name: str, simulate, **fields) -> CalibrationCase:
+    """Register ``study_b.<name>`` (``simulate`` and the :class:`CalibrationCase` ``fields``) on the cohort."""
+    return register(CalibrationCase(name=f"study_b.{name}", cohort=COHORT, simulate=simulate, **fields))
+
+
 def configure(**score_model) -> None:
     """Set the score model's parameters (unknown keys are an error)."""
     unknown = set(score_model) - set(SCORE_MODEL)
@@ -372,8 +377,8 @@ def _attack_minus_control(seed: int, effect: float, size: str) -> Trial:
     return control_trial(*control_cells(seed, effect, size))
 
 
-register(CalibrationCase(
-    name="study_b.attack_minus_control", cohort=COHORT,
+_case(
+    "attack_minus_control", _attack_minus_control,
     test="federated_control.summarise: attack − preprocessing-only control pooled AUROC, paired cluster bootstrap "
          "over subjects (client_resample_counts) + seeds, two-sided bootstrap p (before Holm)",
     used_in=("reports/federated_control.md: attack − control tables", REPORT_B),
@@ -381,8 +386,8 @@ register(CalibrationCase(
                "SimpleNet's seeds, each seed its own split): per-trial loss-attack scores with a subject effect and "
                "a trial effect shared by both arms, both arms with the same members' shift (the cohort's median "
                "control AUROC) and exchangeable subject-level membership slopes; the difference's truth is 0",
-    simulate=_attack_minus_control, effects=(0.01, 0.09), effect_unit="attack − control pooled AUROC",
-    n_power=100))
+    effects=(0.01, 0.09), effect_unit="attack − control pooled AUROC",
+    n_power=100)
 
 
 # -- federated_mia: an attack AUROC's subjects+seeds interval and its p-value vs chance ---------------------------
@@ -431,8 +436,8 @@ def _mia(seed: int, effect: float, size: str) -> Trial:
                  truth=_Cohort.auroc(shift, k), estimate=float(row["mean"]))
 
 
-register(CalibrationCase(
-    name="study_b.mia_interval", cohort=COHORT,
+_case(
+    "mia_interval", _mia,
     test="federated_mia RLA/FLA AUROC: MembershipAttack (lr) on the attacker-train half, Replicates.attack "
          "(auroc_replicates over client_resample_counts) on the attacker-test half, report.across_rounds: "
          "subjects+seeds percentile interval and bootstrap p of AUROC − 0.5 (one-sided)",
@@ -441,11 +446,11 @@ register(CalibrationCase(
                "each its own split, attacker-test half of the stage's size): one record score per trial with a "
                "subject and a trial effect and subject-level membership slopes of mean 0; the pooled AUROC's "
                "truth is 0.5. One attacked round per seed (the stage averages 20 rounds' replicates)",
-    simulate=_mia, effects=(0.03, 0.1), effect_unit="pooled attack AUROC − 0.5",
+    effects=(0.03, 0.1), effect_unit="pooled attack AUROC − 0.5",
     n_null=600, n_power=100,
     why_fewer="an LR attacker fit and 2,000 client-bootstrap replicates per seed and the report's pandas summary: "
               "~0.2–0.3 s per data set on one core (600 null data sets ≈ 2–3 min)",
-    sided="one-sided (the claim is 'the attack leaks': AUROC above chance; report.py tests score − chance ≤ 0)"))
+    sided="one-sided (the claim is 'the attack leaks': AUROC above chance; report.py tests score − chance ≤ 0)")
 
 
 # -- federated_mia: clients above chance (per-client binomial test, seeds averaged, design effect) ------------
@@ -482,8 +487,8 @@ def _client_utility(seed: int, effect: float, size: str) -> Trial:
                  truth=0.5 + effect, estimate=float(first["accuracy"]))
 
 
-register(CalibrationCase(
-    name="study_b.client_utility", cohort=COHORT,
+_case(
+    "client_utility", _client_utility,
     test="report.client_utility: per client, last-round non-member accuracy averaged over seeds, read as a count "
          "on one seed's trials over the design effect 1/S + (1 − 1/S)·f, one-sided binomial test vs 0.5, Holm over "
          "the clients (Trial p: the smallest p_Holm, i.e. 'any client above "
@@ -492,8 +497,8 @@ register(CalibrationCase(
     null_model="eegmmidb-shaped clients (trials per subject, non-members per seed, federated_mia's seeds, each "
                "seed its own split): every client at chance, a trial's correctness correlated across seeds through "
                "a trial effect (share trial_share of a probit); truth 0.5",
-    simulate=_client_utility, effects=(0.15,), effect_unit="every client's accuracy − 0.5",
-    sided="one-sided (a client above chance; below chance is not utility)"))
+    effects=(0.15,), effect_unit="every client's accuracy − 0.5",
+    sided="one-sided (a client above chance; below chance is not utility)")
 
 
 # -- federated_lira: pooled AUROC, TPR at the resolvable FPR, and LiRA − control ----------------------------------
@@ -602,33 +607,33 @@ LIRA_SLOPES = ", and subject-level membership slopes of mean 0"
 LIRA_FEWER = ("interval only (no test, so no size to decide): 500 data sets put the coverage within about ±0.02 "
               "(Wilson); 0.09 s per data set")
 
-register(CalibrationCase(
-    name="study_b.lira_auroc", cohort=COHORT,
+_case(
+    "lira_auroc", _lira_auroc,
     test="lira.pooled_rows: pooled AUROC over target models, two-way percentile bootstrap (target models × "
          "subjects); interval only (no test)",
     used_in=(LIRA_REPORT + ": pooled AUROC",),
     null_model=LIRA_NULL + LIRA_SLOPES + "; the pooled AUROC's truth is 0.5",
-    simulate=_lira_auroc, effects=(0.4,), effect_unit="pooled AUROC − 0.5 (0.4: the cohort's LiRA, 0.9)",
-    n_null=500, n_power=100, why_fewer=LIRA_FEWER))
+    effects=(0.4,), effect_unit="pooled AUROC − 0.5 (0.4: the cohort's LiRA, 0.9)",
+    n_null=500, n_power=100, why_fewer=LIRA_FEWER)
 
-register(CalibrationCase(
-    name="study_b.lira_tail", cohort=COHORT,
+_case(
+    "lira_tail", _lira_tail,
     test="lira.pooled_rows: TPR at the lowest FPR the pool resolves (resolvable_fpr, ≥ 10 independent "
          "non-members beyond), blocked threshold bootstrap over target models × subjects; interval only",
     used_in=(LIRA_REPORT + ": pooled TPR at the resolvable FPR",),
     null_model=LIRA_NULL + ", membership without signal (no slopes: mean-zero slopes widen the members' scores, "
                "so TPR > FPR in the tail although the AUROC is 0.5); the TPR's truth is the FPR",
-    simulate=_lira_tail, effects=(0.4,), effect_unit="pooled AUROC − 0.5 (TPR truth: the population TPR)",
-    n_null=500, n_power=100, why_fewer=LIRA_FEWER))
+    effects=(0.4,), effect_unit="pooled AUROC − 0.5 (TPR truth: the population TPR)",
+    n_null=500, n_power=100, why_fewer=LIRA_FEWER)
 
-register(CalibrationCase(
-    name="study_b.lira_tail_below_rule", cohort=COHORT,
+_case(
+    "lira_tail_below_rule", _lira_tail_below_rule,
     test="lira.cluster_bootstrap (blocked threshold bootstrap) one 1-2-5 step below the lowest FPR the resolvable "
          "rule allows (1 % on the cohort's pool: ~6 independent non-members beyond): not printed; measures what "
          "the rule guards against",
     used_in=(LIRA_REPORT + ": the 'not resolvable' TPR cells (the rule's reason)",),
     null_model=LIRA_NULL + ", membership without signal; the TPR's truth is the FPR",
-    simulate=_lira_tail_below_rule, effects=(), n_null=500, n_power=0, why_fewer=LIRA_FEWER))
+    effects=(), n_null=500, n_power=0, why_fewer=LIRA_FEWER)
 
 
 def _lira_minus_control(seed: int, effect: float, size: str, own: float | None = None) -> Trial:
@@ -652,15 +657,15 @@ def lira_scale() -> float:
                           cohort_shape()["lira_diff_width"], n_pilot=4)
 
 
-register(CalibrationCase(
-    name="study_b.lira_minus_control", cohort=COHORT,
+_case(
+    "lira_minus_control", _lira_minus_control,
     test="lira.control_difference_rows (paired_difference): LiRA − preprocessing-only control pooled AUROC, paired "
          "two-way bootstrap (target models × subjects), two-sided bootstrap p (before Holm)",
     used_in=(LIRA_REPORT + ": LiRA − control table",),
     null_model=LIRA_NULL + LIRA_SLOPES + ", both arms at the cohort's median pooled control AUROC and exchangeable "
                "(a shared and an own slope each); the difference's truth is 0",
-    simulate=_lira_minus_control, effects=(0.0025, 0.01), effect_unit="LiRA − control pooled AUROC",
-    n_null=2000, n_power=100))
+    effects=(0.0025, 0.01), effect_unit="LiRA − control pooled AUROC",
+    n_null=2000, n_power=100)
 
 
 # -- federated_transfer: joined − held out ----------------------------------------------------------------------
@@ -711,15 +716,15 @@ def transfer_scale() -> float:
                           cohort_shape()["transfer_width"])
 
 
-register(CalibrationCase(
-    name="study_b.transfer", cohort=COHORT,
+_case(
+    "transfer", _transfer,
     test="federated_transfer.summarise: joined − held-out non-member accuracy, paired by subject and seed, "
          "subjects+seeds bootstrap (bootstrap_indices × seed_indices), one-sided bootstrap p (before Holm)",
     used_in=("reports/federated_transfer.md: comparisons",),
     null_model="eegmmidb-shaped leave-one-subject-out table (subjects, seeds, non-members per subject of each "
                "seed's split): per-trial probit correctness with a subject and a trial effect shared by the arms, "
                "the arms' subject-level slopes exchangeable, the cohort's mean held-out accuracy; truth 0",
-    simulate=_transfer, effects=(0.03, 0.1), effect_unit="joined − held-out accuracy",
+    effects=(0.03, 0.1), effect_unit="joined − held-out accuracy",
     n_null=1000, n_power=100,
     sided="one-sided (the report asks whether joining adds accuracy; transfer.COMPARISONS are one-sided by "
-          "design)"))
+          "design)")

@@ -95,6 +95,42 @@ def _embeddings(rng, n_subjects: int, windows: int, dim: int, icc: float):
     return u[groups] + rng.standard_normal((groups.size, dim)) * math.sqrt(1.0 - icc), groups, u
 
 
+def _random_state(seed: int) -> int:
+    """The ``random_state`` a data set's function gets from its seed."""
+    return int(seed) % 2**31
+
+
+def _permutations(s: dict) -> int:
+    """Permutations of the tests that permute without refitting: ten times the null model's count, plus 9 (the
+    count stays one whose (P + 1)·0.05 is whole)."""
+    return s["permutations"] * 10 + 9
+
+
+def _trial(test, interval, null_truth: float, effect: float, estimate: float) -> Trial:
+    """A two-sided ``test``'s p and ``interval`` as a :class:`Trial`: its truth ``null_truth`` under the null,
+    unknown (nan) with a planted ``effect``."""
+    return Trial(p_value=test.p_value_two_sided, low=interval[0], high=interval[1],
+                 truth=null_truth if not effect else math.nan, estimate=estimate)
+
+
+def _paired_trial(paired_test, *data, s: dict, seed: int, effect: float) -> Trial:
+    """``paired_test`` (a difference of two arms, sign flips per subject) on ``data`` with the null model's
+    permutations and bootstrap, as a :class:`Trial` of the difference (truth 0 under the null)."""
+    t = paired_test(*data, n_permutations=_permutations(s), n_bootstrap=s["bootstrap"],
+                    random_state=_random_state(seed))
+    return _trial(t, t.difference_ci, 0.0, effect, t.statistic)
+
+
+def _case(name: str, simulate, effect: float, claim: str | None = None, cohorts: tuple[str, ...] = COHORTS,
+          cohort: str = "msu_schizophrenia", **fields) -> CalibrationCase:
+    """Register ``study_c.<name>``: ``simulate`` on ``cohort``'s shape with one planted ``effect``, used in every
+    report of ``claim`` (default: the ``<name> claim``) on ``cohorts`` (:func:`_used_in`); ``fields``: the rest of
+    the :class:`CalibrationCase`."""
+    return register(CalibrationCase(name=f"study_c.{name}", cohort=cohort,
+                                    used_in=_used_in(claim or f"{name} claim", cohorts), simulate=simulate,
+                                    effects=(effect,), **fields))
+
+
 # -- diagnosis: a subject-level label of held-out subjects ------------------------------------------------------
 
 
@@ -111,24 +147,20 @@ def _diagnosis(seed: int, effect: float, size: str) -> Trial:
     label[rng.permutation(s["subjects"])[: s["positives"]]] = 1
     Z[:, 0] += effect * label[groups]
     folds = min(5, s["subjects"] // 2)
-    r = subject_label_leakage(Z, label[groups], groups, SubjectDisjointSplit(folds, random_state=int(seed) % 2**31),
+    r = subject_label_leakage(Z, label[groups], groups, SubjectDisjointSplit(folds, random_state=_random_state(seed)),
                               n_bootstrap=s["bootstrap"], n_permutations=s["permutations"],
-                              random_state=int(seed) % 2**31)
-    return Trial(p_value=r.p_value_two_sided, low=r.shift_ci[0], high=r.shift_ci[1],
-                 truth=math.nan if effect else 0.5, estimate=r.balanced_accuracy)
+                              random_state=_random_state(seed))
+    return _trial(r, r.shift_ci, 0.5, effect, r.balanced_accuracy)
 
 
-register(CalibrationCase(
-    name="study_c.diagnosis", cohort="msu_schizophrenia",
-    test="subject_label_leakage: held-out subjects' label (balanced accuracy) against its permuted-label null, "
-         "two-sided; interval: the test inverted under a shift (shift_ci, the claim's interval)",
-    used_in=_used_in("task claim (the diagnosis)", ("msu_schizophrenia",)),
-    null_model="MSU-shaped Gaussian embeddings (audited subjects × windows, class balance of the cohort), "
-               "subject effect + window noise, labels independent of the embeddings",
-    simulate=_diagnosis, effects=(0.6,), effect_unit="label shift of one embedding dimension (SD)",
-    n_null=400, n_power=100,
-    why_fewer="each data set refits the head for every permutation in 5 folds (~1 s at 99 permutations on one "
-              "core); 400 data sets resolve a size of 0.08 from 0.05"))
+_case("diagnosis", _diagnosis, 0.6, "task claim (the diagnosis)", ("msu_schizophrenia",),
+      test="subject_label_leakage: held-out subjects' label (balanced accuracy) against its permuted-label null, "
+           "two-sided; interval: the test inverted under a shift (shift_ci, the claim's interval)",
+      null_model="MSU-shaped Gaussian embeddings (audited subjects × windows, class balance of the cohort), "
+                 "subject effect + window noise, labels independent of the embeddings",
+      effect_unit="label shift of one embedding dimension (SD)", n_null=400, n_power=100,
+      why_fewer="each data set refits the head for every permutation in 5 folds (~1 s at 99 permutations on one "
+                "core); 400 data sets resolve a size of 0.08 from 0.05")
 
 
 # -- identity: BPID@1 against chance, and pretrained minus random init ------------------------------------------
@@ -152,22 +184,18 @@ def _identity(seed: int, effect: float, size: str) -> Trial:
     s = _shape(size, "msu_schizophrenia")
     rng = np.random.default_rng(seed)
     Zr, gr, Zq, gq = _identity_data(rng, s, effect)
-    b = bpid_at_1(Zr, gr, Zq, gq, n_bootstrap=s["bootstrap"], random_state=int(seed) % 2**31)
-    t = identity_permutation_test(b.guess, b.query_subjects, b.candidates,
-                                  n_permutations=s["permutations"] * 10 + 9,
-                                  random_state=int(seed) % 2**31)
-    return Trial(p_value=t.p_value_two_sided, low=b.ci[0], high=b.ci[1], truth=b.chance if not effect else math.nan,
-                 estimate=b.accuracy)
+    b = bpid_at_1(Zr, gr, Zq, gq, n_bootstrap=s["bootstrap"], random_state=_random_state(seed))
+    t = identity_permutation_test(b.guess, b.query_subjects, b.candidates, n_permutations=_permutations(s),
+                                  random_state=_random_state(seed))
+    return _trial(t, b.ci, b.chance, effect, b.accuracy)
 
 
-register(CalibrationCase(
-    name="study_c.identity", cohort="msu_schizophrenia",
-    test="bpid_at_1 + identity_permutation_test: reference labels permuted between subjects, two-sided p (as the "
-         "claim prints it); interval: query-subject bootstrap of BPID@1",
-    used_in=_used_in("identity claim"),
-    null_model="MSU-shaped reference and query windows whose subject effects are independent (nothing links a "
-               "query to its subject's reference set); BPID@1's truth is 1/K",
-    simulate=_identity, effects=(0.2,), effect_unit="share of the reference subject effect in the queries"))
+_case("identity", _identity, 0.2,
+      test="bpid_at_1 + identity_permutation_test: reference labels permuted between subjects, two-sided p (as the "
+           "claim prints it); interval: query-subject bootstrap of BPID@1",
+      null_model="MSU-shaped reference and query windows whose subject effects are independent (nothing links a "
+                 "query to its subject's reference set); BPID@1's truth is 1/K",
+      effect_unit="share of the reference subject effect in the queries")
 
 
 def _pretraining_adds_identity(seed: int, effect: float, size: str) -> Trial:
@@ -181,21 +209,15 @@ def _pretraining_adds_identity(seed: int, effect: float, size: str) -> Trial:
     base = 0.3  # both encoders identify above chance, as the real ones do; only the difference is tested
     a = bpid_at_1(*_identity_data(rng, s, base + effect), n_bootstrap=s["bootstrap"])
     b = bpid_at_1(*_identity_data(rng, s, base), n_bootstrap=s["bootstrap"])
-    t = paired_identity_test(a.correct, b.correct, a.query_subjects,
-                             n_permutations=s["permutations"] * 10 + 9,
-                             n_bootstrap=s["bootstrap"], random_state=int(seed) % 2**31)
-    return Trial(p_value=t.p_value_two_sided, low=t.difference_ci[0], high=t.difference_ci[1],
-                 truth=0.0 if not effect else math.nan, estimate=t.statistic)
+    return _paired_trial(paired_identity_test, a.correct, b.correct, a.query_subjects, s=s, seed=seed, effect=effect)
 
 
-register(CalibrationCase(
-    name="study_c.pretraining_adds_identity", cohort="msu_schizophrenia",
-    test="paired_identity_test: BPID@1 difference, sign flips per query subject (two-sided from its null); "
-         "interval: paired query-subject bootstrap",
-    used_in=_used_in("pretraining_adds_identity claim"),
-    null_model="two encoders drawn from the same identity model on MSU-shaped subjects (exchangeable per "
-               "subject); the difference's truth is 0",
-    simulate=_pretraining_adds_identity, effects=(0.2,), effect_unit="extra share of the reference effect"))
+_case("pretraining_adds_identity", _pretraining_adds_identity, 0.2,
+      test="paired_identity_test: BPID@1 difference, sign flips per query subject (two-sided from its null); "
+           "interval: paired query-subject bootstrap",
+      null_model="two encoders drawn from the same identity model on MSU-shaped subjects (exchangeable per "
+                 "subject); the difference's truth is 0",
+      effect_unit="extra share of the reference effect")
 
 
 # -- membership: the downstream head and the encoder ------------------------------------------------------------
@@ -221,23 +243,19 @@ def _head_membership(seed: int, effect: float, size: str) -> Trial:
     member[rng.permutation(n)[: n // 2]] = True
     loss, groups = _losses(rng, n, s["windows"], effect * member, s["icc"])
     inside = member[groups]
-    res = membership_auc(loss[inside], loss[~inside], s["bootstrap"], random_state=int(seed) % 2**31,
+    res = membership_auc(loss[inside], loss[~inside], s["bootstrap"], random_state=_random_state(seed),
                          groups_members=groups[inside], groups_nonmembers=groups[~inside])
     t = membership_permutation_test(loss[inside], loss[~inside], groups[inside], groups[~inside],
-                                    n_permutations=s["permutations"] * 10 + 9,
-                                    random_state=int(seed) % 2**31)
-    return Trial(p_value=t.p_value_two_sided, low=res.ci[0], high=res.ci[1], truth=0.5 if not effect else math.nan,
-                 estimate=res.auc)
+                                    n_permutations=_permutations(s), random_state=_random_state(seed))
+    return _trial(t, res.ci, 0.5, effect, res.auc)
 
 
-register(CalibrationCase(
-    name="study_c.head_membership", cohort="msu_schizophrenia",
-    test="membership_permutation_test: member subjects permuted, scores fixed, two-sided p (as the claim prints "
-         "it); interval: membership_auc's stratified subject bootstrap",
-    used_in=_used_in("head_membership claim"),
-    null_model="MSU-shaped per-window losses with a subject effect, members and non-members from one "
-               "distribution; the AUC's truth is 0.5",
-    simulate=_head_membership, effects=(0.5,), effect_unit="members' log-loss shift"))
+_case("head_membership", _head_membership, 0.5,
+      test="membership_permutation_test: member subjects permuted, scores fixed, two-sided p (as the claim prints "
+           "it); interval: membership_auc's stratified subject bootstrap",
+      null_model="MSU-shaped per-window losses with a subject effect, members and non-members from one "
+                 "distribution; the AUC's truth is 0.5",
+      effect_unit="members' log-loss shift")
 
 
 def _encoder_membership(seed: int, effect: float, size: str) -> Trial:
@@ -254,20 +272,15 @@ def _encoder_membership(seed: int, effect: float, size: str) -> Trial:
         nm, gn = _losses(rng, n, w, np.zeros(n), s["icc"])
         out.append((m, nm))
     (am, an), (cm, cn) = out
-    t = paired_membership_test(am, an, cm, cn, gm, gn, n_permutations=s["permutations"] * 10 + 9,
-                               n_bootstrap=s["bootstrap"], random_state=int(seed) % 2**31)
-    return Trial(p_value=t.p_value_two_sided, low=t.difference_ci[0], high=t.difference_ci[1],
-                 truth=0.0 if not effect else math.nan, estimate=t.statistic)
+    return _paired_trial(paired_membership_test, am, an, cm, cn, gm, gn, s=s, seed=seed, effect=effect)
 
 
-register(CalibrationCase(
-    name="study_c.encoder_membership", cohort="msu_schizophrenia",
-    test="paired_membership_test: within-subject AUC minus random init, sign flips per subject (two-sided from "
-         "its null); interval: paired subject bootstrap",
-    used_in=_used_in("encoder_membership claim"),
-    null_model="MSU-shaped subjects with member and held-out windows, attack and control losses from one "
-               "distribution; the difference's truth is 0",
-    simulate=_encoder_membership, effects=(0.3,), effect_unit="members' log-loss shift in the attack"))
+_case("encoder_membership", _encoder_membership, 0.3,
+      test="paired_membership_test: within-subject AUC minus random init, sign flips per subject (two-sided from "
+           "its null); interval: paired subject bootstrap",
+      null_model="MSU-shaped subjects with member and held-out windows, attack and control losses from one "
+                 "distribution; the difference's truth is 0",
+      effect_unit="members' log-loss shift in the attack")
 
 
 # -- the window-level task claim (eegmat: rest vs arithmetic of held-out subjects) ------------------------------
@@ -297,26 +310,22 @@ def _window_task(seed: int, effect: float, size: str) -> Trial:
          + rng.standard_normal((groups.size, s["dim"])) * math.sqrt(within))
     Z[:, 0] += effect * state
     r = window_label_leakage(Z, state, groups, recording,
-                             SubjectDisjointSplit(min(5, s["subjects"] // 2), random_state=int(seed) % 2**31),
+                             SubjectDisjointSplit(min(5, s["subjects"] // 2), random_state=_random_state(seed)),
                              n_bootstrap=s["bootstrap"], n_permutations=s["permutations"],
-                             random_state=int(seed) % 2**31)
-    return Trial(p_value=r.p_value_two_sided, low=r.ci[0], high=r.ci[1], truth=0.5 if not effect else math.nan,
-                 estimate=r.balanced_accuracy)
+                             random_state=_random_state(seed))
+    return _trial(r, r.ci, 0.5, effect, r.balanced_accuracy)
 
 
-register(CalibrationCase(
-    name="study_c.window_task", cohort="eegmat",
-    test="window_label_leakage: held-out windows' state (balanced accuracy) against the null that permutes the "
-         "labels among each subject's recordings and reruns the cross-fitted pipeline, two-sided; interval: the "
-         "test inverted under a shift (the claim's interval)",
-    used_in=_used_in("task claim (window label)", ("eegmat", "eegmmidb")),
-    null_model="eegmat-shaped subjects (audited subjects × windows), one rest and one arithmetic recording each, "
-               "subject + recording effects + window noise, embeddings independent of the state; the balanced "
-               "accuracy's truth is 0.5",
-    simulate=_window_task, effects=(0.5,), effect_unit="state shift of one embedding dimension (SD)",
-    n_null=400, n_power=100,
-    why_fewer="each data set refits the head for every permutation in 5 folds (~0.5 s at 99 permutations on one "
-              "core); 400 data sets resolve a size of 0.08 from 0.05"))
+_case("window_task", _window_task, 0.5, "task claim (window label)", ("eegmat", "eegmmidb"), cohort="eegmat",
+      test="window_label_leakage: held-out windows' state (balanced accuracy) against the null that permutes the "
+           "labels among each subject's recordings and reruns the cross-fitted pipeline, two-sided; interval: the "
+           "test inverted under a shift (the claim's interval)",
+      null_model="eegmat-shaped subjects (audited subjects × windows), one rest and one arithmetic recording each, "
+                 "subject + recording effects + window noise, embeddings independent of the state; the balanced "
+                 "accuracy's truth is 0.5",
+      effect_unit="state shift of one embedding dimension (SD)", n_null=400, n_power=100,
+      why_fewer="each data set refits the head for every permutation in 5 folds (~0.5 s at 99 permutations on one "
+                "core); 400 data sets resolve a size of 0.08 from 0.05")
 
 
 # -- the attribute claim: L_A (a gain over the larger of two controls) above 0, one-sided ------------------------
@@ -342,21 +351,19 @@ def _attribute(seed: int, effect: float, size: str) -> Trial:
     k = min(ATTRIBUTE_DIMS, s["dim"])
     A[:, :k] += effect * Z[:, :k]
     r = attribute_leakage(Z, A, groups, SubjectDisjointSplit(min(5, s["subjects"] // 2),
-                                                             random_state=int(seed) % 2**31),
-                          n_bootstrap=max(1000, s["bootstrap"]), n_permutations=0, random_state=int(seed) % 2**31)
+                                                             random_state=_random_state(seed)),
+                          n_bootstrap=max(1000, s["bootstrap"]), n_permutations=0, random_state=_random_state(seed))
     return Trial(p_value=interval_p_value(r.gain, r.ci[0], r.ci[1], 0.0), low=r.ci[0], high=r.ci[1],
                  truth=math.nan, estimate=r.gain)
 
 
-register(CalibrationCase(
-    name="study_c.attribute", cohort="eegmat",
-    test="attribute_leakage + interval_p_value: L_A (held-out ridge score minus the larger of its Gaussian and "
-         "permuted controls), its subject-bootstrap interval read against 0 one-sided (normal approximation), as "
-         "the claim prints it; size only (no coverage: L_A's truth on a null is below 0)",
-    used_in=_used_in("attribute claim"),
-    null_model=f"eegmat-shaped subjects (audited subjects × windows); a {ATTRIBUTE_DIMS}-dimensional attribute with "
-               "its own subject effect, independent of the embeddings",
-    simulate=_attribute, effects=(0.3,), effect_unit="attribute share of the embedding's first dimensions",
-    sided="one-sided (L_A subtracts the larger of two controls, so it lies below 0 on a null by construction; "
-          "only above 0 answers the claim)",
-    n_null=1000, n_power=100))
+_case("attribute", _attribute, 0.3, cohort="eegmat",
+      test="attribute_leakage + interval_p_value: L_A (held-out ridge score minus the larger of its Gaussian and "
+           "permuted controls), its subject-bootstrap interval read against 0 one-sided (normal approximation), as "
+           "the claim prints it; size only (no coverage: L_A's truth on a null is below 0)",
+      null_model=f"eegmat-shaped subjects (audited subjects × windows); a {ATTRIBUTE_DIMS}-dimensional attribute "
+                 "with its own subject effect, independent of the embeddings",
+      effect_unit="attribute share of the embedding's first dimensions",
+      sided="one-sided (L_A subtracts the larger of two controls, so it lies below 0 on a null by construction; "
+            "only above 0 answers the claim)",
+      n_null=1000, n_power=100)
