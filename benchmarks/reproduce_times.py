@@ -50,6 +50,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 # The stage a log line names, and DVC's name for it: one definition, shared with the stages' own progress line.
+from eegprivacy.atomic import write_text_atomic
 from eegprivacy.reproduce_progress import clock, dvc_name, stage_label
 
 NAME = "reproduce"
@@ -144,11 +145,7 @@ def record(start: float, end: float, rc: int, stage_log: str | Path | None, out:
         if kept:
             doc["last_from_scratch"] = {k: v for k, v in kept.items() if k != "last_from_scratch"}
     doc["other_profiles"] = records
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.tmp")
-    tmp.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, out)
+    write_text_atomic(out, json.dumps(doc, indent=2) + "\n")
     return doc
 
 
@@ -288,10 +285,7 @@ def write_plan(out: str | Path, start: float, repro_args: str | None = None, pro
         out.unlink(missing_ok=True)
         return None
     plan = build_plan(start, *found, pipeline, read_records(wall).get(profile), profile=profile)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.tmp")
-    tmp.write_text(json.dumps(plan, indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, out)
+    write_text_atomic(out, json.dumps(plan, indent=2) + "\n")
     return plan
 
 

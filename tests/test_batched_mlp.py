@@ -27,17 +27,9 @@ REPO = Path(__file__).resolve().parents[1]
 @pytest.fixture(scope="module")
 def msu_patients(data_root):
     """MSU's real patient table (84 adolescents, one row each: the mean of their window features)."""
-    from eegprivacy.data import get_dataset
-    from eegprivacy.privacy.release import patient_vectors
-    from eegprivacy.signal.table import FeaturesParams, dataset_window_features
-    from eegprivacy.studies.release.table import INDEX_COLUMNS
+    from eegprivacy.studies.release.table import computed_patient_vectors
 
-    params = FeaturesParams.load(REPO / "params/features.yaml", "features")
-    dataset = get_dataset("msu_schizophrenia", **params.dataset_kwargs("msu_schizophrenia"))
-    table = dataset_window_features(dataset, params.pipeline("msu_schizophrenia"), progress=False)
-    features = [c for c in table.columns if c not in INDEX_COLUMNS and np.isfinite(table[c].to_numpy()).all()]
-    X, y, _ids = patient_vectors(table, features, group="subject", label="label")
-    return X.to_numpy(float), np.asarray(y, dtype=int)
+    return computed_patient_vectors("msu_schizophrenia", REPO / "params/features.yaml")
 
 
 def _loso_tasks(n: int, inner_pairs: int = 0) -> list[tuple[np.ndarray, np.ndarray]]:

@@ -63,6 +63,13 @@ class _AttackerSpace:
         self.scaler_ = RobustFeatureScaler().fit(X)
         return self._project(X)
 
+    def _fit_checked(self, X, option: str, allowed) -> np.ndarray:
+        """``_fit_space`` on the attacker's table after checking the estimator's ``option`` against ``allowed``."""
+        value = getattr(self, option)
+        if value not in allowed:
+            raise ValueError(f"unknown {option} {value!r}; use one of {allowed}")
+        return self._fit_space(validate_data(self, X, dtype=np.float64, ensure_all_finite=True, ensure_min_samples=2))
+
     def _project(self, X) -> np.ndarray:
         scaled = self.scaler_.transform(X)
         return scaled if self.clip_norm is None else clip_rows_l2(scaled, self.clip_norm)
@@ -81,10 +88,7 @@ class NearestNeighbourReidentifier(_AttackerSpace, BaseEstimator):
         self.clip_norm = clip_norm
 
     def fit(self, X, y=None):
-        if self.metric not in METRICS:
-            raise ValueError(f"unknown metric {self.metric!r}; use one of {METRICS}")
-        X = validate_data(self, X, dtype=np.float64, ensure_all_finite=True, ensure_min_samples=2)
-        self.candidates_ = self._fit_space(X)
+        self.candidates_ = self._fit_checked(X, "metric", METRICS)
         return self
 
     def distances(self, X_released) -> np.ndarray:
@@ -116,10 +120,7 @@ class TableMembershipInference(_AttackerSpace, BaseEstimator):
         self.clip_norm = clip_norm
 
     def fit(self, X, y=None):
-        if self.score not in MIA_SCORES:
-            raise ValueError(f"unknown score {self.score!r}; use one of {MIA_SCORES}")
-        X = validate_data(self, X, dtype=np.float64, ensure_all_finite=True, ensure_min_samples=2)
-        self._fit_space(X)
+        self._fit_checked(X, "score", MIA_SCORES)
         return self
 
     def decision_function(self, X_released, X_targets, calibration: Calibration | None = None) -> np.ndarray:

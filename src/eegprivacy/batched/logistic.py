@@ -57,7 +57,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from eegprivacy.batched.mlp import _is_constant
+from eegprivacy.batched.mlp import _is_constant, standard_scaled_head
 
 __all__ = ["LogisticFits", "logistic_C", "logistic_proba"]
 
@@ -95,15 +95,9 @@ def logistic_C(estimator) -> float | None:
     start and a deterministic solver that converges to the optimum (lbfgs, newton-cg, newton-cholesky). liblinear
     penalises the intercept; sag/saga are stochastic and stop early; another penalty is another objective."""
     from sklearn.linear_model import LogisticRegression
-    from sklearn.pipeline import Pipeline
-    from sklearn.preprocessing import StandardScaler
 
-    if type(estimator) is not Pipeline or len(estimator.steps) != 2:
-        return None
-    scaler, head = estimator.steps[0][1], estimator.steps[1][1]
-    if type(scaler) is not StandardScaler or not (scaler.with_mean and scaler.with_std):
-        return None
-    if type(head) is not LogisticRegression:
+    head = standard_scaled_head(estimator, LogisticRegression)
+    if head is None:
         return None
     p = head.get_params()
     if (p.get("penalty", "l2") != "l2" or p.get("l1_ratio") not in (None, 0, 0.0) or p["dual"]

@@ -56,6 +56,21 @@ def _is_constant(var: np.ndarray, mean: np.ndarray, n: np.ndarray) -> np.ndarray
     return var <= n * eps * var + (n * mean * eps) ** 2
 
 
+def standard_scaled_head(estimator, head_type):
+    """The head of ``Pipeline([StandardScaler(), head])`` when ``estimator`` is exactly that (a ``Pipeline`` of two
+    steps, a default scaler, a head of class ``head_type`` itself, not a subclass), else None: the shape the
+    batched solvers reproduce."""
+    from sklearn.pipeline import Pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    if type(estimator) is not Pipeline or len(estimator.steps) != 2:
+        return None
+    scaler, head = estimator.steps[0][1], estimator.steps[1][1]
+    if type(scaler) is not StandardScaler or not (scaler.with_mean and scaler.with_std):
+        return None
+    return head if type(head) is head_type else None
+
+
 class AdamMLP:
     """The paper's ``StandardScaler + MLPClassifier`` (one hidden ReLU layer, Adam, full batch), many fits at once.
 
@@ -112,15 +127,9 @@ class AdamMLP:
         one hidden layer, minibatches, early stopping, an unseeded or ``RandomState`` seed, a scaler with
         non-default options)."""
         from sklearn.neural_network import MLPClassifier
-        from sklearn.pipeline import Pipeline
-        from sklearn.preprocessing import StandardScaler
 
-        if not isinstance(estimator, Pipeline) or len(estimator.steps) != 2:
-            return None
-        scaler, mlp = estimator.steps[0][1], estimator.steps[1][1]
-        if type(scaler) is not StandardScaler or not (scaler.with_mean and scaler.with_std):
-            return None
-        if type(mlp) is not MLPClassifier:
+        mlp = standard_scaled_head(estimator, MLPClassifier)
+        if mlp is None:
             return None
         p = mlp.get_params()
         sizes = p["hidden_layer_sizes"]

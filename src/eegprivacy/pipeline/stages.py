@@ -179,6 +179,9 @@ SCALING_DATASETS = ("synthetic_clinical", "eegmat", "msu_schizophrenia")  # dp_s
 END_TO_END_DATASETS = ("msu_schizophrenia",)  # dp_end_to_end's cohorts (params: dp_end_to_end.datasets)
 # What the end-to-end stages read of study A's other params (the cohort, the clip norm, δ, the interval's level, the
 # public/private split): dp_end_to_end adds the bootstrap, dp_sample_size the end-to-end section itself.
+# A per-cohort study A stage's inputs (the cohort's features and its version) and flags.
+COHORT_FEATURES = ("data/features/{item}.parquet", "data/versions/{item}.json")
+COHORT_FLAGS = ("dataset", "progress", "cells", "out", "features_dir")
 END_TO_END_READS = ("params/dp_release.yaml:dp_release.datasets", "params/dp_release.yaml:dp_release.clip_norm",
                     "params/dp_release.yaml:dp_release.delta", "params/dp_release.yaml:dp_utility.confidence",
                     "params/dp_scaling.yaml:dp_scaling.public_fraction", "params/dp_scaling.yaml:dp_scaling.split_seed")
@@ -206,9 +209,9 @@ STAGES: tuple[Stage, ...] = (
           "many noise seeds; per-seed intrinsic utility (tidy CSV), one MLflow parent run per mechanism.",
           entry="experiments.dp_release", section="dp_release", params_file="params/dp_release.yaml",
           config="eegprivacy.studies.release.config:DPReleaseConfig", code=RELEASE, support=MACHINERY,
-          inputs=("data/features/{item}.parquet", "data/versions/{item}.json"),
+          inputs=COHORT_FEATURES,
           outs=("metrics/dp_release/dp_release_{item}.csv",), items=STUDY_A, profile_list="study_a",
-          flags=("dataset", "progress", "cells", "out", "features_dir"),
+          flags=COHORT_FLAGS,
           tolerance=1e-9),
     Stage("dp_utility", "Study A: LOSO utility (MLP; AUROC, the nested and the paper's optimistic threshold "
           "protocols, one grid) of the non-private table, a permuted-label control, every DP release and its matched "
@@ -217,10 +220,10 @@ STAGES: tuple[Stage, ...] = (
           config="eegprivacy.studies.release.config:DPUtilityConfig", code=RELEASE, support=MACHINERY,
           section_keys=("mechanisms", "baseline_mlp_seeds", "nested_seeds", "nested_inner_folds", "permutations",
                         "n_jobs", "bootstrap", "confidence"),
-          inputs=("data/features/{item}.parquet", "data/versions/{item}.json"),
+          inputs=COHORT_FEATURES,
           outs=("metrics/dp_utility/dp_utility_{item}.csv", "metrics/dp_utility/dp_utility_summary_{item}.csv"),
           reads=("params/dp_release.yaml:dp_release",), items=STUDY_A, profile_list="study_a",
-          flags=("dataset", "progress", "cells", "out", "features_dir"), tolerance=1e-9),
+          flags=COHORT_FLAGS, tolerance=1e-9),
     Stage("dp_aggregate", "Study A: each dataset's headline (release vs matched null, utility horizons), the "
           "per-seed aggregate and the figures.",
           entry="experiments.dp_aggregate", section="dp_utility", params_file="params/dp_release.yaml",
@@ -238,26 +241,26 @@ STAGES: tuple[Stage, ...] = (
           entry="experiments.table_attacks", section="table_attacks", params_file="params/table_attacks.yaml",
           config="eegprivacy.studies.release.config:TableAttacksConfig",
           code=(*RELEASE, f"{SRC}/attacks"), support=(*MACHINERY, *REPORTING),
-          inputs=("data/features/{item}.parquet", "data/versions/{item}.json"),
+          inputs=COHORT_FEATURES,
           outs=("metrics/table_attacks_{item}.csv", "metrics/table_attacks_{item}.json",
                 "reports/figures/table_attacks_{item}.png"),
           reads=("params/dp_release.yaml:dp_release.clip_norm", "params/dp_release.yaml:dp_release.delta",
                  "params/dp_release.yaml:dp_release.common_random_numbers"), items=("eegmat", "msu_schizophrenia"),
-          profile_list="study_a_attacks", flags=("dataset", "progress", "cells", "out", "features_dir"),
+          profile_list="study_a_attacks", flags=COHORT_FLAGS,
           tolerance=1e-9),
     Stage("dp_scenarios", "Study A: deployment scenarios (client-side, server-side with HMAC GlobalIDs, "
           "decentralised Flower FedAvg) of the DP release, scored under LOSO.",
           entry="experiments.dp_scenarios", section="deployment", params_file="params/deployment.yaml",
           config="eegprivacy.studies.release.config:DeploymentConfig",
           code=(*RELEASE, f"{SRC}/federated", f"{SRC}/attacks"), support=(*MACHINERY, *REPORTING),
-          inputs=("data/features/{item}.parquet", "data/versions/{item}.json"),
+          inputs=COHORT_FEATURES,
           outs=("metrics/dp_scenarios_{item}.csv", "metrics/dp_scenarios_{item}.json",
                 "reports/figures/dp_scenarios_{item}.png"),
           reads=("params/dp_release.yaml:dp_release.clip_norm", "params/dp_release.yaml:dp_release.delta",
                  "params/dp_release.yaml:dp_release.datasets",
                  "params/dp_release.yaml:dp_release.common_random_numbers"),
           items=("eegmat", "msu_schizophrenia"), profile_list="study_a_attacks",
-          flags=("dataset", "progress", "cells", "out", "features_dir"), tolerance=1e-9),
+          flags=COHORT_FLAGS, tolerance=1e-9),
     Stage("optuna_study_a", "Study A: multi-objective Optuna search over (mechanism, ε, C) on MSU: LOSO AUROC of "
           "the release minus its matched null vs same-session re-identification top-1; the Pareto front re-evaluated "
           "on fresh seeds.",
@@ -288,13 +291,13 @@ STAGES: tuple[Stage, ...] = (
           "intervals over patients and seeds, release − null and the cost against private scaling.",
           entry="experiments.dp_scaling", section="dp_scaling", params_file="params/dp_scaling.yaml",
           config="eegprivacy.studies.release.config:DPScalingConfig", code=RELEASE, support=MACHINERY,
-          inputs=("data/features/{item}.parquet", "data/versions/{item}.json"),
+          inputs=COHORT_FEATURES,
           outs=("metrics/dp_scaling/dp_scaling_{item}.csv", "metrics/dp_scaling/dp_scaling_summary_{item}.csv"),
           reads=("params/dp_release.yaml:dp_release.datasets", "params/dp_release.yaml:dp_release.clip_norm",
                  "params/dp_release.yaml:dp_release.delta", "params/dp_release.yaml:dp_release.common_random_numbers",
                  "params/dp_release.yaml:dp_utility.bootstrap", "params/dp_release.yaml:dp_utility.confidence"),
           items=SCALING_DATASETS, profile_list="study_a",
-          flags=("dataset", "progress", "cells", "out", "features_dir"), tolerance=1e-9),
+          flags=COHORT_FLAGS, tolerance=1e-9),
     Stage("dp_scaling_aggregate", "Study A: the scaling alternatives' summaries (AUROC vs matched null, cost vs "
           "private scaling), their figure and JSON.",
           entry="experiments.dp_scaling_aggregate", section="dp_scaling", params_file="params/dp_scaling.yaml",
@@ -308,10 +311,10 @@ STAGES: tuple[Stage, ...] = (
           "matched null, LOSO AUROC on the private patients, a fixed-sequence utility horizon per design.",
           entry="experiments.dp_end_to_end", section="dp_end_to_end", params_file="params/dp_end_to_end.yaml",
           config="eegprivacy.studies.release.config:DPEndToEndConfig", code=RELEASE, support=MACHINERY,
-          inputs=("data/features/{item}.parquet", "data/versions/{item}.json"),
+          inputs=COHORT_FEATURES,
           outs=("metrics/dp_end_to_end_{item}.csv", "metrics/dp_end_to_end_summary_{item}.csv"),
           reads=(*END_TO_END_READS, "params/dp_release.yaml:dp_utility.bootstrap"), items=END_TO_END_DATASETS,
-          flags=("dataset", "progress", "cells", "out", "features_dir"), tolerance=1e-9),
+          flags=COHORT_FLAGS, tolerance=1e-9),
     Stage("dp_sample_size", "Study A (SYNTHETIC): the end-to-end designs on synthetic private cohorts of 56 to 896 "
           "patients calibrated to the real one: the ε horizon against n and the patients a private release needs.",
           entry="experiments.dp_sample_size", section="dp_sample_size", params_file="params/dp_sample_size.yaml",
@@ -321,7 +324,7 @@ STAGES: tuple[Stage, ...] = (
                   "metrics/dp_end_to_end_summary_{item}.csv"),
           outs=("metrics/dp_sample_size_{item}.csv", "metrics/dp_sample_size_summary_{item}.csv"),
           reads=("params/dp_end_to_end.yaml:dp_end_to_end", *END_TO_END_READS), items=END_TO_END_DATASETS,
-          flags=("dataset", "progress", "cells", "out", "features_dir"), tolerance=1e-9),
+          flags=COHORT_FLAGS, tolerance=1e-9),
     # ---- Study B: federated membership inference ------------------------------------------------------------
     Stage("federated_mia", "Study B: per-subject FedAvg (per-client CSP, SimpleNet/EEGNet) with per-step Laplace "
           "gradient DP, record/feature/gradient/client-level membership attacks every attacked round.",

@@ -294,6 +294,13 @@ class LaplaceFormal(_LaplaceNoise, Mechanism):
                            self.name, float(clip_norm), int(dim))
 
 
+def check_mechanism(mechanism) -> Mechanism:
+    """``mechanism`` itself if it is a :class:`Mechanism`; a releaser's fit starts with this."""
+    if not isinstance(mechanism, Mechanism):
+        raise TypeError(f"mechanism must be a Mechanism (see make_mechanism), got {mechanism!r}")
+    return mechanism
+
+
 MECHANISMS: dict[str, type[Mechanism]] = {
     cls.name: cls for cls in (GaussianAnalytic, GaussianClassic, LaplaceImplemented, LaplaceFormal)
 }

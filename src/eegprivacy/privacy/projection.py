@@ -23,11 +23,10 @@ import math
 
 import numpy as np
 from sklearn.base import BaseEstimator, TransformerMixin
-from sklearn.exceptions import NotFittedError
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from eegprivacy.privacy.mechanisms import Mechanism, gaussian_sigma
-from eegprivacy.privacy.release import _noise_generator, clip_rows_l2
+from eegprivacy.privacy.mechanisms import Mechanism, check_mechanism, gaussian_sigma
+from eegprivacy.privacy.release import PublicFitted, _noise_generator, clip_rows_l2
 from eegprivacy.validation import EPSILON, check
 
 PROJECTION_METHODS = ("pca", "pls")
@@ -53,7 +52,7 @@ def _check_components(n_components, n_features: int, n_samples: int | None = Non
     return k
 
 
-class PublicProjection(TransformerMixin, BaseEstimator):
+class PublicProjection(PublicFitted, TransformerMixin, BaseEstimator):
     """k orthonormal directions fitted on public patients: PCA of their (scaled) features, or PLS on their labels.
 
     Fit it on the public split yourself (public patients' labels are public, so PLS may use them) and hand it on
@@ -93,13 +92,8 @@ class PublicProjection(TransformerMixin, BaseEstimator):
         X = validate_data(self, X, dtype=np.float64, ensure_all_finite=True, reset=False)
         return X @ self.components_.T
 
-    def __sklearn_clone__(self):
-        try:
-            check_is_fitted(self, "components_")
-        except NotFittedError:
-            raise ValueError("fit PublicProjection on the public patients before handing it on; an unfitted one "
-                             "would be fitted on the private table") from None
-        return copy.deepcopy(self)
+    _fitted_attribute = "components_"
+    _public_data = "the public patients"
 
     def projection_info(self) -> dict:
         check_is_fitted(self, "components_")
@@ -227,8 +221,7 @@ class ProjectedReleaser(BaseEstimator):
         self.random_state = random_state
 
     def fit(self, X, y=None):
-        if not isinstance(self.mechanism, Mechanism):
-            raise TypeError(f"mechanism must be a Mechanism (see make_mechanism), got {self.mechanism!r}")
+        check_mechanism(self.mechanism)
         check_is_fitted(self.scaler, "scale_")
         X = validate_data(self, X, dtype=np.float64, ensure_all_finite=True, ensure_min_samples=1)
         scaled = self.scaler.transform(X)

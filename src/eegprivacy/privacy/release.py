@@ -15,7 +15,7 @@ from sklearn.base import BaseEstimator, TransformerMixin, clone
 from sklearn.exceptions import NotFittedError
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from eegprivacy.privacy.mechanisms import SAMPLERS, Mechanism, make_mechanism
+from eegprivacy.privacy.mechanisms import SAMPLERS, Mechanism, check_mechanism, make_mechanism
 
 IQR_FLOOR = 1e-9
 # Integer seeds are mixed with this tag so the noise stream never equals ``default_rng(seed)``: a synthetic
@@ -73,6 +73,28 @@ def _noise_generator(random_state) -> np.random.Generator:
     if random_state is None or isinstance(random_state, np.random.SeedSequence):
         return np.random.default_rng(random_state)
     return np.random.default_rng([_NOISE_STREAM_TAG, int(random_state)])
+
+
+class PublicFitted:
+    """A step fitted on public data before a releaser takes it: it refuses to be cloned unfitted, since the
+    releaser would fit the clone on the private table and its ``public`` label would then be false. Subclasses
+    name the attribute that shows they are fitted and the data they must be fitted on."""
+
+    _fitted_attribute: str = ""
+    _public_data: str = ""
+
+    def __sklearn_clone__(self):
+        import copy
+
+        from sklearn.exceptions import NotFittedError
+        from sklearn.utils.validation import check_is_fitted
+
+        try:
+            check_is_fitted(self, self._fitted_attribute)
+        except NotFittedError:
+            raise ValueError(f"fit {type(self).__name__} on {self._public_data} before handing it on; an unfitted "
+                             "one would be fitted on the private table") from None
+        return copy.deepcopy(self)
 
 
 class RobustFeatureScaler(TransformerMixin, BaseEstimator):
@@ -151,8 +173,7 @@ class DPFeatureReleaser(TransformerMixin, BaseEstimator):
         self.sampler = sampler
 
     def fit(self, X, y=None):
-        if not isinstance(self.mechanism, Mechanism):
-            raise TypeError(f"mechanism must be a Mechanism (see make_mechanism), got {self.mechanism!r}")
+        check_mechanism(self.mechanism)
         X = validate_data(self, X, dtype=np.float64, ensure_all_finite=True, ensure_min_samples=1)
         self.scaler_ = _fitted_scaler(self.scaler, X)
         self.center_ = self.scaler_.center_

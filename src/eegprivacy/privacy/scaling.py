@@ -14,21 +14,19 @@ Each exposes ``scaling_info()``, which ``DPFeatureReleaser.release_info()`` logs
 
 from __future__ import annotations
 
-import copy
 import math
 
 import numpy as np
 from sklearn.base import BaseEstimator, TransformerMixin
-from sklearn.exceptions import NotFittedError
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from eegprivacy.privacy.release import IQR_FLOOR, RobustFeatureScaler
+from eegprivacy.privacy.release import IQR_FLOOR, PublicFitted, RobustFeatureScaler
 from eegprivacy.validation import EPSILON, check
 
 QUANTILES = (0.25, 0.5, 0.75)
 
 
-class PublicReferenceScaler(RobustFeatureScaler):
+class PublicReferenceScaler(PublicFitted, RobustFeatureScaler):
     """Robust scaling (same median/IQR and floor as ``RobustFeatureScaler``) fitted on a public reference table.
 
     Fit it on the public cohort yourself and hand it to the releaser fitted: the releaser then uses it as is. The
@@ -40,16 +38,8 @@ class PublicReferenceScaler(RobustFeatureScaler):
         self.n_reference_ = int(np.asarray(X_public).shape[0])
         return self
 
-    def __sklearn_clone__(self):
-        """A clone keeps the public statistics (they are a fixed parameter of whatever uses them). An unfitted
-        scaler refuses to be cloned: the releaser would fit the clone on the private table, and its
-        ``public_reference`` label would then be false."""
-        try:
-            check_is_fitted(self, "scale_")
-        except NotFittedError:
-            raise ValueError("fit PublicReferenceScaler on the public reference cohort before handing it on; an "
-                             "unfitted one would be fitted on the private table") from None
-        return copy.deepcopy(self)
+    _fitted_attribute = "scale_"
+    _public_data = "the public reference cohort"
 
     def scaling_info(self) -> dict:
         check_is_fitted(self, "scale_")

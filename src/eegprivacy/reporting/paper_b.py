@@ -12,37 +12,24 @@ from __future__ import annotations
 import math
 
 INF = math.inf
-# (model, eps) -> {(attack, attacker, metric): value in %}; attack "" = classification (Table 7).
-PAPER_MI2: dict[tuple[str, float], dict[tuple[str, str, str], float]] = {}
+# The tables as data (``paper_b_mi2.tsv`` beside this module, values in % as printed): one row per (model, ε,
+# attack, attacker, metric); attack "" = classification (Table 7).
+TABLE = "paper_b_mi2.tsv"
 
 
-def _put(model: str, eps: float, acc: float, auroc: float, lr: tuple, rf: tuple) -> None:
-    """``lr``/``rf``: RLA acc, RLA AUROC, FLA acc, FLA AUROC, GLA acc, GLA AUROC, GLA TPR@1%FPR, CLA acc, CLA AUROC."""
-    cells = {("", "", "accuracy"): acc, ("", "", "auroc"): auroc}
-    names = [("rla", "accuracy"), ("rla", "auroc"), ("fla", "accuracy"), ("fla", "auroc"), ("gla_paper", "accuracy"),
-             ("gla_paper", "auroc"), ("gla_paper", "tpr_at_fpr_0.01"), ("cla", "accuracy"), ("cla", "auroc")]
-    for attacker, values in (("lr", lr), ("rf", rf)):
-        for (attack, metric), value in zip(names, values):
-            cells[(attack, attacker, metric)] = value
-    PAPER_MI2[(model, eps)] = cells
+def _read_paper() -> dict[tuple[str, float], dict[tuple[str, str, str], float]]:
+    """(model, eps) -> {(attack, attacker, metric): value in %} from :data:`TABLE`."""
+    from importlib import resources
+
+    lines = resources.files("eegprivacy.reporting").joinpath(TABLE).read_text(encoding="utf-8").splitlines()
+    table: dict = {}
+    for line in lines[1:]:
+        model, eps, attack, attacker, metric, value = line.split("\t")
+        table.setdefault((model, float(eps)), {})[(attack, attacker, metric)] = float(value)
+    return table
 
 
-_put("simplenet", INF, 57.5, 65.7, (70.7, 52.5, 78.4, 54.3, 98.7, 100, 100, 97.6, 99.3),
-     (80.2, 88.4, 76.4, 82.5, 97.6, 99.3, 95.8, 94.4, 99.1))
-_put("eegnet", INF, 59.7, 74.5, (69.6, 50.4, 78.4, 54.3, 99.9, 100, 100, 94.1, 99.1),
-     (82.6, 90.1, 76.4, 82.5, 99.4, 99.9, 98.1, 94.2, 99.0))
-_put("simplenet", 1.0, 49.8, 50.8, (72.0, 49.2, 78.4, 54.3, 45.9, 41.3, 7.5, 13.1, 49.3),
-     (70.8, 76.9, 73.2, 79.8, 42.0, 39.8, 3.1, 12.0, 47.5))
-_put("eegnet", 1.0, 49.8, 50.6, (71.6, 49.5, 78.4, 54.3, 40.9, 37.7, 6.3, 12.6, 48.1),
-     (72.0, 78.2, 73.2, 79.8, 43.0, 40.7, 4.0, 13.3, 49.0))
-_put("simplenet", 5.0, 55.9, 57.0, (70.3, 50.6, 78.4, 54.3, 42.4, 39.6, 7.4, 12.2, 48.3),
-     (72.6, 79.0, 74.1, 80.6, 45.1, 42.0, 5.1, 14.0, 50.7))
-_put("eegnet", 5.0, 57.7, 48.9, (69.6, 52.2, 78.4, 54.3, 42.7, 39.3, 8.1, 17.4, 50.4),
-     (73.1, 79.5, 74.1, 80.6, 43.4, 40.9, 4.4, 18.3, 50.3))
-_put("simplenet", 10.0, 53.2, 55.8, (69.4, 52.0, 78.4, 54.3, 42.1, 41.4, 8.2, 16.2, 53.9),
-     (74.5, 80.8, 75.0, 81.2, 41.3, 38.7, 2.8, 12.4, 60.3))
-_put("eegnet", 10.0, 58.6, 62.0, (68.9, 49.4, 78.4, 54.3, 47.8, 43.9, 8.6, 14.9, 53.4),
-     (75.2, 81.5, 75.0, 81.2, 43.3, 40.2, 3.1, 14.9, 51.9))
+PAPER_MI2: dict[tuple[str, float], dict[tuple[str, str, str], float]] = _read_paper()
 
 # Why our eegmmidb numbers can differ from the paper's, per (attack, metric); "" = classification.
 WHY = {

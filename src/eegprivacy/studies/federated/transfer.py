@@ -28,14 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from eegprivacy.evaluation.cluster_bootstrap import (
-    bootstrap_indices,
-    bootstrap_p_value,
-    combine_seeds,
-    holm,
-    percentile_interval,
-    seed_indices,
-)
+from eegprivacy.evaluation import cluster_bootstrap as cb
 from eegprivacy.params import Config, param
 from eegprivacy.studies.federated.config import MODELS, FederatedMIAConfig
 from eegprivacy.validation import EPSILONS_OR_INF, FRACTION_OPEN, TEXT, count, subset_of
@@ -151,30 +144,30 @@ def summarise(tidy: pd.DataFrame, n_resamples: int = 2000, confidence: float = 0
         for metric in ("accuracy", "auroc"):
             arms, chance, seeds = per_subject(cell, metric)
             n_subjects = arms["held_out"].shape[1]
-            subj = bootstrap_indices(np.zeros(n_subjects, dtype=int), n_resamples, seed=0)
-            seed_idx = seed_indices(len(seeds), n_resamples, seed=0)
+            subj = cb.bootstrap_indices(np.zeros(n_subjects, dtype=int), n_resamples, seed=0)
+            seed_idx = cb.seed_indices(len(seeds), n_resamples, seed=0)
 
             def replicates(values: np.ndarray) -> np.ndarray:
                 per_seed = np.nanmean(values[:, subj], axis=-1)  # (seeds, resamples)
-                return combine_seeds(per_seed, seed_idx)
+                return cb.combine_seeds(per_seed, seed_idx)
 
             base = {"model": model, "epsilon": float(eps), "metric": metric, "n_subjects": n_subjects,
                     "n_seeds": len(seeds), "ci_over": "subjects+seeds",
                     "chance": float(np.mean(chance)) if metric == "accuracy" else 0.5}
             for arm, values in arms.items():
-                low, high = percentile_interval(replicates(values), confidence)
+                low, high = cb.percentile_interval(replicates(values), confidence)
                 records.append({**base, "arm": arm, "value": float(np.nanmean(values)), "ci_low": low,
                                 "ci_high": high})
             for name, a, b in COMPARISONS:
                 diff = arms[a] - arms[b]
                 reps = replicates(diff)
-                low, high = percentile_interval(reps, confidence)
+                low, high = cb.percentile_interval(reps, confidence)
                 records.append({**base, "arm": name, "value": float(np.nanmean(diff)), "ci_low": low,
-                                "ci_high": high, "p_value": bootstrap_p_value(reps)})
+                                "ci_high": high, "p_value": cb.bootstrap_p_value(reps)})
     out = pd.DataFrame(records)
     if "p_value" not in out:
         out["p_value"] = np.nan
     tested = out["p_value"].notna()
     out["p_holm"] = np.nan
-    out.loc[tested, "p_holm"] = holm(out.loc[tested, "p_value"].to_numpy())
+    out.loc[tested, "p_holm"] = cb.holm(out.loc[tested, "p_value"].to_numpy())
     return out

@@ -32,15 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from eegprivacy.evaluation.cluster_bootstrap import (
-    auroc_along,
-    bootstrap_indices,
-    bootstrap_p_value,
-    combine_seeds,
-    holm,
-    percentile_interval,
-    seed_indices,
-)
+from eegprivacy.evaluation import cluster_bootstrap as cb
 from eegprivacy.evaluation.intervals import mean_ci, wilson_interval
 from eegprivacy.pipeline import search
 from eegprivacy.pipeline.keys import config_key
@@ -239,17 +231,17 @@ def reevaluated_values(per_seed: list[dict], y: np.ndarray, n_resamples: int, co
     difference is paired) with the difference's one-sided bootstrap p-value; top-1 with a Wilson interval over the
     K subjects (the mean hit count; seed-to-seed spread is kept per seed)."""
     y = np.asarray(y, dtype=int)
-    idx = bootstrap_indices(y, n_resamples)
-    seed_idx = seed_indices(len(per_seed), n_resamples)
-    replicates = {arm: combine_seeds(auroc_along(np.stack([s[f"proba_{arm}"] for s in per_seed])[:, idx], y[idx]),
+    idx = cb.bootstrap_indices(y, n_resamples)
+    seed_idx = cb.seed_indices(len(per_seed), n_resamples)
+    replicates = {arm: cb.combine_seeds(cb.auroc_along(np.stack([s[f"proba_{arm}"] for s in per_seed])[:, idx], y[idx]),
                                      seed_idx) for arm in ("release", "null")}
     replicates[UTILITY] = replicates["release"] - replicates["null"]
     out = {}
     for name, reps in (("auroc_release", replicates["release"]), ("auroc_null", replicates["null"]),
                        (UTILITY, replicates[UTILITY])):
-        low, high = percentile_interval(reps, confidence)
+        low, high = cb.percentile_interval(reps, confidence)
         out.update({name: float(np.mean([s[name] for s in per_seed])), f"{name}_ci_low": low, f"{name}_ci_high": high})
-    out["p_value"] = bootstrap_p_value(replicates[UTILITY])
+    out["p_value"] = cb.bootstrap_p_value(replicates[UTILITY])
     top1 = float(np.mean([s[REIDENTIFICATION] for s in per_seed]))
     low, high = wilson_interval(int(round(top1 * len(y))), len(y), confidence)
     out.update({REIDENTIFICATION: top1, f"{REIDENTIFICATION}_ci_low": low, f"{REIDENTIFICATION}_ci_high": high,
@@ -280,7 +272,7 @@ def front_entries(study, per_seed: dict[int, list[dict]], problem: ReleaseProble
         delta = config.delta if trial.params["mechanism"].startswith("gaussian") else 0.0
         entries.append({"trial": trial.number, **trial.params, "delta": delta, **searched, **again,
                         "utility_shrinkage": searched[f"search_{UTILITY}"] - again[UTILITY]})
-    adjusted = holm([e["p_value"] for e in entries])
+    adjusted = cb.holm([e["p_value"] for e in entries])
     still_front = non_dominated([(e[UTILITY], e[REIDENTIFICATION]) for e in entries])
     for entry, p_holm, kept in zip(entries, adjusted, still_front):
         entry.update(p_holm=float(p_holm), keeps_utility=bool(p_holm < 1.0 - config.confidence),

@@ -117,6 +117,20 @@ def load_patient_table(dataset_name: str, label: str, features_params: str | Pat
                         y.astype(int), np.arange(len(X)))
 
 
+def computed_patient_vectors(dataset_name: str, features_params: str | Path = "params/features.yaml"):
+    """(X, y) arrays of the dataset's patients computed from its recordings, no feature cache read: window features
+    finite in every window, averaged per patient, label as int. For benchmarks and tests that need the real table
+    before any stage has run."""
+    from eegprivacy.signal.table import dataset_window_features
+
+    params = FeaturesParams.load(features_params, "features")
+    dataset = get_dataset(dataset_name, **params.dataset_kwargs(dataset_name))
+    table = dataset_window_features(dataset, params.pipeline(dataset_name), progress=False)
+    features = [c for c in table.columns if c not in INDEX_COLUMNS and np.isfinite(table[c].to_numpy()).all()]
+    X, y, _ids = patient_vectors(table, features, group="subject", label="label")
+    return X.to_numpy(float), np.asarray(y, dtype=int)
+
+
 def noise_generator(mechanism: str, epsilon: float, seed: int,
                     common_random_numbers: bool = False) -> np.random.Generator:
     """The noise stream of one release. By default every (mechanism, ε, seed) draws independent noise, so two
