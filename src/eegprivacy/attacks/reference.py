@@ -1,6 +1,6 @@
 """The membership attacks that read reference (shadow) models, as one registry (:data:`REFERENCE_ATTACKS`): the
-``federated_lira`` stage runs every entry, its params check names against it and its report labels rows from it.
-A new attack of this kind is one estimator and one entry here.
+``federated_lira`` stage runs every entry, its tests count the entries and its reports label rows from them. A new
+attack of this kind is one estimator and one entry here.
 
 Every entry reads the same two things: the logit confidence φ of each trial's true label under each reference model
 (with a mask of which references trained on which trial) and under the attacked model. An entry states how its
@@ -40,9 +40,9 @@ def _proba(phi: np.ndarray) -> np.ndarray:
 
 @dataclass(frozen=True)
 class ReferenceAttack:
-    """One registry entry: ``name`` in rows and params, ``text`` in reports. ``make(options)`` returns the unfitted estimator (``options``: the stage's attack knobs,
-    e.g. ``lira_variance``); its ``fit(signal_reference, in_mask)`` and ``score_samples(signal_target[, population,
-    groups])`` read ``signal(φ)``."""
+    """One registry entry: ``name`` in rows, ``text`` in reports. ``make(options)`` returns the unfitted estimator
+    (``options``: the stage's attack knobs, e.g. ``lira_variance``); its ``fit(signal_reference, in_mask)`` and
+    ``score_samples(signal_target[, population, groups])`` read ``signal(φ)``."""
 
     name: str
     text: str

@@ -383,8 +383,9 @@ def report_md(summary: pd.DataFrame, meta: dict, cum) -> str:
     reference_lines = reference_table(summary, meta["epsilons"])
     if reference_lines:
         lines += ["## Attacks by number of reference models", "",
-                  ("Each reference attack on the first k shadows as reference models (offline: each trial's first k "
-                  "OUT shadows) and on all of them; the loss threshold reads none. RMIA's population points z are "
+                  ("Each reference attack on k shadows per trial as reference models (online: the trial's first "
+                  "⌊k/2⌋ IN and ⌈k/2⌉ OUT shadows; offline: its first k OUT shadows) and on all of them; the loss "
+                  "threshold reads none. RMIA's population points z are "
                   "the target's non-members of the other subjects (a trial is never compared with its own "
                   "subject's trials). Pooled over the targets, intervals over target models × "
                   f"{meta['bootstrap_unit']}; attack − control is tested (Holm) on all references only, the rows on "
@@ -481,7 +482,8 @@ def study_b_lines(uri: str, experiment: str) -> list[str]:
         lines += [f"## The strongest attacks at low FPR: RMIA, LiRA and the loss threshold ({dataset}, {model})", "",
                   ("Stage `federated_lira`: target federations as `federated_mia`'s (each target on its own 80/20 "
                    "member split), shadow federations through the same code as reference models. Each attack on "
-                   "the first k shadows as references (offline: each trial's first k OUT shadows) and on all; "
+                   "k shadows per trial as references (online: ⌊k/2⌋ IN and ⌈k/2⌉ OUT; offline: k OUT) and on "
+                   "all; "
                    "RMIA's population points z are the target's non-members of the other subjects. TPR at the "
                    "lowest FPR the pooled non-members resolve (≥ 10 independent non-members beyond the threshold). "
                    "Intervals: 95 % bootstrap over target models × subjects. Attack − control: the same attack on "

@@ -78,8 +78,9 @@ class FederatedLiRAConfig(Config):
                                doc="client folds of the preprocessing-only control: per target, one federation "
                                    "trained without each fold scores that fold's clients")
     reference_counts: list = param(counts(1, "reference models"), default=(1, 2, 4),
-                                   doc="besides all shadows, each reference attack also on its first k references "
-                                       "(offline: each trial's first k OUT ones), where the attack needs no more")
+                                   doc="besides all shadows, each reference attack also on k references per trial "
+                                       "(online: its first k/2 IN and k/2 OUT shadows; offline: its first k OUT "
+                                       "ones), where the attack needs no more")
 
     def check(self, source, prefix: str) -> None:
         """The balanced shadow design must leave every trial two IN and two OUT shadows (LiRA's Gaussian fits),
