@@ -102,8 +102,8 @@ class LiRAStudy:
     def _tags(self, seed, eps: float, mechanism: str) -> dict:
         return required_tags(study="b", stage=STAGE, dataset=self.dataset, dataset_version=self.version,
                              synthetic=self.synthetic, seed=seed, dvc_stage=STAGE, model=self.config.model,
-                             epsilon=epsilon_key(eps), mechanism=mechanism, attack=",".join([*REFERENCE_ATTACKS, "rla"]),
-                             split="per_subject_80_20_per_target")
+                             epsilon=epsilon_key(eps), mechanism=mechanism,
+                             attack=",".join([*REFERENCE_ATTACKS, "rla"]), split="per_subject_80_20_per_target")
 
     def plans(self) -> list[Plan]:
         """Each ε's target cells (seeds 0..target_seeds-1) with its runner, in the order they run."""
