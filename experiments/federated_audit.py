@@ -90,6 +90,7 @@ def run(args) -> int:
             "canaries_per_run": config.canaries_per_client * n_clients, "dp_sgd_steps": dp_sgd_steps(config),
             "dp_sgd_sample_rate": config.dp_sgd_sample_rate, "dp_sgd_local_epochs": config.dp_sgd_local_epochs,
             "dp_sgd_num_rounds": config.dp_sgd_num_rounds, "dp_sgd_clip_norm": config.dp_sgd_clip_norm,
+            "dp_sgd_learning_rate": config.dp_sgd_learning_rate,
             "paper_rounds": training.num_rounds, "paper_local_epochs": training.local_epochs,
             "clients_per_round": training.clients_per_round, "bootstrap": config.bootstrap}
     out, dp_out, md, fig_path = output_paths(args.out, args.dpsgd, args.report, args.figure)

@@ -83,14 +83,18 @@ class FederatedAuditConfig(Config):
     guesses: int = param(count(1, "guesses"), doc="per run: the k highest scores guessed in, the k lowest out")
     confidence: float = param(FRACTION_OPEN, default=0.95, doc="of the ε lower bound")
     delta: float = param(DELTA, default=1e-5, doc="the certificates' δ, and the bound's")
-    paper_preprocessing: str = param(options(tuple(PREPROCESSING)), default="member_csp")
-    paper_epsilons: list = param(EPSILONS_OR_INF, doc="per-step ε of the paper's Laplace step (.inf: no DP)")
+    paper_preprocessing: str = param(options(tuple(PREPROCESSING)), default="pooled_csp",
+                                     doc="the real trials beside the canaries (which skip it)")
+    paper_epsilons: list = param(EPSILONS_OR_INF, default=[math.inf, 10.0, 5.0, 1.0],
+                                 doc="per-step ε of the paper's Laplace step (.inf: no DP)")
     dp_sgd_preprocessing: str = param(options(tuple(PREPROCESSING)), default="pooled_csp",
                                       doc="the deployable row's client preprocessing (member-free)")
-    dp_sgd_epsilons: list = param(EPSILONS_OR_INF, doc="total per-record ε of DP-SGD at delta (.inf: no DP)")
+    dp_sgd_epsilons: list = param(EPSILONS_OR_INF, default=[math.inf, 8.0, 4.0, 1.0],
+                                  doc="total per-record ε of DP-SGD at delta (.inf: no DP)")
     dp_sgd_num_rounds: int = param(count(1, "rounds"), default=20)
-    dp_sgd_local_epochs: int = param(count(1, "epochs"), default=5, doc="1/q Poisson steps each")
-    dp_sgd_sample_rate: float = param(FRACTION_OPEN, default=0.25, doc="Poisson sampling rate q of a record")
+    dp_sgd_local_epochs: int = param(count(1, "epochs"), default=1, doc="1/q Poisson steps each")
+    dp_sgd_sample_rate: float = param(FRACTION_OPEN, default=0.5, doc="Poisson sampling rate q of a record")
+    dp_sgd_learning_rate: float = param(POSITIVE, default=0.01, doc="the clients' Adam step size under DP-SGD")
     dp_sgd_clip_norm: float = param(CLIP_NORM, default=1.0, doc="per-example L2 clip C")
     bootstrap: int = param(count(1, "resamples"), default=2000, doc="subjects+seeds resamples of those rows")
 
@@ -123,14 +127,16 @@ def settings(config: FederatedAuditConfig, training) -> list[dict]:
                       "mechanism": "gaussian_example" if math.isfinite(eps) else "none",
                       "noise_multiplier": sigma, "sample_rate": config.dp_sgd_sample_rate,
                       "clip_norm": config.dp_sgd_clip_norm, "num_rounds": config.dp_sgd_num_rounds,
-                      "local_epochs": config.dp_sgd_local_epochs})
+                      "local_epochs": config.dp_sgd_local_epochs, "learning_rate": config.dp_sgd_learning_rate,
+                      "standardise": True})
     return cells
 
 
 def training_of(cell: dict, training, n_members: int):
-    """federated_mia's knobs with the cell's rounds and epochs; the no-DP DP-SGD row takes mini-batches of the
-    expected Poisson batch size q·n (so its steps per epoch match DP-SGD's)."""
-    fed = replace(training, num_rounds=int(cell["num_rounds"]), local_epochs=int(cell["local_epochs"]))
+    """federated_mia's knobs with the cell's rounds, epochs and (DP-SGD) learning rate; the no-DP DP-SGD row takes
+    mini-batches of the expected Poisson batch size q·n (so its steps per epoch match DP-SGD's)."""
+    fed = replace(training, num_rounds=int(cell["num_rounds"]), local_epochs=int(cell["local_epochs"]),
+                  learning_rate=float(cell.get("learning_rate", training.learning_rate)))
     if cell["protocol"] == "dp_sgd" and cell["mechanism"] == "none":
         fed = replace(fed, batch_size=max(1, round(float(cell["sample_rate"]) * n_members)))
     return fed
@@ -173,7 +179,7 @@ def _clients(cell: dict, seed: int, trials, training, control):
     member = seed_split(trials, training, seed)
     calibration = calibration_split(trials.y, trials.metadata["subject"], member, control.calibration_fraction, seed)
     return client_preprocessing(trials, member, calibration, cell["preprocessing"], cell["model"], control,
-                                training.csp_components, seed)
+                                training.csp_components, seed, standardise=bool(cell.get("standardise", False)))
 
 
 def mean_members(clients) -> int:
@@ -197,7 +203,7 @@ def audit_arrays(cell: dict, seed: int, clients, trials, training, config: Feder
         Xc, yc = canaries.planted(k)
         planted.append((np.concatenate([Xm.reshape(len(Xm), -1), Xc]), np.concatenate([ym, yc]), Xn, yn))
     task, result = federate(cell, seed, ClientSet(planted, clients.calibration), training)
-    return {"canary/scores": update_scores(task, result, canaries), "canary/included": canaries.included,
+    return {"canary/score": update_scores(task, result, canaries), "canary/coin": canaries.included,
             "canary/owner": canaries.owner}
 
 
@@ -213,10 +219,10 @@ def audit_cell_rows(cell: dict, seed: int, trials, training, control, config: Fe
     clients = _clients(cell, seed, trials, training, control)
     fed = training_of(cell, training, mean_members(clients))
     arrays = audit_arrays(cell, seed, clients, trials, fed, config)
-    r, v = guesses(arrays["canary/scores"], arrays["canary/included"], config.guesses, config.guesses)
+    r, v = guesses(arrays["canary/score"], arrays["canary/coin"], config.guesses, config.guesses)
     rows = [{"metric": "canary_guesses", "value": float(r), "chance": float("nan")},
             {"metric": "canary_right", "value": float(v), "chance": 0.5 * r},
-            {"metric": "canary_auroc", "value": pooled_auroc(arrays["canary/scores"], arrays["canary/included"]),
+            {"metric": "canary_auroc", "value": pooled_auroc(arrays["canary/score"], arrays["canary/coin"]),
              "chance": 0.5}]
     if cell["protocol"] == "dp_sgd":
         arms = cell_arrays(cell, seed, trials, fed, control_of(cell, control))
@@ -268,8 +274,8 @@ def audit_summary(cells: list[tuple[dict, int, dict]], config: FederatedAuditCon
         cell = runs[0][0]
         r = v = m = 0
         for _, _, arrays in runs:
-            ri, vi = guesses(arrays["canary/scores"], arrays["canary/included"], config.guesses, config.guesses)
-            r, v, m = r + ri, v + vi, m + len(arrays["canary/scores"])
+            ri, vi = guesses(arrays["canary/score"], arrays["canary/coin"], config.guesses, config.guesses)
+            r, v, m = r + ri, v + vi, m + len(arrays["canary/score"])
         bound = epsilon_lower_bound(m, r, v, delta=config.delta, confidence=config.confidence)
         cert = certified[(protocol, eps)]
         smallest = min(cert.values())
@@ -281,5 +287,6 @@ def audit_summary(cells: list[tuple[dict, int, dict]], config: FederatedAuditCon
                      "max_certifiable_epsilon": epsilon_lower_bound(m, r, r, config.delta, config.confidence),
                      **cert, "empirical_over_certified": bound / smallest if math.isfinite(smallest) else 0.0,
                      "exceeds_certified": bool(bound > smallest),
-                     "epsilon_excludes": EXCLUDES.get(cell["preprocessing"], "the preprocessing")})
+                     "epsilon_excludes": EXCLUDES.get(cell["preprocessing"], "the preprocessing")
+                     + ("; each client's calibration-block feature mean and SD" if cell.get("standardise") else "")})
     return pd.DataFrame(rows)
