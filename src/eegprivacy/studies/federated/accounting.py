@@ -357,6 +357,7 @@ def attach_audit(headline: pd.DataFrame, audit: pd.DataFrame) -> pd.DataFrame:
         out[column] = np.nan if column != "audit_note" else ""
     if audit is None or audit.empty:
         return out
+    audit = audit[audit["dataset"].isin(set(out["dataset"]))]  # only the cohorts this accounting covers
     paper = audit[audit["protocol"].eq("paper_laplace")]
     rows = (out["calibration"].eq("certified") & out["unit"].eq("example") & out["metric"].eq("epsilon_cumulative")
             & out["accountant"].isin(["rdp", "pld"]) & out["model"].eq("simplenet"))
@@ -379,6 +380,7 @@ def attach_audit(headline: pd.DataFrame, audit: pd.DataFrame) -> pd.DataFrame:
                           "synthetic": r["synthetic"], "protocol": "dp_sgd", "model": "simplenet",
                           "delta": r["delta"], "epsilon": r["epsilon"], "calibration": "gaussian_example",
                           "unit": "example", "metric": "epsilon_cumulative", "accountant": accountant,
+                          "round": r.get("num_rounds", np.nan), "num_rounds": r.get("num_rounds", np.nan),
                           "value": certificate, "guarantee": "training only",
                           "unnoised_channel": r["epsilon_excludes"], "empirical_epsilon": r["empirical_epsilon"],
                           "empirical_confidence": r["confidence"], "audit_certified_epsilon": certificate,

@@ -39,16 +39,7 @@ import pandas as pd
 from eegprivacy.atomic import atomic_path
 from eegprivacy.federated.preprocessing import PREPROCESSING
 from eegprivacy.params import Config, param
-from eegprivacy.validation import (
-    CLIP_NORM,
-    DELTA,
-    EPSILONS_OR_INF,
-    FRACTION_OPEN,
-    POSITIVE,
-    TEXT,
-    count,
-    options,
-)
+from eegprivacy.validation import CLIP_NORM, DELTA, EPSILONS_OR_INF, FRACTION_OPEN, POSITIVE, TEXT, count, options
 
 __all__ = ["FederatedAuditConfig", "PROTOCOLS", "settings", "update_scores", "audit_cell_rows", "audit_summary",
            "certified_epsilons"]
@@ -214,7 +205,7 @@ def audit_cell_rows(cell: dict, seed: int, trials, training, control, config: Fe
     ``<arrays_dir>/<cell key>.npz`` (what :func:`audit_summary` and the controlled summary read)."""
     from eegprivacy.attacks.one_run_audit import guesses
     from eegprivacy.pipeline.keys import config_key
-    from eegprivacy.studies.federated.control import cell_arrays, pooled_auroc
+    from eegprivacy.studies.federated.control import arm_rows, cell_arrays, pooled_auroc
 
     clients = _clients(cell, seed, trials, training, control)
     fed = training_of(cell, training, mean_members(clients))
@@ -225,16 +216,9 @@ def audit_cell_rows(cell: dict, seed: int, trials, training, control, config: Fe
             {"metric": "canary_auroc", "value": pooled_auroc(arrays["canary/score"], arrays["canary/coin"]),
              "chance": 0.5}]
     if cell["protocol"] == "dp_sgd":
-        arms = cell_arrays(cell, seed, trials, fed, control_of(cell, control))
-        for arm, result in arms.items():
-            rows.append({"metric": f"{arm}/utility_accuracy", "value": float(np.mean(result["accuracy"])),
-                         "chance": 0.5})
-            arrays[f"{arm}/accuracy"] = result["accuracy"]
-            for attack, (scores, client, member) in result["scores"].items():
-                rows.append({"metric": f"{arm}/{attack}/auroc", "value": pooled_auroc(scores, member),
-                             "chance": 0.5})
-                arrays.update({f"{arm}/{attack}/scores": scores, f"{arm}/{attack}/client": client,
-                               f"{arm}/{attack}/member": member})
+        arm_table, arm_arrays = arm_rows(cell_arrays(cell, seed, trials, fed, control_of(cell, control)))
+        rows += arm_table
+        arrays.update(arm_arrays)
     path = Path(arrays_dir) / f"{config_key({**cell, 'seed': seed})}.npz"
     path.parent.mkdir(parents=True, exist_ok=True)
     with atomic_path(path) as tmp, open(tmp, "wb") as handle:
@@ -281,7 +265,8 @@ def audit_summary(cells: list[tuple[dict, int, dict]], config: FederatedAuditCon
         smallest = min(cert.values())
         rows.append({"protocol": protocol, "preprocessing": cell["preprocessing"], "epsilon": eps,
                      "epsilon_unit": cell["epsilon_unit"], "mechanism": cell["mechanism"],
-                     "noise_multiplier": cell.get("noise_multiplier", float("nan")), "runs": len(runs),
+                     "noise_multiplier": cell.get("noise_multiplier", float("nan")),
+                     "num_rounds": cell["num_rounds"], "local_epochs": cell["local_epochs"], "runs": len(runs),
                      "canaries": m, "guesses": r, "right": v, "confidence": config.confidence, "delta": config.delta,
                      "empirical_epsilon": bound,
                      "max_certifiable_epsilon": epsilon_lower_bound(m, r, r, config.delta, config.confidence),

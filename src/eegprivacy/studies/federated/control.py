@@ -338,13 +338,10 @@ def pooled_auroc(scores, member) -> float:
     return float(auroc_along(np.asarray(scores)[None, :], np.asarray(member)[None, :])[0])
 
 
-def cell_rows(cell: dict, seed: int, trials, training: FederatedMIAConfig, config: FederatedControlConfig,
-              arrays_dir: str | Path | None = None) -> list[dict]:
-    """The cell's tidy rows (each arm's pooled AUROC per attack, each arm's non-member accuracy) and, with
-    ``arrays_dir``, every per-row score as ``<arrays_dir>/<cell key>.npz`` (what the summary bootstraps)."""
-    from eegprivacy.pipeline.keys import config_key
-
-    arms = cell_arrays(cell, seed, trials, training, config)
+def arm_rows(arms: dict) -> tuple[list[dict], dict]:
+    """:func:`cell_arrays`' arms as a cell's tidy rows (each arm's non-member accuracy and pooled AUROC per attack)
+    and the per-row arrays :func:`summarise` bootstraps (``<arm>/accuracy``, ``<arm>/<attack>/scores|client|
+    member``)."""
     rows, arrays = [], {}
     for arm, result in arms.items():
         rows.append({"metric": f"{arm}/utility_accuracy", "value": float(np.mean(result["accuracy"])),
@@ -355,6 +352,16 @@ def cell_rows(cell: dict, seed: int, trials, training: FederatedMIAConfig, confi
             arrays[f"{arm}/{attack}/scores"] = scores
             arrays[f"{arm}/{attack}/client"] = client
             arrays[f"{arm}/{attack}/member"] = member
+    return rows, arrays
+
+
+def cell_rows(cell: dict, seed: int, trials, training: FederatedMIAConfig, config: FederatedControlConfig,
+              arrays_dir: str | Path | None = None) -> list[dict]:
+    """The cell's tidy rows (each arm's pooled AUROC per attack, each arm's non-member accuracy) and, with
+    ``arrays_dir``, every per-row score as ``<arrays_dir>/<cell key>.npz`` (what the summary bootstraps)."""
+    from eegprivacy.pipeline.keys import config_key
+
+    rows, arrays = arm_rows(cell_arrays(cell, seed, trials, training, config))
     if arrays_dir is not None:
         path = Path(arrays_dir) / f"{config_key({**cell, 'seed': seed})}.npz"
         path.parent.mkdir(parents=True, exist_ok=True)
