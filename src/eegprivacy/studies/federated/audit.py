@@ -273,5 +273,7 @@ def audit_summary(cells: list[tuple[dict, int, dict]], config: FederatedAuditCon
                      **cert, "empirical_over_certified": bound / smallest if math.isfinite(smallest) else 0.0,
                      "exceeds_certified": bool(bound > smallest),
                      "epsilon_excludes": EXCLUDES.get(cell["preprocessing"], "the preprocessing")
-                     + ("; each client's calibration-block feature mean and SD" if cell.get("standardise") else "")})
+                     + ("; each client's calibration-block feature mean and SD" if cell.get("standardise") else "")
+                     + ("; the member count a client reports for FedAvg's weights (public by the protocol, but "
+                        "adding or removing a record changes it)" if cell["protocol"] == "dp_sgd" else "")})
     return pd.DataFrame(rows)
