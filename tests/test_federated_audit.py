@@ -166,3 +166,20 @@ def test_committed_audit_never_exceeds_its_certificate_and_is_positive_without_d
     assert not rows["exceeds_certified"].any()
     no_dp = rows[rows["protocol"].eq("paper_laplace") & ~np.isfinite(rows["epsilon"])]
     assert len(no_dp) == 1 and no_dp["empirical_epsilon"].iloc[0] > 0.5
+
+
+def test_report_and_figure_render_from_the_committed_tables():
+    from matplotlib.figure import Figure
+
+    from eegprivacy.reporting.federated_audit import draw, metrics_of, report_md
+
+    rows, dpsgd = (pd.read_csv(ROOT / f"metrics/{name}.csv") for name in ("federated_audit", "federated_audit_dpsgd"))
+    meta = {"dataset": "eegmmidb", "dataset_version": "v", "profile": "default", "n_subjects": 16, "seeds": 3,
+            "canaries_per_client": 4, "canaries_per_run": 64, "canary_radius": 12.0, "guesses": 10,
+            "confidence": 0.95, "delta": 1e-5, "dp_sgd_sample_rate": 0.5, "dp_sgd_clip_norm": 1.0,
+            "dp_sgd_num_rounds": 20, "dp_sgd_local_epochs": 1, "dp_sgd_steps": 40, "dp_sgd_learning_rate": 0.01}
+    text = report_md(rows, dpsgd, meta)
+    assert "No empirical bound exceeds its certified ε" in text and "Without DP this schedule reaches" in text
+    draw(rows, dpsgd, Figure())
+    metrics = metrics_of(rows, dpsgd)
+    assert metrics and all(np.isfinite(v) for v in metrics.values())

@@ -96,6 +96,24 @@ def dpsgd_table(dpsgd: pd.DataFrame) -> list[str]:
     return lines
 
 
+def dpsgd_sentence(dpsgd: pd.DataFrame) -> str:
+    """What is left at the smallest finite total ε in the table beside no DP: utility with intervals, how many
+    attack − control cells are significant, and the audit's bound (computed, never written by hand)."""
+    acc = dpsgd[dpsgd["attack"].eq("utility_accuracy") & dpsgd["arm"].eq("attack")].set_index("epsilon")
+    finite = sorted(e for e in acc.index if math.isfinite(e))
+    if not finite or math.inf not in acc.index:
+        return ""
+    diffs = dpsgd[dpsgd["arm"].eq("attack_minus_control")]
+    parts = []
+    for eps in sorted(finite, reverse=True):
+        n_sig = int(diffs.loc[diffs["epsilon"].eq(eps), "significant"].fillna(False).astype(bool).sum())
+        n_all = int(diffs["epsilon"].eq(eps).sum())
+        parts.append(f"at ε = {_eps(eps)} non-member accuracy {_ci(acc.loc[eps])} with {n_sig} of {n_all} "
+                     f"attack − control cells significant and an empirical ε of "
+                     f"{acc.loc[eps, 'empirical_epsilon']:.2f}")
+    return (f"Without DP this schedule reaches {_ci(acc.loc[math.inf])} (chance 0.5); " + "; ".join(parts) + ".")
+
+
 def verdict(audit: pd.DataFrame) -> list[str]:
     """The audit's sentences: whether any bound exceeds its certificate, and how positive the no-DP audit is."""
     exceeded = audit[audit["exceeds_certified"]]
@@ -140,7 +158,7 @@ def report_md(audit: pd.DataFrame, dpsgd: pd.DataFrame, meta: dict) -> str:
              "non-member accuracy (chance 0.5); attack − control is the trained model's AUROC minus that of the "
              "federation that never saw the client, both through the client's own preprocessing "
              "(``federated_control``'s arms), with subjects+seeds intervals and Holm over this table's cells; "
-             "* marks p_Holm < 0.05.", "", *dpsgd_table(dpsgd), ""]
+             "* marks p_Holm < 0.05.", "", *dpsgd_table(dpsgd), "", dpsgd_sentence(dpsgd), ""]
     return "\n".join(lines)
 
 
@@ -180,6 +198,7 @@ def draw(audit: pd.DataFrame, dpsgd: pd.DataFrame, fig) -> None:
 def logged_tables(uri: str, experiment: str) -> tuple[pd.DataFrame, pd.DataFrame, pd.Series | None]:
     """The audit and DP-SGD tables of the newest finished ``federated_audit`` summary run, read from its logged
     artifacts (the stage's own CSVs), and the run; empty frames and None where the store holds none."""
+    import os
     import tempfile
 
     from mlflow.tracking import MlflowClient
@@ -194,6 +213,7 @@ def logged_tables(uri: str, experiment: str) -> tuple[pd.DataFrame, pd.DataFrame
         return pd.DataFrame(), pd.DataFrame(), None
     run = runs.sort_values("start_time", ascending=False).iloc[0]
     client = MlflowClient(uri)
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # two small files: no bars in the log
     with tempfile.TemporaryDirectory() as tmp:
         tables = [pd.read_csv(client.download_artifacts(run["run_id"], f"report/{name}", tmp))
                   for name in ("federated_audit.csv", "federated_audit_dpsgd.csv")]
@@ -221,5 +241,6 @@ def study_b_lines(uri: str, experiment: str) -> list[str]:
             "sampling, σ calibrated by RDP to the total per-record ε at δ, PLD beside it) on pooled-CSP features "
             "standardised on each client's calibration block; attack − control as `federated_control`'s "
             "(subjects+seeds 95 % intervals, Holm over this table):", "", *dpsgd_table(dpsgd), "",
+            dpsgd_sentence(dpsgd), "",
             f"*From MLflow run `{run['tags.mlflow.runName']}` (`runs:/{run['run_id']}`) and its parents, one per "
             "setting; details in `reports/federated_audit.md`.*", ""]
