@@ -7,7 +7,6 @@ per-step Laplace grid and record-level DP-SGD at a total per-record ε), and DP-
 from __future__ import annotations
 
 import functools
-import math
 from pathlib import Path
 
 import numpy as np
@@ -128,8 +127,6 @@ def certificate(setting: dict, config, training, control, trials) -> dict:
     n_members = int(round(np.mean([(labels == s).sum() for s in trials.subjects()])
                           * (1 - training.test_size - control.calibration_fraction)))
     size = PREPROCESSING[setting["preprocessing"]].n_features(MODEL_INPUT["simplenet"], training.csp_components)
-    eps = float(setting["epsilon"])
     return certified_epsilons(setting, delta=config.delta, dim=_dim("simplenet", (size,)),
                               n_members=max(n_members, 1), batch_size=training.batch_size,
-                              clip_norm=training.clip_norm, steps=dp_sgd_steps(config)) if eps else {
-        "certified_epsilon_rdp": math.inf, "certified_epsilon_pld": math.inf}
+                              clip_norm=training.clip_norm, steps=dp_sgd_steps(config))
