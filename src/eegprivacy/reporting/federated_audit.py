@@ -129,6 +129,18 @@ def verdict(audit: pd.DataFrame) -> list[str]:
     return lines
 
 
+def tests_lines(calibration: str = "calibration.md") -> list[str]:
+    """Which measured test each table reads, and what no calibration case runs (said, not hidden)."""
+    return [f"- Attack − control (the DP-SGD table): [`study_b.attack_minus_control`]({calibration}"
+            "#cal-study-b-attack-minus-control), the same function (`federated_control.summarise`) measured on an "
+            "eegmmidb-shaped null of `federated_control`'s SimpleNet table; the DP-SGD schedule here is not its null "
+            "model's.",
+            "- The one-run ε lower bound: no calibration case runs it. Its size is tested in "
+            "`tests/test_one_run_audit.py` (on an exact ε-DP mechanism, randomized response, and against "
+            "`opake-auditing` where the two methods coincide) and through this stage's federation with canaries "
+            "never trained on (`tests/test_federated_audit.py`, one run: bound 0)."]
+
+
 def report_md(audit: pd.DataFrame, dpsgd: pd.DataFrame, meta: dict) -> str:
     synthetic = "SYNTHETIC data. " if meta.get("synthetic") else ""
     lines = [f"# Study B: one-run privacy audit and a federation at a deployable ε ({meta['dataset']})", "",
@@ -158,7 +170,8 @@ def report_md(audit: pd.DataFrame, dpsgd: pd.DataFrame, meta: dict) -> str:
              "non-member accuracy (chance 0.5); attack − control is the trained model's AUROC minus that of the "
              "federation that never saw the client, both through the client's own preprocessing "
              "(``federated_control``'s arms), with subjects+seeds intervals and Holm over this table's cells; "
-             "* marks p_Holm < 0.05.", "", *dpsgd_table(dpsgd), "", dpsgd_sentence(dpsgd), ""]
+             "* marks p_Holm < 0.05.", "", *dpsgd_table(dpsgd), "", dpsgd_sentence(dpsgd), "",
+             "## Tests behind these tables", "", *tests_lines(), ""]
     return "\n".join(lines)
 
 
@@ -241,6 +254,6 @@ def study_b_lines(uri: str, experiment: str) -> list[str]:
             "sampling, σ calibrated by RDP to the total per-record ε at δ, PLD beside it) on pooled-CSP features "
             "standardised on each client's calibration block; attack − control as `federated_control`'s "
             "(subjects+seeds 95 % intervals, Holm over this table):", "", *dpsgd_table(dpsgd), "",
-            dpsgd_sentence(dpsgd), "",
+            dpsgd_sentence(dpsgd), "", *tests_lines(), "",
             f"*From MLflow run `{run['tags.mlflow.runName']}` (`runs:/{run['run_id']}`) and its parents, one per "
             "setting; details in `reports/federated_audit.md`.*", ""]
