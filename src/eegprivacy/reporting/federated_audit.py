@@ -39,7 +39,8 @@ def metrics_of(audit: pd.DataFrame, dpsgd: pd.DataFrame) -> dict[str, float]:
         for stat in ("empirical_epsilon", "certified_epsilon_rdp", "certified_epsilon_pld", "empirical_over_certified",
                      "guesses", "right", "canaries", "max_certifiable_epsilon"):
             value = float(r[stat])
-            out[f"{key}/{stat}"] = value if math.isfinite(value) else -1.0  # MLflow: -1 marks ∞ (no DP)
+            if not math.isnan(value):  # no ratio without a certificate
+                out[f"{key}/{stat}"] = value if math.isfinite(value) else -1.0  # MLflow: -1 marks ∞ (no DP)
     for r in dpsgd.to_dict("records"):
         key = f"dpsgd/eps{_eps(r['epsilon']).replace('∞', 'inf')}/{r['attack']}/{r['arm']}"
         for stat in ("value", "ci_low", "ci_high", "p_holm"):

@@ -270,7 +270,7 @@ def audit_summary(cells: list[tuple[dict, int, dict]], config: FederatedAuditCon
                      "canaries": m, "guesses": r, "right": v, "confidence": config.confidence, "delta": config.delta,
                      "empirical_epsilon": bound,
                      "max_certifiable_epsilon": epsilon_lower_bound(m, r, r, config.delta, config.confidence),
-                     **cert, "empirical_over_certified": bound / smallest if math.isfinite(smallest) else 0.0,
+                     **cert, "empirical_over_certified": bound / smallest if math.isfinite(smallest) else float("nan"),
                      "exceeds_certified": bool(bound > smallest),
                      "epsilon_excludes": EXCLUDES.get(cell["preprocessing"], "the preprocessing")
                      + ("; each client's calibration-block feature mean and SD" if cell.get("standardise") else "")
