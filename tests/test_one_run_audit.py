@@ -56,3 +56,27 @@ def test_guesses_count_the_top_in_and_bottom_out():
     assert guesses(scores, included, 2, 2) == (4, 2)  # in: 0.9 (right), 0.8 (wrong); out: 0.1 (right), 0.2 (wrong)
     with pytest.raises(ValueError):
         guesses(scores, included, 3, 3)
+
+
+@pytest.mark.parametrize("separation", [0.0, 0.8, 3.0])
+def test_the_bound_equals_opake_auditing_where_the_two_methods_coincide(separation):
+    """The field implementation (``opake-auditing``, Xiang et al. 2025's order-statistics audit) guesses every
+    canary at one threshold; at δ = 0 with the threshold fixed in advance its p-value is the same binomial tail as
+    Steinke et al.'s Theorem 5.2 with r = m guesses, so both must refute the same ε (to the two bisections'
+    tolerances). SYNTHETIC scores: in-canaries shifted by ``separation``."""
+    import opake.auditing as auditing  # pinned in requirements.txt: a missing field implementation fails here
+    from opake.random import key
+
+    m = 400
+    flip = auditing.coin_flip(range(m), num_canaries=m, key=key(7))
+    included = np.isin(flip.canary_indices, flip.in_indices)
+    scores = np.random.default_rng(3).normal(size=m) + separation * included
+    estimate = auditing.one_run(auditing.canary_scores(scores, canary_indices=flip.canary_indices), coin_flip=flip)
+    threshold = separation / 2
+    theirs = estimate.eps_delta().epsilon_at(delta=0.0, significance=0.05, threshold=threshold)
+    k_in = int((scores >= threshold).sum())
+    r, v = guesses(scores, included, k_in, m - k_in)
+    assert r == m
+    ours = epsilon_lower_bound(m, r, v, delta=0.0, confidence=0.95)
+    assert ours == pytest.approx(theirs, abs=2e-4)
+    assert (ours > 0.5) == (separation == 3.0)

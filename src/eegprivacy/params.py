@@ -32,6 +32,13 @@ class ParamsError(ValueError):
     """A params value is invalid, unknown or missing; the message names the file, the key and what it must be."""
 
 
+def invalid(source, key: str, value, must: str) -> ParamsError:
+    """The error of a params value that breaks its rule: the file, the dotted key, the value, what it must be, and
+    that nothing ran. Every config's checks word their errors through it, so they read alike."""
+    return ParamsError(f"{source}: {key} = {value!r} is invalid; it must be {must}. Fix it in {source} and run the "
+                       "stage again (nothing was computed or written)")
+
+
 def param(constraint: Constraint | None = None, *, default: Any = dataclasses.MISSING, doc: str = ""):
     """A config field with its constraint (checked on load) and a one-line description (``--help``, docs).
     A mutable default (list or dict) is copied per instance."""
@@ -112,8 +119,7 @@ class Config:
             if constraint is not None and not constraint.is_satisfied_by(value):
                 hint_text = (" (YAML read a number as text: write 1.0e-5, with a dot, not 1e-5)"
                              if _numeric_text(value) else "")
-                raise ParamsError(f"{source}: {key} = {value!r} is invalid; it must be {constraint}{hint_text}. "
-                                  f"Fix it in {source} and run the stage again (nothing was computed or written)")
+                raise invalid(source, key, value, f"{constraint}{hint_text}")
             values[name] = value
         config = cls(**values)
         config.check(source, prefix)

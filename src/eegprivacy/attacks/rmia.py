@@ -121,7 +121,6 @@ class RMIA(BaseEstimator):
             raise ValueError(f"population must be a boolean mask of the {n} examples")
         pop = pop.astype(bool)
         cut = ratio - np.log(float(self.gamma))
-        scores = np.empty(n)
         if groups is None:
             z = np.sort(ratio[pop])
             denominator = z.size - pop.astype(int)  # x is never its own z
@@ -132,6 +131,7 @@ class RMIA(BaseEstimator):
         labels = np.asarray(groups)
         if labels.shape != (n,):
             raise ValueError(f"groups must hold one label per example ({n})")
+        scores = np.empty(n)
         for g in np.unique(labels):
             own = labels == g
             z = np.sort(ratio[pop & ~own])

@@ -14,6 +14,9 @@
 - :mod:`estimator` — ``FedAvgClassifier``, the scikit-learn face of it all.
 - :mod:`torch_task` — ``TorchTask``, a PyTorch model (study B) as a task; imported on first use, so study A's
   stages do not pay for importing torch.
+- :mod:`dp` — the paper's per-step Laplace step on the batch gradient (``LaplaceGradientDP``); :mod:`dp_sgd` —
+  record-level DP-SGD (``GaussianExampleDP``: per-example clipping, Gaussian noise, Poisson sampling) with its
+  RDP/PLD accounting and noise calibration to a total ε. Both imported on use (torch).
 """
 
 from eegprivacy.federated.client_app import make_client_app, partition_loader

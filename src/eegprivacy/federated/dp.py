@@ -16,7 +16,9 @@ plain FedAvg strategy. The task code is then::
     optimizer.step()
 
 ε is per mechanism application — one local step on one batch gradient — not a cumulative guarantee over the
-steps, epochs and rounds of a run; ``dp_event`` hands the per-step event to dp_accounting for that.
+steps, epochs and rounds of a run; ``dp_event`` hands the per-step event to dp_accounting for that. The
+record-level mechanism with a total ε per trial (DP-SGD: per-example clipping, Gaussian noise, Poisson sampling)
+is :mod:`eegprivacy.federated.dp_sgd`.
 """
 
 from __future__ import annotations

@@ -1,5 +1,7 @@
 """A PyTorch model as a federated task (study B): the :class:`~eegprivacy.federated.task.Task` contract with
-Adam, cross-entropy, mini-batches and, optionally, a DP step at every local optimiser step.
+Adam, cross-entropy, mini-batches and, optionally, a DP step at every local optimiser step — the paper's Laplace
+step on the batch gradient, or record-level DP-SGD (:mod:`eegprivacy.federated.dp_sgd`: Poisson-sampled steps on
+clipped per-example gradients, a DP object with ``per_example = True``).
 
 Stateless like every task: each call builds the model afresh from the weights it is given, so Flower may run a
 client in any process and the in-process driver gets the same numbers. Integer counters (BatchNorm's
@@ -24,7 +26,7 @@ shared machine, and bit-identical results between runs) and restores the previou
 The federated layer checks that partitions are 2-D, so trials may arrive flattened: rows are reshaped to
 `input_shape` here ((n_components,) for SimpleNet on log-variances, (n_components, n_times) for EEGNet).
 
-One idea over about 650 lines: one implementation of the task contract for a PyTorch model. Training, evaluation,
+One idea over about 700 lines: one implementation of the task contract for a PyTorch model. Training, evaluation,
 the DP step and the BatchNorm state depend on one another (the weights' order, what travels and what stays local),
 so they change together.
 """
@@ -108,9 +110,12 @@ class TorchTask:
     mapped to output indices in sorted order). `dp`: an object with ``privatise_(parameters, generator) ->
     float`` (e.g. :class:`eegprivacy.federated.dp.LaplaceGradientDP`), called after ``loss.backward()`` and
     before ``optimizer.step()`` at every local step on the trainable parameters; what it returns (the gradient
-    norm before clipping) is summarised in the train metrics. It does not cover the BatchNorm running
-    statistics: with ``batchnorm_stats="shared"`` they travel with the weights un-noised (see
-    :attr:`parameter_mask`, :attr:`unnoised_channels`); with ``"local"`` they stay with the client (FedBN).
+    norm before clipping) is summarised in the train metrics. A DP object with ``per_example = True``
+    (:class:`eegprivacy.federated.dp_sgd.GaussianExampleDP`) replaces the mini-batch loop by DP-SGD's
+    Poisson-sampled steps on per-example gradients (models without BatchNorm only); `batch_size` is then unused.
+    The Laplace step does not cover the BatchNorm running statistics: with ``batchnorm_stats="shared"`` they
+    travel with the weights un-noised (see :attr:`parameter_mask`, :attr:`unnoised_channels`); with ``"local"``
+    they stay with the client (FedBN).
 
     The task holds no training state, so it is also its own factory: ``run_fedavg(TorchTask(...), ...)``.
     """
@@ -131,8 +136,10 @@ class TorchTask:
         self.batch_size = int(batch_size)
         if self.batch_size < 1 or not self.learning_rate > 0:
             raise ValueError("batch_size must be >= 1 and learning_rate > 0")
-        if dp is not None and not callable(getattr(dp, "privatise_", None)):
-            raise TypeError("dp must have a privatise_(parameters, generator) method")
+        if dp is not None and not callable(getattr(dp, "privatise_examples_" if getattr(dp, "per_example", False)
+                                                    else "privatise_", None)):
+            raise TypeError("dp must have a privatise_(parameters, generator) method, or per_example = True and "
+                            "privatise_examples_(parameters, per_example_grads, generator, expected_batch_size)")
         self.dp = dp
         if batchnorm_stats not in BATCHNORM_STATS:
             raise ValueError(f"batchnorm_stats must be one of {BATCHNORM_STATS}, got {batchnorm_stats!r}")
@@ -176,7 +183,10 @@ class TorchTask:
     @property
     def private(self) -> bool:
         """True when local training runs a DP step with finite ε: the client then sends nothing else un-noised
-        that depends on its data (see :mod:`eegprivacy.federated.client_app`)."""
+        that depends on its data (see :mod:`eegprivacy.federated.client_app`). A DP object may say so itself
+        (``private``: DP-SGD with σ > 0); otherwise its ``epsilon`` must be finite."""
+        if self.dp is not None and hasattr(self.dp, "private"):
+            return bool(self.dp.private)
         return self.dp is not None and math.isfinite(float(getattr(self.dp, "epsilon", math.inf)))
 
     @property
@@ -323,22 +333,50 @@ class TorchTask:
             model = self.load(self.build(), weights, local).train()
             params = [p for p in model.parameters() if p.requires_grad]
             optimizer = torch.optim.Adam(params, lr=self.learning_rate)
-            for _ in range(int(epochs)):
-                order = torch.randperm(n, generator=shuffle)
-                total = 0.0
-                for start in range(0, n, self.batch_size):
-                    batch = order[start:start + self.batch_size]
-                    optimizer.zero_grad(set_to_none=True)
-                    loss = F.cross_entropy(model(inputs[batch]), targets[batch])
-                    loss.backward()
-                    if self.dp is not None:
-                        norms.append(float(self.dp.privatise_(params, noise)))
-                    optimizer.step()
-                    total += float(loss.detach()) * len(batch)
-                    steps += 1
-                losses.append(total / n)
+            if getattr(self.dp, "per_example", False):
+                steps = self._dp_sgd(model, optimizer, inputs, targets, int(epochs), shuffle, noise, losses, norms)
+            else:
+                for _ in range(int(epochs)):
+                    order = torch.randperm(n, generator=shuffle)
+                    total = 0.0
+                    for start in range(0, n, self.batch_size):
+                        batch = order[start:start + self.batch_size]
+                        optimizer.zero_grad(set_to_none=True)
+                        loss = F.cross_entropy(model(inputs[batch]), targets[batch])
+                        loss.backward()
+                        if self.dp is not None:
+                            norms.append(float(self.dp.privatise_(params, noise)))
+                        optimizer.step()
+                        total += float(loss.detach()) * len(batch)
+                        steps += 1
+                    losses.append(total / n)
             new_weights, new_local = self.weights_of(model), self.local_of(model)
         return new_weights, new_local, _train_metrics(losses, steps, norms, new_weights)
+
+    def _dp_sgd(self, model, optimizer, inputs, targets, epochs: int, shuffle, noise, losses: list, norms: list
+                ) -> int:
+        """DP-SGD's local loop (:mod:`eegprivacy.federated.dp_sgd`): per epoch ``dp.steps_per_epoch`` steps, each
+        on a Poisson sample drawn from `shuffle`, per-example gradients clipped, summed, noised from `noise` and
+        divided by q·n. Appends each epoch's mean loss over its sampled rows (NaN if none) to `losses` and every
+        pre-clip per-example norm to `norms`; returns the number of steps."""
+        from eegprivacy.federated.dp_sgd import per_example_grads, require_per_example_model
+
+        require_per_example_model(model)
+        dp, n = self.dp, inputs.shape[0]
+        named = {k: p for k, p in model.named_parameters() if p.requires_grad}
+        params, steps = list(named.values()), 0
+        for _ in range(epochs):
+            total, count = 0.0, 0
+            for _ in range(dp.steps_per_epoch):
+                rows = dp.sample(n, shuffle).nonzero().flatten()
+                grads, row_losses = per_example_grads(model, named, inputs[rows], targets[rows])
+                optimizer.zero_grad(set_to_none=True)
+                norms.extend(dp.privatise_examples_(params, grads, noise, expected_batch_size=dp.sample_rate * n
+                                                    ).tolist())
+                optimizer.step()
+                total, count, steps = total + float(row_losses.double().sum()), count + len(rows), steps + 1
+            losses.append(total / count if count else math.nan)
+        return steps
 
     # -- all clients of a round at once -----------------------------------------------------------------------
     def batch_fallback_reason(self, model: torch.nn.Module | None = None) -> str | None:

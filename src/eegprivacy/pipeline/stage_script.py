@@ -42,7 +42,8 @@ from eegprivacy.tracking.runs import log_artifact, log_metrics, required_tags, s
 # ---- Flags ----------------------------------------------------------------------------------------------------
 # ``--<name>-params``: the file holding the sections of another stage that a stage reads (so both cannot drift).
 PARAMS_FILES = {"release": "params/dp_release.yaml", "scaling": "params/dp_scaling.yaml",
-                "designs": "params/dp_end_to_end.yaml", "training": "params/federated_mia.yaml"}
+                "designs": "params/dp_end_to_end.yaml", "training": "params/federated_mia.yaml",
+                "control": "params/federated_control.yaml"}
 JOBS_HELP = "processes computing cells ahead (results do not depend on it)"
 PURE_CELLS = ": each cell is a pure function of its config and seed"
 # Output flags by name: the default path, formatted with the stage's file stem.
@@ -51,8 +52,9 @@ OUTPUT_DEFAULTS = {"out": "metrics/{}.csv", "json": "metrics/{}.json", "summary"
 
 
 def add_params_flags(parser, **helps: str) -> None:
-    """``--<name>-params`` for each keyword, in order (``release``, ``scaling``, ``designs``, ``training``: the
-    file in :data:`PARAMS_FILES` is its default), with the stage's own help saying what it reads there."""
+    """``--<name>-params`` for each keyword, in order (``release``, ``scaling``, ``designs``, ``training``,
+    ``control``: the file in :data:`PARAMS_FILES` is its default), with the stage's own help saying what it reads
+    there."""
     for name, help_text in helps.items():
         parser.add_argument(f"--{name}-params", default=PARAMS_FILES[name], help=help_text)
 

@@ -348,7 +348,8 @@ STAGES: tuple[Stage, ...] = (
           params_file="params/federated_accounting.yaml",
           config="eegprivacy.studies.federated.accounting:FederatedAccountingConfig",
           code=(*FEDERATED, f"{SRC}/privacy/accounting.py"),
-          support=(*MACHINERY, *REPORTING), inputs=(*EEGMMIDB_VERSION, *EEGMAT_VERSION),
+          support=(*MACHINERY, *REPORTING),
+          inputs=(*EEGMMIDB_VERSION, *EEGMAT_VERSION, "metrics/federated_audit.csv"),
           outs=("metrics/federated_accounting.csv", "reports/federated_accounting.md",
                 "metrics/federated_accounting.json", "plots/federated_accounting_curves.csv",
                 "reports/figures/federated_accounting.png"),
@@ -391,6 +392,22 @@ STAGES: tuple[Stage, ...] = (
           reads=tuple(f"params/federated_mia.yaml:federated_mia.{k}" for k in (
               "datasets.eegmmidb", "test_size", "split_seed", "csp_components", "clients_per_round",
               "learning_rate", "batch_size", "clip_norm", "batchnorm_stats", "rf_estimators")),
+          flags=("progress", "cells")),
+    Stage("federated_audit", "Study B's one-run canary audit (empirical ε lower bound beside certified ε) of the "
+          "paper's per-step Laplace grid and of record-level DP-SGD at a total per-record ε, with DP-SGD's utility "
+          "and attack − control.",
+          entry="experiments.federated_audit", section="federated_audit", params_file="params/federated_audit.yaml",
+          config="eegprivacy.studies.federated.audit:FederatedAuditConfig",
+          code=(*FEDERATED, f"{SRC}/privacy/accounting.py"),
+          support=(*MACHINERY, *REPORTING), inputs=EEGMMIDB_VERSION,
+          outs=("metrics/federated_audit.csv", "metrics/federated_audit_dpsgd.csv", "reports/federated_audit.md",
+                "reports/figures/federated_audit.png"),
+          reads=(*(f"params/federated_mia.yaml:federated_mia.{k}" for k in (
+              "datasets.eegmmidb", "test_size", "split_seed", "csp_components", "clients_per_round", "num_rounds",
+              "local_epochs", "learning_rate", "batch_size", "clip_norm", "batchnorm_stats", "rf_estimators")),
+              *(f"params/federated_control.yaml:federated_control.{k}" for k in (
+                  "calibration_fraction", "control_folds", "attackers", "attack_folds", "confidence",
+                  "dp_csp_epsilon", "dp_csp_delta"))),
           flags=("progress", "cells")),
     Stage("optuna_study_b", "Study B: multi-objective Optuna search (per-step ε, C, local epochs) of the DP "
           "federation: non-member AUROC vs record-level attack TPR at 1% FPR.",

@@ -121,6 +121,14 @@ def lira_lead(study: str, uri: str) -> list[str]:
     return study_b_lines(uri, EXPERIMENTS[study]) if study == "b" else []
 
 
+def audit_lead(study: str, uri: str) -> list[str]:
+    """Study B's one-run audits beside the certified ε and its DP-SGD rows
+    (:func:`eegprivacy.reporting.federated_audit.study_b_lines`) from the newest ``federated_audit`` summary run."""
+    from eegprivacy.reporting.federated_audit import study_b_lines
+
+    return study_b_lines(uri or tracking_uri(), EXPERIMENTS[study]) if study == "b" else []
+
+
 def control_lead(study: str, uri: str, out_dir: Path) -> list[str]:
     """Study B's lead section, the controlled membership table (attack − preprocessing-only control,
     :mod:`eegprivacy.reporting.federated_control`), and its figure ``study-b-control.png``, from the newest

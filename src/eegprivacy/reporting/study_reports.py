@@ -19,7 +19,8 @@ import pandas as pd
 
 from eegprivacy.atomic import write_text_atomic
 from eegprivacy.reporting.study_figures import DRAW, write_png
-from eegprivacy.reporting.study_leads import calibration_lead, claims_lead, control_lead, end_to_end_lead, lira_lead
+from eegprivacy.reporting.study_leads import (audit_lead, calibration_lead, claims_lead, control_lead, end_to_end_lead,
+                                              lira_lead)
 from eegprivacy.reporting.study_runs import (
     ALPHA,
     C_METRICS,
@@ -325,7 +326,7 @@ def write_report(study: str, out_dir: str | Path, uri: str | None = None) -> tup
     else:
         write_png(DRAW[study], rows, png)
     lead = (end_to_end_lead(study, rows, uri, out_dir) + control_lead(study, uri, out_dir) + claims_lead(study, runs)
-            + lira_lead(study, uri) + calibration_lead(study, uri))
+            + lira_lead(study, uri) + audit_lead(study, uri) + calibration_lead(study, uri))
     text = render(study, rows, uri, None if rows.empty else png.name, lead, privacy_statement(study, runs))
     report = write_text_atomic(out_dir / f"study-{study}.md", text)
     return report, not rows.empty

@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass
 
 from eegprivacy.embeddings.encoders.registry import ENCODERS
-from eegprivacy.params import Config, ParamsError, param
+from eegprivacy.params import Config, ParamsError, invalid, param
 from eegprivacy.validation import (
     BOOLEAN,
     CLIP_NORM,
@@ -44,11 +44,6 @@ IDENTITY_LINKS = {"halves": "within one recording",
                   "label": "across recordings (task 0 -> task 1), same session"}
 
 
-def _invalid(source, key: str, value, must: str) -> ParamsError:
-    return ParamsError(f"{source}: {key} = {value!r} is invalid; it must be {must}. Fix it in {source} and run "
-                       "the stage again (nothing was computed or written)")
-
-
 @dataclass(frozen=True)
 class PretrainConfig(Config):
     """Masked-patch pretraining of each neural encoder on the pretraining subjects' member blocks."""
@@ -62,7 +57,7 @@ class PretrainConfig(Config):
     def check(self, source, prefix: str) -> None:
         for name, steps in self.max_steps.items():
             if not count(1).is_satisfied_by(steps):
-                raise _invalid(source, f"{prefix}max_steps.{name}", steps, str(count(1, "steps")))
+                raise invalid(source, f"{prefix}max_steps.{name}", steps, str(count(1, "steps")))
 
 
 @dataclass(frozen=True)
@@ -156,9 +151,9 @@ class CohortConfig(Config):
 
     def check(self, source, prefix: str) -> None:
         if self.pretrain == "run" and self.pretrain_run is None:
-            raise _invalid(source, f"{prefix}pretrain_run", None, "a run number when pretrain is 'run'")
+            raise invalid(source, f"{prefix}pretrain_run", None, "a run number when pretrain is 'run'")
         if self.windows == "cues" and self.pretrain == "subjects" and self.identity == "label":
-            raise _invalid(source, f"{prefix}identity", self.identity,
+            raise invalid(source, f"{prefix}identity", self.identity,
                            "halves or runs for cued windows (both labels occur in every run)")
 
     def describe(self) -> dict:
@@ -234,22 +229,22 @@ class EmbeddingAuditConfig(Config):
 
     def check(self, source, prefix: str) -> None:
         for name in (d for d in self.datasets if d not in self.cohorts):
-            raise _invalid(source, f"{prefix}cohorts", sorted(self.cohorts), f"a mapping with an entry for {name}")
+            raise invalid(source, f"{prefix}cohorts", sorted(self.cohorts), f"a mapping with an entry for {name}")
         if self.profile not in self.profiles:
-            raise _invalid(source, f"{prefix}profile", self.profile, f"one of {sorted(self.profiles)}")
+            raise invalid(source, f"{prefix}profile", self.profile, f"one of {sorted(self.profiles)}")
         steps = self.active_profile.pretrain.max_steps
         for name in (e for e in self.encoders if e in NEURAL and e not in steps):
-            raise _invalid(source, f"{prefix}profiles.{self.profile}.pretrain.max_steps", steps,
+            raise invalid(source, f"{prefix}profiles.{self.profile}.pretrain.max_steps", steps,
                            f"a mapping with the steps of every neural encoder audited (missing {name})")
         for name, entry in self.published_weights.items():
             key = f"{prefix}published_weights.{name}"
             if name not in NEURAL or name not in self.encoders:
-                raise _invalid(source, key, entry, f"under a neural encoder that is audited (one of "
+                raise invalid(source, key, entry, f"under a neural encoder that is audited (one of "
                                                    f"{[e for e in self.encoders if e in NEURAL]})")
             sha = entry.get("sha256") if isinstance(entry, dict) else None
             if (not isinstance(entry, dict) or set(entry) - {"path", "sha256"} or not isinstance(entry.get("path"), str)
                     or not entry["path"] or not (sha is None or re.fullmatch(r"[0-9a-fA-F]{64}", str(sha)))):
-                raise _invalid(source, key, entry, "a mapping {path: <the published file>, sha256: <its 64 hex "
+                raise invalid(source, key, entry, "a mapping {path: <the published file>, sha256: <its 64 hex "
                                                    "digits, or null>}")
 
     def cohort(self, name: str, source="params") -> CohortConfig:

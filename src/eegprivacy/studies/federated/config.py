@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 
 from eegprivacy.attacks.membership import ATTACKERS
-from eegprivacy.params import Config, ParamsError, param
+from eegprivacy.params import Config, ParamsError, invalid, param
 from eegprivacy.validation import (
     BOOLEAN,
     CLIP_NORM,
@@ -125,9 +125,8 @@ class FederatedMIAConfig(Config):
     def check(self, source, prefix: str) -> None:
         rounds = self.attack_rounds
         if rounds != "all" and any(r > self.num_rounds for r in rounds):
-            raise ParamsError(f"{source}: {prefix}attack_rounds = {rounds!r} is invalid; it must be 'all' or a "
-                              f"non-empty list of rounds in 1..num_rounds ({self.num_rounds}). Fix it in {source} "
-                              "and run the stage again (nothing was computed or written)")
+            raise invalid(source, f"{prefix}attack_rounds", rounds,
+                          f"'all' or a non-empty list of rounds in 1..num_rounds ({self.num_rounds})")
         unknown = sorted(set(self.per_dataset) - set(self.datasets))
         if unknown:
             raise ParamsError(f"{source}: {prefix}per_dataset.{unknown[0]} names no dataset of {prefix}datasets "

@@ -139,11 +139,12 @@ class ClientSet:
 
 
 def client_preprocessing(trials, member, calibration, preprocessing: str, model: str, config: FederatedControlConfig,
-                         n_components: int, seed: int) -> ClientSet:
+                         n_components: int, seed: int, standardise: bool = False) -> ClientSet:
     """Every client's data through its own preprocessing, fitted by
     :func:`~eegprivacy.federated.preprocessing.fit_clients` on exactly what the option names (the client's
     training members, its calibration block, the other clients' shared sums, or nothing); non-members are only
-    transformed."""
+    transformed. ``standardise``: then each feature centred and scaled by the client's own calibration block
+    (:func:`standardised`), which reads no member or non-member."""
     from eegprivacy.federated.preprocessing import ClientTrials, fit_clients
     from eegprivacy.signal.csp import MODEL_INPUT
 
@@ -161,7 +162,23 @@ def client_preprocessing(trials, member, calibration, preprocessing: str, model:
         clients.append((pre.transform(client.members[0]), client.members[1], pre.transform(trials.X[non]),
                         trials.y[non]))
         blocks.append(pre.transform(client.calibration[0]))
-    return ClientSet(clients, blocks)
+    out = ClientSet(clients, blocks)
+    return standardised(out) if standardise else out
+
+
+def standardised(clients: ClientSet) -> ClientSet:
+    """Each client's features minus its calibration block's mean, over its standard deviation (per feature).
+
+    Why: clipped per-example gradients (DP-SGD) keep little of a signal that lives in small deviations around a
+    large common offset (log-variances sit near −1.4 with SD 0.27), so every example's gradient points the same
+    way and the noise swamps the rest. The block is neither trained on nor attacked, as for the BatchNorm
+    statistics (:func:`normalisation`); it is private data read outside ε, which the rows say."""
+    out, blocks = [], []
+    for (Xm, ym, Xn, yn), block in zip(clients.clients, clients.calibration):
+        mean, scale = block.mean(axis=0), block.std(axis=0) + 1e-6
+        out.append(((Xm - mean) / scale, ym, (Xn - mean) / scale, yn))
+        blocks.append((block - mean) / scale)
+    return ClientSet(out, blocks)
 
 
 def client_folds(n_clients: int, n_folds: int, seed: int) -> list[np.ndarray]:
@@ -297,7 +314,7 @@ def cell_arrays(cell: dict, seed: int, trials, training: FederatedMIAConfig, con
     calibration = calibration_split(trials.y, trials.metadata["subject"], member, config.calibration_fraction,
                                     seed)
     clients = client_preprocessing(trials, member, calibration, cell["preprocessing"], model, config,
-                                   training.csp_components, seed)
+                                   training.csp_components, seed, standardise=bool(cell.get("standardise", False)))
     n = len(clients.clients)
     folds = client_folds(n, config.control_folds, seed)
     trained = [[k for k in range(n) if k not in set(fold.tolist())] for fold in folds]
@@ -321,13 +338,10 @@ def pooled_auroc(scores, member) -> float:
     return float(auroc_along(np.asarray(scores)[None, :], np.asarray(member)[None, :])[0])
 
 
-def cell_rows(cell: dict, seed: int, trials, training: FederatedMIAConfig, config: FederatedControlConfig,
-              arrays_dir: str | Path | None = None) -> list[dict]:
-    """The cell's tidy rows (each arm's pooled AUROC per attack, each arm's non-member accuracy) and, with
-    ``arrays_dir``, every per-row score as ``<arrays_dir>/<cell key>.npz`` (what the summary bootstraps)."""
-    from eegprivacy.pipeline.keys import config_key
-
-    arms = cell_arrays(cell, seed, trials, training, config)
+def arm_rows(arms: dict) -> tuple[list[dict], dict]:
+    """:func:`cell_arrays`' arms as a cell's tidy rows (each arm's non-member accuracy and pooled AUROC per attack)
+    and the per-row arrays :func:`summarise` bootstraps (``<arm>/accuracy``, ``<arm>/<attack>/scores|client|
+    member``)."""
     rows, arrays = [], {}
     for arm, result in arms.items():
         rows.append({"metric": f"{arm}/utility_accuracy", "value": float(np.mean(result["accuracy"])),
@@ -338,6 +352,16 @@ def cell_rows(cell: dict, seed: int, trials, training: FederatedMIAConfig, confi
             arrays[f"{arm}/{attack}/scores"] = scores
             arrays[f"{arm}/{attack}/client"] = client
             arrays[f"{arm}/{attack}/member"] = member
+    return rows, arrays
+
+
+def cell_rows(cell: dict, seed: int, trials, training: FederatedMIAConfig, config: FederatedControlConfig,
+              arrays_dir: str | Path | None = None) -> list[dict]:
+    """The cell's tidy rows (each arm's pooled AUROC per attack, each arm's non-member accuracy) and, with
+    ``arrays_dir``, every per-row score as ``<arrays_dir>/<cell key>.npz`` (what the summary bootstraps)."""
+    from eegprivacy.pipeline.keys import config_key
+
+    rows, arrays = arm_rows(cell_arrays(cell, seed, trials, training, config))
     if arrays_dir is not None:
         path = Path(arrays_dir) / f"{config_key({**cell, 'seed': seed})}.npz"
         path.parent.mkdir(parents=True, exist_ok=True)

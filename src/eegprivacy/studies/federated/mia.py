@@ -118,15 +118,34 @@ def seed_split(trials, config: FederatedMIAConfig, seed: int) -> np.ndarray:
                         run_split_seed(config.split_seed, int(seed)))
 
 
+def dp_step(cell: dict, config: FederatedMIAConfig):
+    """The DP object a cell's clients apply at every local step, by the cell's ``mechanism``: the paper's per-step
+    Laplace gradient noise at ``epsilon`` (clip ``config.clip_norm``), record-level DP-SGD
+    (``gaussian_example``: the cell's ``noise_multiplier``, ``sample_rate`` and ``clip_norm``), or None (no DP:
+    ε = ∞). A cell without ``mechanism`` is the paper's."""
+    from eegprivacy.federated.dp import LaplaceGradientDP
+
+    eps = float(cell["epsilon"])
+    kind = cell.get("mechanism", mechanism(eps))
+    if kind == "gaussian_example":
+        from eegprivacy.federated.dp_sgd import GaussianExampleDP
+
+        return GaussianExampleDP(float(cell["clip_norm"]), float(cell["noise_multiplier"]), float(cell["sample_rate"]))
+    if kind == "laplace_gradient":
+        return LaplaceGradientDP(float(config.clip_norm), eps)
+    if kind != "none" or math.isfinite(eps):
+        raise ValueError(f"unknown DP mechanism {kind!r} for epsilon {eps:g}; known: laplace_gradient, "
+                         "gaussian_example, none (epsilon = inf)")
+    return None
+
+
 def federation_call(cell: dict, seed: int, fed: Federation, config: FederatedMIAConfig) -> tuple:
     """(task, ``run_fedavg`` keyword arguments) of one seeded FedAvg run of the cell's model at its ε (``cell``:
     ``model``, ``epsilon``), keeping every round's client updates: what :func:`federate` runs, and what
     :func:`federate_many` runs in lock-step with others."""
-    from eegprivacy.federated.dp import LaplaceGradientDP
     from eegprivacy.federated.torch_task import TorchTask
 
-    eps = float(cell["epsilon"])
-    dp = LaplaceGradientDP(float(config.clip_norm), eps) if math.isfinite(eps) else None
+    dp = dp_step(cell, config)
     task = TorchTask(cell["model"], fed.input_shape, learning_rate=float(config.learning_rate),
                      batch_size=config.batch_size, dp=dp, batchnorm_stats=config.batchnorm_stats)
     return task, dict(task_factory=task, partitions=fed.partitions(), num_rounds=config.num_rounds,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from eegprivacy.params import Config, ParamsError, param
+from eegprivacy.params import Config, ParamsError, invalid, param
 from eegprivacy.validation import (
     BOOLEAN,
     CLIP_NORM,
@@ -323,10 +323,8 @@ class OptunaStudyAConfig(Config):
 
     def check(self, source, prefix: str) -> None:
         if self.reevaluation_seed_offset < self.noise_seeds:
-            raise ParamsError(f"{source}: {prefix}reevaluation_seed_offset = {self.reevaluation_seed_offset!r} is "
-                              f"invalid; it must be at least noise_seeds ({self.noise_seeds}) so the re-evaluation "
-                              f"seeds are fresh. Fix it in {source} and run the stage again (nothing was computed "
-                              "or written)")
+            raise invalid(source, f"{prefix}reevaluation_seed_offset", self.reevaluation_seed_offset,
+                          f"at least noise_seeds ({self.noise_seeds}) so the re-evaluation seeds are fresh")
 
 
 @dataclass(frozen=True)
@@ -350,9 +348,8 @@ class LinkageConfig(Config):
 
     def check(self, source, prefix: str) -> None:
         if not any(abs(self.default_threshold - t) <= 1e-8 + 1e-5 * abs(t) for t in self.thresholds):  # np.isclose
-            raise ParamsError(f"{source}: {prefix}default_threshold = {self.default_threshold!r} is invalid; it must "
-                              f"be one of the thresholds {self.thresholds}. Fix it in {source} and run the stage "
-                              "again (nothing was computed or written)")
+            raise invalid(source, f"{prefix}default_threshold", self.default_threshold,
+                          f"one of the thresholds {self.thresholds}")
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from eegprivacy.attacks.lira import VARIANCES
 from eegprivacy.attacks.membership import ATTACKERS
 from eegprivacy.attacks.reference import REFERENCE_ATTACKS
-from eegprivacy.params import Config, ParamsError, param
+from eegprivacy.params import Config, invalid, param
 from eegprivacy.studies.federated import mia
 from eegprivacy.studies.federated.lira.design import loo_feasible, shadow_in_count
 from eegprivacy.validation import EPSILONS_OR_INF, FRACTION_OPEN, Constraint, count, counts, options, subset_of
@@ -89,16 +89,15 @@ class FederatedLiRAConfig(Config):
         n = int(self.n_shadows)
         n_in = shadow_in_count(n, self.shadow_in_fraction)
         if min(n_in, n - n_in) < 2:
-            raise ParamsError(f"{source}: {prefix}n_shadows = {n!r} is invalid; it must be a number whose share "
-                              f"{self.shadow_in_fraction} leaves every trial two IN and two OUT shadows (has {n_in} "
-                              f"IN, {n - n_in} OUT). Fix it in {source} and run the stage again (nothing was "
-                              "computed or written)")
+            raise invalid(source, f"{prefix}n_shadows", n,
+                          f"a number whose share {self.shadow_in_fraction} leaves every trial two IN and two OUT "
+                          f"shadows (has {n_in} IN, {n - n_in} OUT)")
         if n >= 6 and not loo_feasible(n, n_in):
             near = [m for m in range(6, 2 * n + 12, 2) if loo_feasible(m, shadow_in_count(m, self.shadow_in_fraction))]
             near = sorted(near, key=lambda m: (abs(m - n), m))[:2]
-            raise ParamsError(f"{source}: {prefix}n_shadows = {n!r} is invalid; it must be a number of shadows the "
-                              f"shadow-as-target check can leave out in balanced groups at shadow_in_fraction "
-                              f"{self.shadow_in_fraction} (n_shadows / gcd(n_shadows, OUT per trial) shadows per "
-                              f"group, two IN and two OUT per trial left), e.g. {' or '.join(map(str, sorted(near)))}. "
-                              f"Fix it in {source} and run the stage again (nothing was computed or written)")
+            raise invalid(source, f"{prefix}n_shadows", n,
+                          f"a number of shadows the shadow-as-target check can leave out in balanced groups at "
+                          f"shadow_in_fraction {self.shadow_in_fraction} (n_shadows / gcd(n_shadows, OUT per trial) "
+                          f"shadows per group, two IN and two OUT per trial left), e.g. "
+                          f"{' or '.join(map(str, sorted(near)))}")
 
