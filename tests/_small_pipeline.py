@@ -93,6 +93,10 @@ def run_small_pipeline(root: Path, features_dir: Path, key_file: Path) -> Path:
         mp.delenv("EEGPRIVACY_LINKAGE_KEY", raising=False)
         mp.setenv("EEGPRIVACY_LINKAGE_KEY_FILE", str(key_file))
         common = ["--cells", str(cells), "--no-progress"]
+        # One process for the stages whose --jobs defaults to 2, as the params give n_jobs 1 to the others: the
+        # worker pools cost more than these tiny grids, and tests/test_table_attacks.py and tests/test_deployment.py
+        # show their rows do not depend on the number of processes.
+        serial = [*common, "--jobs", "1"]
         for dataset in (CLINICAL, REST_TASK):
             assert main(["features", "--dataset", dataset, "--params", "params/features.yaml",
                          "--out", str(features_dir / f"{dataset}.parquet"),
@@ -112,12 +116,12 @@ def run_small_pipeline(root: Path, features_dir: Path, key_file: Path) -> Path:
                      "--out", str(metrics / f"table_attacks_{REST_TASK}.csv"),
                      "--metrics", str(metrics / f"table_attacks_{REST_TASK}.json"),
                      "--figure", str(figures / f"table_attacks_{REST_TASK}.png"),
-                     "--features-dir", str(features_dir), *common]) == 0
+                     "--features-dir", str(features_dir), *serial]) == 0
         assert main(["dp-scenarios", "--params", str(params["deployment"]),
                      "--release-params", str(params["dp_release"]),
                      "--out", str(metrics / f"dp_scenarios_{CLINICAL}.csv"),
                      "--metrics", str(metrics / f"dp_scenarios_{CLINICAL}.json"),
-                     "--figure", str(figures / f"dp_scenarios_{CLINICAL}.png"), *study_a]) == 0
+                     "--figure", str(figures / f"dp_scenarios_{CLINICAL}.png"), *study_a, "--jobs", "1"]) == 0
         assert main(["linkage", "--params", str(params["linkage"]), "--out", str(metrics / "linkage.csv"),
                      "--summary", str(metrics / "linkage.json"),
                      "--figure", str(figures / "linkage_precision_recall.png"), *common]) == 0
