@@ -58,19 +58,15 @@ def _captured_logs(path: Path):
         handler = logging.StreamHandler(log_file)
         handler.setLevel(logging.DEBUG)
         handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
-        loggers = [logging.getLogger(), logging.getLogger("flwr")]  # flwr does not propagate to the root
-        levels = [lg.level for lg in loggers]
-        for lg in loggers:
-            lg.addHandler(handler)
-            lg.setLevel(logging.DEBUG)
-        logging.captureWarnings(True)
-        try:
+        with contextlib.ExitStack() as undo:  # every change below is undone on exit, last first
+            for lg in (logging.getLogger(), logging.getLogger("flwr")):  # flwr does not propagate to the root
+                undo.callback(lg.setLevel, lg.level)
+                undo.callback(lg.removeHandler, handler)
+                lg.addHandler(handler)
+                lg.setLevel(logging.DEBUG)
+            undo.callback(logging.captureWarnings, False)
+            logging.captureWarnings(True)
             yield
-        finally:
-            logging.captureWarnings(False)
-            for lg, level in zip(loggers, levels):
-                lg.removeHandler(handler)
-                lg.setLevel(level)
 
 
 def run_small_pipeline(root: Path, features_dir: Path, key_file: Path) -> Path:

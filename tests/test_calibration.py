@@ -189,3 +189,31 @@ def test_the_stewards_report_states_the_committed_calibration_verdicts():
     for name, (_, size, coverage) in CALIBRATION.items():
         assert (size, coverage) == (table.loc[name, "size_verdict"], table.loc[name, "coverage_verdict"]), name
         assert name in calibration_sentence()
+
+
+def test_every_module_path_a_case_names_exists():
+    """A case's texts (what it runs, its null, where it is printed) name the project's functions by dotted path; a
+    move that leaves a stale path would send a reader of ``reports/calibration.md`` to code that is not there."""
+    import importlib
+    import re
+
+    from eegprivacy.studies.calibration import cases
+
+    def resolves(ref: str) -> bool:
+        parts = ref.split(".")
+        for i in range(len(parts), 0, -1):
+            try:
+                obj = importlib.import_module(".".join(parts[:i]))
+            except ImportError:
+                continue
+            for part in parts[i:]:
+                if not hasattr(obj, part):
+                    return False
+                obj = getattr(obj, part)
+            return True
+        return False
+
+    stale = [(name, ref) for name, case in cases().items()
+             for ref in re.findall(r"eegprivacy(?:\.\w+)+", " ".join([case.test, case.null_model, *case.used_in]))
+             if not resolves(ref)]
+    assert not stale, stale

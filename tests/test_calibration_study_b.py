@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from eegprivacy.evaluation.calibration import CASES, calibrate
-from eegprivacy.studies.calibration import study_b
+from eegprivacy.studies.calibration import study_b, study_b_audit
 
 #: (null data sets, data sets at the largest effect) per case on "tiny": 200/50 where a data set costs ~0.01 s,
 #: fewer as the cost grows (client_utility ~0.025 s, LiRA 0.04–0.07 s, mia_interval ~0.13 s).
@@ -29,6 +29,8 @@ COUNTS = {
     "study_b.lira_tail": (50, 15),
     "study_b.lira_minus_control": (40, 15),
     "study_b.mia_interval": (30, 10),
+    "study_b.dp_sgd_minus_control": (60, 20),
+    "study_b.one_run_bound": (24, 8),  # two federations per data set (~0.25 s)
 }
 
 
@@ -109,6 +111,19 @@ def test_cohort_shape_is_read_from_the_committed_outputs():
     assert shape["subjects"] * (shape["members"] + shape["nonmembers"]) == shape["subjects"] * shape["trials"]
     assert shape["control_seeds"]["simplenet"] >= 1 and shape["models"] >= 1
     assert shape["control_members"] + shape["calibration"] == shape["members"]
+
+
+def test_the_audit_shape_is_read_from_the_committed_outputs():
+    """The one-run case's federation and pooling are the stage's (``metrics/federated_audit.csv`` and its params);
+    the DP-SGD table's seeds and control AUROC are its own, its split ``federated_control``'s."""
+    shape, base = study_b_audit.audit_shape(), study_b.cohort_shape()
+    config = shape["config"]
+    assert shape["runs"] == config.seeds and shape["subjects"] == base["subjects"]
+    assert shape["cell"]["protocol"] == "dp_sgd" and not math.isfinite(shape["cell"]["epsilon"])
+    assert shape["members"] + shape["calibration"] == base["members"]
+    dp = study_b_audit.dp_sgd_shape()
+    assert dp["control_seeds"]["simplenet"] == config.seeds and dp["control_bootstrap"] == config.bootstrap
+    assert 0.0 < dp["control_arm_auroc"]["simplenet"] < 1.0 and dp["control_width"]["simplenet"] > 0
 
 
 def test_cohort_shape_names_the_missing_output(tmp_path, monkeypatch):

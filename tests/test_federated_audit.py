@@ -55,27 +55,16 @@ def test_outlier_canaries_are_far_seeded_balanced_and_planted_only_when_included
         outlier_canaries(X, [0, 1], 1, 1, 0.0, 0)
 
 
-def _audit(tiny, cell: dict, plant: bool) -> tuple[int, int, np.ndarray]:
+def _audit(tiny, cell: dict, plant: bool) -> tuple[int, int, dict]:
     """One audited run of ``cell`` on the SYNTHETIC cohort; ``plant=False`` trains without any canary (null)."""
     from eegprivacy.attacks.one_run_audit import guesses
 
     training, trials, control, config = tiny
     clients = audit._clients(cell, 0, trials, training, control)
     fed = audit.training_of(cell, training, audit.mean_members(clients))
-    if plant:
-        arrays = audit.audit_arrays(cell, 0, clients, trials, fed, config)
-    else:  # the same canaries and scoring, none of them in any training set
-        from eegprivacy.attacks.canaries import outlier_canaries
-        from eegprivacy.federated.task import derive_seed
-        from eegprivacy.studies.federated.mia import federate
-
-        members = np.concatenate([c[0].reshape(len(c[0]), -1) for c in clients.clients])
-        canaries = outlier_canaries(members, np.unique(trials.y), config.canaries_per_client, len(clients.clients),
-                                    config.canary_radius, derive_seed(0, 43))
-        task, result = federate(cell, 0, clients, fed)
-        arrays = {"canary/score": audit.update_scores(task, result, canaries), "canary/coin": canaries.included}
+    arrays = audit.audit_arrays(cell, 0, clients, trials.y, fed, config, plant=plant)
     r, v = guesses(arrays["canary/score"], arrays["canary/coin"], config.guesses, config.guesses)
-    return r, v, arrays["canary/score"]
+    return r, v, arrays
 
 
 def test_canaries_never_trained_on_give_chance_and_planted_ones_are_found(tiny):
@@ -101,21 +90,10 @@ def test_dp_sgd_rows_are_calibrated_and_their_audit_stays_below_the_certificate(
     certified = audit.certified_epsilons(cell, delta=1e-5, dim=450, n_members=10, batch_size=32, clip_norm=1.0,
                                          steps=steps)
     assert certified["certified_epsilon_pld"] <= certified["certified_epsilon_rdp"] <= 1.0
-    r, v, scores = _audit(tiny, cell, plant=True)
-    summary = audit.audit_summary([(cell, 0, {"canary/score": scores, "canary/coin": _coins(tiny, cell)})], config,
-                                  {("dp_sgd", 1.0): certified})
+    _, _, arrays = _audit(tiny, cell, plant=True)
+    summary = audit.audit_summary([(cell, 0, arrays)], config, {("dp_sgd", 1.0): certified})
     assert not summary["exceeds_certified"].any()
     assert summary["empirical_epsilon"].iloc[0] <= certified["certified_epsilon_pld"]
-
-
-def _coins(tiny, cell):
-    from eegprivacy.federated.task import derive_seed
-
-    training, trials, control, config = tiny
-    clients = audit._clients(cell, 0, trials, training, control)
-    members = np.concatenate([c[0].reshape(len(c[0]), -1) for c in clients.clients])
-    return outlier_canaries(members, np.unique(trials.y), config.canaries_per_client, len(clients.clients),
-                            config.canary_radius, derive_seed(0, 43)).included
 
 
 def test_summary_pools_runs_and_flags_a_bound_above_its_certificate():

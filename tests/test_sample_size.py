@@ -110,3 +110,14 @@ def test_a_no_signal_generator_keeps_no_utility(tmp_path):
     diffs = summary[summary.arm == "release_minus_null"]
     assert (diffs.ci_low <= 0).all() and (diffs.ci_high >= 0).all()
     assert math.isnan(summary[summary.arm == "patients_needed"].value.iloc[0])
+
+
+def test_the_learning_sentence_does_not_depend_on_the_order_of_the_runs():
+    """The store returns runs in any order; the sentence lists no-DP first, then each noise-free design."""
+    from eegprivacy.reporting.sample_size import learning_lines
+
+    rows = pd.DataFrame([{"arm": arm, "mechanism": mech, "n": n, "value": v}
+                         for arm, mech, v0 in (("noise_free", "public_pls", 0.68), ("baseline", "none", 0.8))
+                         for n, v in ((56, v0), (112, v0 + 0.01))])
+    lines = learning_lines(rows)
+    assert lines == learning_lines(rows.iloc[::-1]) and lines[0].index("no-DP") < lines[0].index("noise-free")

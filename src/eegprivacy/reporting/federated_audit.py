@@ -14,6 +14,7 @@ import math
 
 import pandas as pd
 
+from eegprivacy.reporting.calibration import tests_lines as calibration_tests
 from eegprivacy.reporting.federated_control import ATTACK_NAMES
 
 PROTOCOL_NAMES = {"paper_laplace": "paper: Laplace per step", "dp_sgd": "DP-SGD, total per record"}
@@ -131,15 +132,14 @@ def verdict(audit: pd.DataFrame) -> list[str]:
 
 
 def tests_lines(calibration: str = "calibration.md") -> list[str]:
-    """Which measured test each table reads, and what no calibration case runs (said, not hidden)."""
-    return [f"- Attack − control (the DP-SGD table): [`study_b.attack_minus_control`]({calibration}"
-            "#cal-study-b-attack-minus-control), the same function (`federated_control.summarise`) measured on an "
-            "eegmmidb-shaped null of `federated_control`'s SimpleNet table; the DP-SGD schedule here is not its null "
-            "model's.",
-            "- The one-run ε lower bound: no calibration case runs it. Its size is tested in "
-            "`tests/test_one_run_audit.py` (on an exact ε-DP mechanism, randomized response, and against "
-            "`opake-auditing` where the two methods coincide) and through this stage's federation with canaries "
-            "never trained on (`tests/test_federated_audit.py`, one run: bound 0)."]
+    """``reports/study-b.md``'s pointer to the measured tests of this section (the study report's calibration
+    section gives their size; ``reports/federated_audit.md`` ends with the full list)."""
+    from eegprivacy.reporting.calibration import anchor
+
+    return [f"Measured on null federations (stage `calibration`): the ε bound's false-positive rate, "
+            f"[`study_b.one_run_bound`]({calibration}#{anchor('study_b.one_run_bound')}), and the DP-SGD table's "
+            f"attack − control, [`study_b.dp_sgd_minus_control`]({calibration}"
+            f"#{anchor('study_b.dp_sgd_minus_control')}); their size is in the calibration section below."]
 
 
 def report_md(audit: pd.DataFrame, dpsgd: pd.DataFrame, meta: dict) -> str:
@@ -172,7 +172,7 @@ def report_md(audit: pd.DataFrame, dpsgd: pd.DataFrame, meta: dict) -> str:
              "federation that never saw the client, both through the client's own preprocessing "
              "(``federated_control``'s arms), with subjects+seeds intervals and Holm over this table's cells; "
              "* marks p_Holm < 0.05.", "", *dpsgd_table(dpsgd), "", dpsgd_sentence(dpsgd), "",
-             "## Tests behind these tables", "", *tests_lines(), ""]
+             *calibration_tests("reports/federated_audit.md")]
     return "\n".join(lines)
 
 

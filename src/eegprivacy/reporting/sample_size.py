@@ -106,8 +106,8 @@ def learning_lines(rows: pd.DataFrame) -> list[str]:
     if rows.empty:
         return []
     parts = []
-    for (arm, mechanism), part in rows[rows.arm.isin(["baseline", "noise_free"])].groupby(["arm", "mechanism"],
-                                                                                          sort=False):
+    # sorted: no-DP ("baseline") first, whatever order the store returned the runs in
+    for (arm, mechanism), part in rows[rows.arm.isin(["baseline", "noise_free"])].groupby(["arm", "mechanism"]):
         name = "no-DP" if arm == "baseline" else f"noise-free {LABELS.get(mechanism, mechanism)}"
         curve = ", ".join(f"{int(r.n)}: {r.value:.3f}" for r in part.sort_values("n").itertuples())
         parts.append(f"{name} — {curve}")

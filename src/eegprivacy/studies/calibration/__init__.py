@@ -21,4 +21,4 @@ def cases() -> dict[str, CalibrationCase]:
 
 
 #: The modules that register cases, in the order the report lists them.
-MODULES = ("study_a", "study_b", "study_c")
+MODULES = ("study_a", "study_b", "study_b_audit", "study_c")

@@ -69,6 +69,14 @@ NOT_MEASURED: tuple[NotMeasured, ...] = (
                "utility vs chance",
                "mean_replicates over per-client accuracies (client bootstrap of a client mean)",
                "the same bootstrap of a client mean as study_b.transfer's arms, which is measured")),
+    *_entries(("reports/federated_audit.md",),
+              ("study_b.dp_sgd_utility",
+               "DP-SGD non-member accuracy [95 % CI]",
+               "control.summarise's subjects+seeds percentile interval of one arm's non-member accuracy",
+               "the report reads 'above chance' off its lower end, so its coverage matters; it is the "
+               "subjects+seeds bootstrap that study_b.dp_sgd_minus_control measures on a difference, here on one "
+               "arm's per-client accuracies, and no case models a per-client accuracy with its subject and seed "
+               "structure to score that coverage")),
     *_entries(("reports/federated_transfer.md",),
               ("study_b.transfer_other_comparisons",
                "held out − untrained, held out − own data only, AUROC",

@@ -180,7 +180,7 @@ AUDIT_VERDICT = _family_case(
     "audit_cohort.verdict", verdict_trial, "every mechanism's largest ε of the audit's grid",
     "; shaped like study A's cohort (the audit runs on a user's cohort); null data sets hold the cells that decide "
     "the verdict (every mechanism's largest ε: deciding_grid)",
-    test=("eegprivacy.studies.cohort_audit.summarise (study A's summary through utility_summary) -> summary_document "
+    test=("eegprivacy.studies.cohort.summary.summarise (study A's summary through utility_summary) -> summary_document "
           "-> headline on the audit's own grid (AuditConfig: mechanisms, ε, 10 seeds): 'keeps utility' at some ε "
           "(the verdict's 'still tells … better than its matched null … by a test'), and the release AUROC "
           "interval the first sentence prints at the chosen ε; 250 resamples (the audit: 10,000)"),
@@ -188,9 +188,9 @@ AUDIT_VERDICT = _family_case(
 
 AUDIT_REIDENTIFICATION = _case(
     "audit_cohort.reidentification", reidentification_trial,
-    test=("eegprivacy.studies.cohort_audit.reidentification_cell (nearest-neighbour linkage of the released first "
+    test=("eegprivacy.studies.cohort.cells.reidentification_cell (nearest-neighbour linkage of the released first "
           "halves to the attacker's second halves) at the audit's first mechanism and largest ε, 10 seeds, through "
-          "cohort_audit.summarise: the Wilson 95 % interval over the K subjects of the mean top-1 (the row "
+          "cohort.summary.summarise: the Wilson 95 % interval over the K subjects of the mean top-1 (the row "
           "summary_document copies and headline picks for the first sentence)"),
     used_in=(f"{AUDIT_REPORT}: first sentence (re-identifies x% of the patients [interval])",),
     null_model=("K subjects (the cohort's patients) with one vector per half in the cohort's feature dimension; "
@@ -201,8 +201,8 @@ AUDIT_REIDENTIFICATION = _case(
 
 AUDIT_MEMBERSHIP = _case(
     "audit_cohort.membership", membership_trial,
-    test=("eegprivacy.studies.cohort_audit.membership_cell (20 member draws per seed, distance and likelihood "
-          "attackers) at the audit's first mechanism, 10 seeds, through cohort_audit.summarise: the t interval over "
+    test=("eegprivacy.studies.cohort.cells.membership_cell (20 member draws per seed, distance and likelihood "
+          "attackers) at the audit's first mechanism, 10 seeds, through cohort.summary.summarise: the t interval over "
           "seeds (clipped to [0, 1]) of the likelihood attacker's AUROC (the row the first sentence prints)"),
     used_in=(f"{AUDIT_REPORT}: first sentence (membership AUROC, 95% interval)",),
     null_model=(f"the cohort's patients, Gaussian feature vectors, released at ε = {MEMBERSHIP_NULL_EPSILON:g} (the "

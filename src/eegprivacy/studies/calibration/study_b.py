@@ -108,7 +108,7 @@ def configure(**score_model) -> None:
     if unknown:
         raise ValueError(f"unknown score-model parameter(s) {sorted(unknown)}; known: {sorted(SCORE_MODEL)}")
     SCORE_MODEL.update(score_model)
-    for scale in (control_scale, lira_scale, transfer_scale):
+    for scale in SCALES:
         scale.cache_clear()
 
 
@@ -323,14 +323,16 @@ def _matched_scale(simulate, target_width: float, n_pilot: int = 8) -> float:
 CONTROL_MODEL = "simplenet"
 
 
-def control_cells(seed: int, effect: float, size: str, model: str = CONTROL_MODEL,
-                  own: float | None = None) -> tuple[list, int, int, float]:
+def control_cells(seed: int, effect: float, size: str, model: str = CONTROL_MODEL, own: float | None = None,
+                  shape: dict | None = None) -> tuple[list, int, int, float]:
     """One federated_control table's cells for one (model, preprocessing, ε) and the loss attack: (cells, K, B,
     truth) as :func:`~eegprivacy.studies.federated.control.summarise` takes them. Attack and control share the
     members' shift that makes the control's pooled AUROC the cohort's median control AUROC, and their subjects'
     slopes exchangeably; ``effect`` raises the attack's pooled AUROC above the control's by that much. ``own``
-    (None: :func:`control_scale` on "cohort", ``TINY["own"]`` on "tiny") scales what is each arm's own."""
-    s = _shape(size)
+    (None: :func:`control_scale` on "cohort", ``TINY["own"]`` on "tiny") scales what is each arm's own.
+    ``shape`` (on "cohort"): another table of the same code, in :func:`cohort_shape`'s keys (its seeds, control
+    AUROC and bootstrap; the DP-SGD rows of ``federated_audit``); its ``own`` must then be given."""
+    s = shape if shape is not None and size == "cohort" else _shape(size)
     own = (control_scale(model) if size == "cohort" else TINY["own"]) if own is None else own
     k, seeds = s["subjects"], s["control_seeds"][model]
     base = _Cohort.shift_for(s["control_arm_auroc"][model], k, own)
@@ -728,3 +730,7 @@ _case(
     n_null=1000, n_power=100,
     sided="one-sided (the report asks whether joining adds accuracy; transfer.COMPARISONS are one-sided by "
           "design)")
+
+
+#: The cached own-scale matchers :func:`configure` clears (a module adding a case on this score model adds its own).
+SCALES = [control_scale, lira_scale, transfer_scale]

@@ -41,13 +41,9 @@ from eegprivacy.federated.preprocessing import PREPROCESSING
 from eegprivacy.params import Config, param
 from eegprivacy.validation import CLIP_NORM, DELTA, EPSILONS_OR_INF, FRACTION_OPEN, POSITIVE, TEXT, count, options
 
-__all__ = ["FederatedAuditConfig", "PROTOCOLS", "settings", "update_scores", "audit_cell_rows", "audit_summary",
-           "certified_epsilons"]
+__all__ = ["FederatedAuditConfig", "settings", "plant_canaries", "update_scores", "canary_arrays", "audit_arrays",
+           "audit_cell_rows", "audit_summary", "certified_epsilons"]
 
-PROTOCOLS = {
-    "paper_laplace": "the paper's per-step Laplace gradient DP (ε per local step), 20 rounds x 20 local epochs",
-    "dp_sgd": "record-level DP-SGD (ε total per record over all rounds, δ as the certificate's)",
-}
 EXCLUDES = {
     "member_csp": "the member-fitted CSP (un-noised: no end-to-end guarantee)",
     "pooled_csp": "the pooled class covariances the server receives un-noised",
@@ -153,12 +149,11 @@ def update_scores(task, result, canaries) -> np.ndarray:
     margin under the weights it was sent). What the server can compute from the updates it receives."""
     scores = np.zeros(canaries.m)
     for rnd, updates in result.updates.items():
-        sent = result.sent[rnd]
+        before = _margin(task, result.sent[rnd], canaries.X, canaries.y)  # one pass for every client's canaries
         for client, weights in updates.items():
             rows = np.flatnonzero(canaries.owner == client)
             if rows.size:
-                X, y = canaries.X[rows], canaries.y[rows]
-                scores[rows] += _margin(task, weights, X, y) - _margin(task, sent, X, y)
+                scores[rows] += _margin(task, weights, canaries.X[rows], canaries.y[rows]) - before[rows]
     return scores
 
 
@@ -178,24 +173,42 @@ def mean_members(clients) -> int:
     return max(1, int(round(np.mean([len(c[1]) for c in clients.clients]))))
 
 
-def audit_arrays(cell: dict, seed: int, clients, trials, training, config: FederatedAuditConfig) -> dict:
-    """One audited run: the cell's federation (``training``: its knobs) trained once on ``clients`` with the
-    canaries planted; every canary's score, coin and owner."""
+def plant_canaries(seed: int, clients, classes, config: FederatedAuditConfig, plant: bool = True) -> tuple:
+    """(canaries, the clients' training sets): ``config.canaries_per_client`` canaries per client drawn around
+    the members (seeded from ``seed``), each included with probability ½, the included ones appended to their
+    client's members. ``plant=False`` is the audit's null: the same canaries drawn, none in any training set, so
+    their coins cannot reach the model (the calibration case ``study_b.one_run_bound`` runs it)."""
     from eegprivacy.attacks.canaries import outlier_canaries
     from eegprivacy.federated.task import derive_seed
     from eegprivacy.studies.federated.control import ClientSet
-    from eegprivacy.studies.federated.mia import federate
 
     members = np.concatenate([c[0].reshape(len(c[0]), -1) for c in clients.clients])
-    canaries = outlier_canaries(members, np.unique(trials.y), config.canaries_per_client, len(clients.clients),
+    canaries = outlier_canaries(members, np.unique(classes), config.canaries_per_client, len(clients.clients),
                                 config.canary_radius, derive_seed(seed, 43))
+    if not plant:
+        return canaries, clients
     planted = []
     for k, (Xm, ym, Xn, yn) in enumerate(clients.clients):
         Xc, yc = canaries.planted(k)
         planted.append((np.concatenate([Xm.reshape(len(Xm), -1), Xc]), np.concatenate([ym, yc]), Xn, yn))
-    task, result = federate(cell, seed, ClientSet(planted, clients.calibration), training)
+    return canaries, ClientSet(planted, clients.calibration)
+
+
+def canary_arrays(task, result, canaries) -> dict:
+    """Every canary's score (:func:`update_scores`), coin and owner: what :func:`audit_summary` reads."""
     return {"canary/score": update_scores(task, result, canaries), "canary/coin": canaries.included,
             "canary/owner": canaries.owner}
+
+
+def audit_arrays(cell: dict, seed: int, clients, classes, training, config: FederatedAuditConfig,
+                 plant: bool = True) -> dict:
+    """One audited run: the cell's federation (``training``: its knobs) trained once on ``clients`` with the
+    canaries planted (:func:`plant_canaries`; ``classes``: the labels a canary may take); every canary's score,
+    coin and owner."""
+    from eegprivacy.studies.federated.mia import federate
+
+    canaries, trained = plant_canaries(seed, clients, classes, config, plant)
+    return canary_arrays(*federate(cell, seed, trained, training), canaries)
 
 
 def audit_cell_rows(cell: dict, seed: int, trials, training, control, config: FederatedAuditConfig,
@@ -209,7 +222,7 @@ def audit_cell_rows(cell: dict, seed: int, trials, training, control, config: Fe
 
     clients = _clients(cell, seed, trials, training, control)
     fed = training_of(cell, training, mean_members(clients))
-    arrays = audit_arrays(cell, seed, clients, trials, fed, config)
+    arrays = audit_arrays(cell, seed, clients, trials.y, fed, config)
     r, v = guesses(arrays["canary/score"], arrays["canary/coin"], config.guesses, config.guesses)
     rows = [{"metric": "canary_guesses", "value": float(r), "chance": float("nan")},
             {"metric": "canary_right", "value": float(v), "chance": 0.5 * r},
