@@ -161,3 +161,18 @@ def test_report_and_figure_render_from_the_committed_tables():
     draw(rows, dpsgd, Figure())
     metrics = metrics_of(rows, dpsgd)
     assert metrics and all(np.isfinite(v) for v in metrics.values())
+
+
+def test_what_the_training_certificate_leaves_out_comes_from_the_preprocessing_registry():
+    """One list of preprocessing names: each registry entry says what a training certificate leaves out (an entry
+    that does not is an error), and the audit rows print it."""
+    import dataclasses
+
+    from eegprivacy.federated.preprocessing import PREPROCESSING
+
+    assert all(entry.outside_training for entry in PREPROCESSING.values())
+    with pytest.raises(ValueError, match="outside_training"):
+        dataclasses.replace(PREPROCESSING["pooled_csp"], outside_training="")
+    table = pd.read_csv(Path(__file__).resolve().parents[1] / "metrics" / "federated_audit.csv")
+    for _, row in table.iterrows():
+        assert row["epsilon_excludes"].startswith(PREPROCESSING[row["preprocessing"]].outside_training)

@@ -88,6 +88,8 @@ class Preprocessing:
     travels un-noised beyond its own client (the certified row then prints no guarantee). ``build(output,
     n_components, montage, sfreq, epsilon, delta, random_state)``: an unfitted preprocessor. ``n_features(output,
     n_components)``: what one trial becomes (SimpleNet's input size; EEGNet's signal count).
+    ``outside_training``: what a certificate of the *training alone* leaves out, in a few words (the one-run audit's
+    rows, whose canaries skip the preprocessing); required.
     """
 
     name: str
@@ -99,6 +101,12 @@ class Preprocessing:
     n_features: Callable
     certified: bool = True
     spends_epsilon: bool = False
+    outside_training: str = ""
+
+    def __post_init__(self):
+        if not self.outside_training:
+            raise ValueError(f"preprocessing {self.name!r}: say what a training certificate leaves out "
+                             "(outside_training)")
 
 
 def _client_csp(output, n_components, **_):
@@ -134,33 +142,41 @@ PREPROCESSING = {p.name: p for p in (
     Preprocessing("member_csp", "member-fitted CSP (paper)", "members", _BOTH,
                   "the CSP filters and scaling, fitted un-noised on all of the client's members: one trial moves "
                   "every other trial's features, so a trial's ε is its whole client's (every step of every round)",
-                  _client_csp, _per_band(1)),
+                  _client_csp, _per_band(1),
+                  outside_training="the member-fitted CSP (un-noised: no end-to-end guarantee)"),
     Preprocessing("calibration_csp", "calibration-fitted CSP", "calibration", _BOTH,
                   "the calibration trials the CSP and scaling are fitted on (un-noised; they are neither trained on "
-                  f"nor attacked); {_OWN_STEPS}", _client_csp, _per_band(1)),
+                  f"nor attacked); {_OWN_STEPS}", _client_csp, _per_band(1),
+                  outside_training="the CSP fitted on the client's calibration block"),
     Preprocessing("dp_csp", "DP-CSP", "members", _BOTH,
                   "nothing: the class covariances are released with the Gaussian mechanism (ε, δ per trial, "
-                  "replace-one), composed into the certified ε", _dp_csp, _per_band(1), spends_epsilon=True),
+                  "replace-one), composed into the certified ε", _dp_csp, _per_band(1), spends_epsilon=True,
+                  outside_training="the DP-CSP release (its own ε, composed separately)"),
     Preprocessing("laplacian", "fixed Laplacians, mu/beta power", "nothing", _BOTH,
                   f"nothing: fixed spatial filters and per-trial normalisation read no other trial; {_OWN_STEPS}",
                   lambda output, montage, sfreq, **_: LaplacianBandPower(output=output, sfreq=sfreq, montage=montage),
-                  lambda output, n_components: 6 if output == "logvar" else 3),
+                  lambda output, n_components: 6 if output == "logvar" else 3,
+                  outside_training="nothing (fixed Laplacians fit no data)"),
     Preprocessing("pooled_csp", "pooled CSP (other clients, aligned)", "other clients", _BOTH,
                   "the calibration block each client aligns on (un-noised), and the class covariances of every "
                   "client's members and calibration trials, pooled in the clear by the server to fit the other "
-                  "clients' filters: no ε is certified", _pooled(None), _per_band(1), certified=False),
+                  "clients' filters: no ε is certified", _pooled(None), _per_band(1), certified=False,
+                  outside_training="the pooled class covariances the server receives un-noised"),
     Preprocessing("pooled_fbcsp", "pooled filter-bank CSP (other clients, aligned)", "other clients", _BOTH,
                   "as pooled CSP (4 sub-bands of 8–30 Hz): calibration blocks un-noised, and every client's class "
                   "covariances pooled in the clear: no ε is certified", _pooled(FILTER_BANK),
-                  _per_band(len(FILTER_BANK)), certified=False),
+                  _per_band(len(FILTER_BANK)), certified=False,
+                  outside_training="the pooled class covariances the server receives un-noised"),
     Preprocessing("tangent_space", "tangent space (own calibration mean)", "calibration", ("simplenet",),
                   f"the calibration block whose mean covariance is the reference point (un-noised; neither trained "
                   f"on nor attacked); {_OWN_STEPS}",
                   lambda montage, **_: AlignedTangentSpace(montage=montage),
-                  lambda output, n_components: len(SENSORIMOTOR) * (len(SENSORIMOTOR) + 1) // 2),
+                  lambda output, n_components: len(SENSORIMOTOR) * (len(SENSORIMOTOR) + 1) // 2,
+                  outside_training="the tangent space at the client's calibration mean"),
     Preprocessing("channels", "no CSP (11 sensorimotor channels)", "nothing", ("eegnet",),
                   f"nothing: a fixed montage and per-trial scaling read no other trial; {_OWN_STEPS}",
-                  _channels, lambda output, n_components: len(SENSORIMOTOR)),
+                  _channels, lambda output, n_components: len(SENSORIMOTOR),
+                  outside_training="nothing (a fixed montage fits no data)"),
 )}
 FITS_ON = ("members", "calibration", "other clients", "nothing")
 

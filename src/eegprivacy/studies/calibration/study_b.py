@@ -45,6 +45,8 @@ Covered (one case each):
   LiRA − control pooled AUROC, paired two-way bootstrap, two-sided p.
 * ``study_b.transfer``: :func:`eegprivacy.studies.federated.transfer.summarise`, joined − held-out accuracy,
   subjects+seeds bootstrap, one-sided p.
+* federated_audit's one-run ε bound and its DP-SGD attack − control: :mod:`.study_b_audit` (on this score model
+  and null federations).
 
 Found and not covered (each printed one is an entry of :mod:`.not_measured`, which
 ``reports/calibration.md`` lists with its mark):

@@ -44,15 +44,6 @@ from eegprivacy.validation import CLIP_NORM, DELTA, EPSILONS_OR_INF, FRACTION_OP
 __all__ = ["FederatedAuditConfig", "settings", "plant_canaries", "update_scores", "canary_arrays", "audit_arrays",
            "audit_cell_rows", "audit_summary", "certified_epsilons"]
 
-EXCLUDES = {
-    "member_csp": "the member-fitted CSP (un-noised: no end-to-end guarantee)",
-    "pooled_csp": "the pooled class covariances the server receives un-noised",
-    "pooled_fbcsp": "the pooled class covariances the server receives un-noised",
-    "calibration_csp": "the CSP fitted on the client's calibration block",
-    "tangent_space": "the tangent space at the client's calibration mean",
-    "laplacian": "nothing (fixed Laplacians fit no data)",
-}
-
 
 @dataclass(frozen=True)
 class FederatedAuditConfig(Config):
@@ -285,7 +276,7 @@ def audit_summary(cells: list[tuple[dict, int, dict]], config: FederatedAuditCon
                      "max_certifiable_epsilon": epsilon_lower_bound(m, r, r, config.delta, config.confidence),
                      **cert, "empirical_over_certified": bound / smallest if math.isfinite(smallest) else float("nan"),
                      "exceeds_certified": bool(bound > smallest),
-                     "epsilon_excludes": EXCLUDES.get(cell["preprocessing"], "the preprocessing")
+                     "epsilon_excludes": PREPROCESSING[cell["preprocessing"]].outside_training
                      + ("; each client's calibration-block feature mean and SD" if cell.get("standardise") else "")
                      + ("; the member count a client reports for FedAvg's weights (public by the protocol, but "
                         "adding or removing a record changes it)" if cell["protocol"] == "dp_sgd" else "")})
