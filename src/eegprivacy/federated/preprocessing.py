@@ -161,12 +161,14 @@ PREPROCESSING = {p.name: p for p in (
                   "the calibration block each client aligns on (un-noised), and the class covariances of every "
                   "client's members and calibration trials, pooled in the clear by the server to fit the other "
                   "clients' filters: no ε is certified", _pooled(None), _per_band(1), certified=False,
-                  outside_training="the pooled class covariances the server receives un-noised"),
+                  outside_training="the pooled class covariances the server receives and the calibration block "
+                                   "each client aligns on, both un-noised"),
     Preprocessing("pooled_fbcsp", "pooled filter-bank CSP (other clients, aligned)", "other clients", _BOTH,
                   "as pooled CSP (4 sub-bands of 8–30 Hz): calibration blocks un-noised, and every client's class "
                   "covariances pooled in the clear: no ε is certified", _pooled(FILTER_BANK),
                   _per_band(len(FILTER_BANK)), certified=False,
-                  outside_training="the pooled class covariances the server receives un-noised"),
+                  outside_training="the pooled class covariances the server receives and the calibration block "
+                                   "each client aligns on, both un-noised"),
     Preprocessing("tangent_space", "tangent space (own calibration mean)", "calibration", ("simplenet",),
                   f"the calibration block whose mean covariance is the reference point (un-noised; neither trained "
                   f"on nor attacked); {_OWN_STEPS}",
