@@ -300,3 +300,41 @@ def test_no_modules_import_each_other_in_a_circle():
     found = circles(imports)
     assert not found, _report("import circles (each listed as the imports around it):",
                               [" -> ".join(str(imp) for imp in circle) for circle in found])
+
+
+# ---- module size (issue 50: one job a module) ------------------------------------------------------------------
+
+MAX_LINES = 800  # no module is longer
+EXPLAIN_OVER = 600  # a module longer than this says in its docstring why it is one idea
+ONE_IDEA = "One idea over about"
+
+
+def oversized(sources: Mapping[str, str]) -> list[str]:
+    """What breaks the size rule, one line per module: over :data:`MAX_LINES`, or over :data:`EXPLAIN_OVER` without
+    a docstring paragraph that starts with :data:`ONE_IDEA` (the house's phrase for "why this is one module")."""
+    found = []
+    for where, source in sorted(sources.items()):
+        lines = source.count("\n") + (not source.endswith("\n"))
+        if lines > MAX_LINES:
+            found.append(f"{where}: {lines} lines (over {MAX_LINES}: split it along its jobs)")
+        elif lines > EXPLAIN_OVER:
+            doc = ast.get_docstring(ast.parse(source)) or ""
+            if not any(paragraph.startswith(ONE_IDEA) for paragraph in doc.split("\n\n")):
+                found.append(f"{where}: {lines} lines and no docstring paragraph starting {ONE_IDEA!r}")
+    return found
+
+
+def test_the_size_rule_catches_a_long_module_and_an_unexplained_one():
+    body = "x = 1\n"
+    explained = f'"""Short.\n\n{ONE_IDEA} 700 lines: one job."""\n' + body * 700
+    assert oversized({"ok.py": body * 10, "explained.py": explained}) == []
+    assert oversized({"long.py": explained + body * 200, "bare.py": '"""Short."""\n' + body * 700}) == [
+        "bare.py: 701 lines and no docstring paragraph starting 'One idea over about'",
+        "long.py: 903 lines (over 800: split it along its jobs)"]
+
+
+def test_no_module_is_over_800_lines_and_those_over_600_say_why():
+    sources = {str(path.relative_to(SRC.parent)): path.read_text(encoding="utf-8") for path in SRC.rglob("*.py")}
+    assert len(sources) > 50, "the size rule read almost no modules: is SRC right?"
+    found = oversized(sources)
+    assert not found, _report("modules that break the size rule:", found)

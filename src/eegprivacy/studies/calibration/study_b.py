@@ -67,6 +67,11 @@ Found and not covered (each printed one is an entry of :mod:`.not_measured`, whi
 * federated_lira's per-seed rows (t-interval over 10 target seeds, ``ci_over = seeds``) and its shadow-as-target
   rows (the pooled functions of ``lira_*`` on shadow masks).
 * federated_accounting prints no test or interval (ε arithmetic).
+
+One idea over about 740 lines: one score model of study B's federation and the cases drawn from it. Every case reads
+its shape from :func:`cohort_shape` and draws its scores from :class:`_Cohort` under :data:`SCORE_MODEL`, and the
+matched interval widths (:data:`SCALES`) are calibrated on those same draws; split by report, each module would
+import the others' private cohort and scale.
 """
 
 from __future__ import annotations
